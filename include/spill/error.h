@@ -1,0 +1,125 @@
+// Typed errors of spillarena. Every error derives from spill::Error (a std::runtime_error), says
+// what was asked, what was available and how to fix it, and carries the numbers as fields.
+//
+//   try {
+//     spill::SpillArena arena(options);
+//   } catch (const spill::InsufficientSpaceError& e) {
+//     std::cerr << e.what() << "\n";            // "... needs 8589934592 bytes, 1073741824 free ..."
+//     shrink_to(e.available_bytes());
+//   } catch (const spill::Error& e) {            // any other spillarena problem
+//     std::cerr << e.what() << "\n";
+//   }
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace spill {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// An option or argument out of range: capacity 0 or absurd, allocation of 0 bytes, ...
+class InvalidArgumentError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The spill directory is missing, not a directory or not writable.
+class DirectoryError : public Error {
+ public:
+  DirectoryError(const std::string& path, int error_number, const std::string& message)
+      : Error(message), path_(path), errno_(error_number) {}
+  const std::string& path() const { return path_; }
+  int error_number() const { return errno_; }
+
+ private:
+  std::string path_;
+  int errno_;
+};
+
+// The spill directory lives in RAM (tmpfs, ramfs, hugetlbfs): spilling there saves no memory.
+class RamBackedDirectoryError : public Error {
+ public:
+  RamBackedDirectoryError(const std::string& path, const std::string& fs_type,
+                          const std::string& message)
+      : Error(message), path_(path), fs_type_(fs_type) {}
+  const std::string& path() const { return path_; }
+  const std::string& file_system_type() const { return fs_type_; }
+
+ private:
+  std::string path_;
+  std::string fs_type_;
+};
+
+// The file system (or, for the RAM arena, the machine) has less room than the capacity asked.
+class InsufficientSpaceError : public Error {
+ public:
+  InsufficientSpaceError(const std::string& path, std::uint64_t needed, std::uint64_t available,
+                         const std::string& message)
+      : Error(message), path_(path), needed_(needed), available_(available) {}
+  const std::string& path() const { return path_; }
+  std::uint64_t needed_bytes() const { return needed_; }
+  std::uint64_t available_bytes() const { return available_; }
+
+ private:
+  std::string path_;
+  std::uint64_t needed_;
+  std::uint64_t available_;
+};
+
+// The file system cannot preallocate (fallocate unsupported) or the mapping failed.
+class PreallocationError : public Error {
+ public:
+  PreallocationError(const std::string& path, int error_number, const std::string& message)
+      : Error(message), path_(path), errno_(error_number) {}
+  const std::string& path() const { return path_; }
+  int error_number() const { return errno_; }
+
+ private:
+  std::string path_;
+  int errno_;
+};
+
+// No free block is large enough. The arena is unchanged and stays fully usable.
+class ArenaExhaustedError : public Error {
+ public:
+  ArenaExhaustedError(std::uint64_t requested, std::uint64_t free_bytes,
+                      std::uint64_t largest_free_block, const std::string& message)
+      : Error(message), requested_(requested), free_(free_bytes), largest_(largest_free_block) {}
+  std::uint64_t requested_bytes() const { return requested_; }
+  std::uint64_t free_bytes() const { return free_; }
+  std::uint64_t largest_free_block() const { return largest_; }
+
+ private:
+  std::uint64_t requested_;
+  std::uint64_t free_;
+  std::uint64_t largest_;
+};
+
+// A Region handle was used after it was moved from (or released).
+class MovedFromRegionError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A read or write of region data failed (I/O error, out-of-range access).
+class IoError : public Error {
+ public:
+  IoError(int error_number, const std::string& message) : Error(message), errno_(error_number) {}
+  int error_number() const { return errno_; }
+
+ private:
+  int errno_;
+};
+
+// Misuse of the checkpoint wrapper, e.g. a second backward through the same graph.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace spill

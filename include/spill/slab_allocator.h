@@ -1,0 +1,100 @@
+// SlabAllocator: carves a byte range [0, capacity) into page-aligned blocks. It knows nothing of
+// files or tensors; SpillArena puts it over a spill file (or host memory).
+//
+//   spill::SlabAllocator slabs(1ull << 30);                 // 1 GiB of offsets, 4 KiB pages
+//   std::optional<spill::Block> b = slabs.allocate(3000);   // -> {offset 0, size 4096}
+//   if (b) {
+//     use(b->offset, b->size);
+//     slabs.free(*b);
+//   }
+//   spill::AllocatorStats s = slabs.stats();                // exact, O(1) except largest block
+//
+// Thread-safe: any thread may allocate or free any block.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+namespace spill {
+
+struct Block {
+  std::uint64_t offset = 0;  // multiple of the alignment
+  std::uint64_t size = 0;    // rounded size actually reserved
+};
+
+struct AllocatorStats {
+  std::uint64_t capacity_bytes = 0;
+  std::uint64_t bytes_in_use = 0;        // sum of rounded sizes of live blocks
+  std::uint64_t peak_bytes_in_use = 0;   // maximum of bytes_in_use so far
+  std::uint64_t bytes_requested = 0;     // sum of the sizes asked for by live blocks
+  std::uint64_t live_blocks = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  std::uint64_t reuse_hits = 0;          // allocations that fit entirely in space used before
+  std::uint64_t largest_free_block = 0;  // after coalescing (the allocator always coalesces)
+  std::uint64_t free_bytes = 0;
+  std::uint64_t high_water_bytes = 0;    // highest end offset ever handed out
+};
+
+class SlabAllocator {
+ public:
+  // Requests above this size are carved exactly (rounded to the alignment only).
+  static constexpr std::uint64_t kExactCarveAboveBytes = 64ull << 20;
+
+  // capacity_bytes is rounded down to a multiple of alignment_bytes (a power of two).
+  explicit SlabAllocator(std::uint64_t capacity_bytes, std::uint64_t alignment_bytes = 4096);
+
+  SlabAllocator(const SlabAllocator&) = delete;
+  SlabAllocator& operator=(const SlabAllocator&) = delete;
+
+  // The rounded size a request of `bytes` reserves. See Note [Size classes].
+  static std::uint64_t rounded_size(std::uint64_t bytes, std::uint64_t alignment_bytes = 4096);
+
+  // A block of at least `bytes` (> 0), or nullopt when no free block is large enough.
+  // Throws spill::InvalidArgumentError for 0 bytes.
+  std::optional<Block> allocate(std::uint64_t bytes);
+
+  // Returns a block handed out by allocate. Throws spill::InvalidArgumentError for a block that
+  // is not live (double free, foreign block); the allocator is unchanged then.
+  void free(const Block& block);
+
+  AllocatorStats stats() const;
+  std::uint64_t alignment_bytes() const { return alignment_; }
+  std::uint64_t capacity_bytes() const { return capacity_; }
+
+  // Checks every internal invariant (free blocks sorted, disjoint, coalesced, indexes agree,
+  // counters add up). For tests; O(n).
+  bool check_invariants() const;
+
+ private:
+  struct FreeBlock {
+    std::uint64_t size;
+    std::uint64_t freed_seq;  // larger = freed more recently
+  };
+  struct LiveBlock {
+    std::uint64_t size;
+    std::uint64_t requested;
+  };
+  // (size, ~freed_seq, offset): the first entry >= (n, 0, 0) is the best fit, most recent first.
+  using SizeKey = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;
+
+  void insert_free(std::uint64_t offset, std::uint64_t size, std::uint64_t seq);
+  void erase_free(std::map<std::uint64_t, FreeBlock>::iterator it);
+  std::uint64_t largest_free_locked() const;
+
+  const std::uint64_t alignment_;
+  const std::uint64_t capacity_;
+  mutable std::mutex mutex_;
+  std::map<std::uint64_t, FreeBlock> free_by_offset_;
+  std::set<SizeKey> free_by_size_;
+  std::unordered_map<std::uint64_t, LiveBlock> live_;
+  std::uint64_t seq_ = 0;
+  AllocatorStats stats_;
+};
+
+}  // namespace spill

@@ -1,0 +1,19 @@
+// Byte counts for people: spill::human_bytes(3ull << 30) == "3.00 GiB".
+//
+//   std::cout << "capacity " << arena.stats().capacity_bytes << " bytes ("
+//             << spill::human_bytes(arena.stats().capacity_bytes) << ")\n";
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace spill {
+
+constexpr std::uint64_t KiB = 1ull << 10;
+constexpr std::uint64_t MiB = 1ull << 20;
+constexpr std::uint64_t GiB = 1ull << 30;
+
+// "512 B", "4.00 KiB", "1.50 GiB", ... (binary units, two decimals above bytes).
+std::string human_bytes(std::uint64_t bytes);
+
+}  // namespace spill

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs everything spillarena needs on Debian 12, idempotently: the Debian -dev packages and a
+# project-local virtual environment (.venv) with the CPU build of torch 2.13.0, whose LibTorch
+# CMake finds. Safe to run again; does nothing that is already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(build-essential cmake ninja-build python3-venv libboost-dev doctest-dev
+  libbenchmark-dev libcli11-dev nlohmann-json3-dev python3-matplotlib e2fsprogs)
+TORCH_VERSION=2.13.0
+
+missing=()
+for p in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  echo "setup: installing torch==$TORCH_VERSION (CPU) into .venv"
+  # An exact pin: a looser spec would pull a multi-GB CUDA build.
+  .venv/bin/pip install -q "torch==$TORCH_VERSION"
+fi
+echo "setup: ok (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null))"

@@ -1,0 +1,136 @@
+#include "spill/arena.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "arena_core.h"
+#include "host_memory.h"
+#include "platform.h"
+#include "spill/units.h"
+#include "spill_file.h"
+
+namespace spill {
+namespace {
+
+std::string bytes_text(std::uint64_t bytes) {
+  return std::to_string(bytes) + " bytes (" + human_bytes(bytes) + ")";
+}
+
+void check_capacity(std::uint64_t capacity) {
+  if (capacity == 0) {
+    throw InvalidArgumentError(
+        "spill: ArenaOptions::capacity_bytes is 0; set it to the bytes your layer inputs need, "
+        "e.g. spill::bytes_for_layer_inputs(layers, {batch, seq, hidden}, element_size)");
+  }
+  if (capacity > kMaxCapacityBytes) {
+    throw InvalidArgumentError("spill: ArenaOptions::capacity_bytes = " + bytes_text(capacity) +
+                               " is over the 1 PiB limit; this is likely a unit mistake (bytes, "
+                               "not KiB or bits)");
+  }
+}
+
+std::uint64_t round_to_pages(std::uint64_t bytes) {
+  const std::uint64_t page = platform::page_size_bytes();
+  return (bytes + page - 1) / page * page;
+}
+
+std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
+  if (o.backing == Backing::ram) return detail::make_host_memory(o.capacity_bytes);
+  detail::SpillFileOptions f;
+  f.directory = o.directory;
+  f.capacity_bytes = o.capacity_bytes;
+  f.allow_ram_backed_directory = o.allow_ram_backed_directory;
+  return detail::make_spill_file(f);
+}
+
+[[noreturn]] void throw_exhausted(const ArenaStats& s, std::uint64_t bytes) {
+  throw ArenaExhaustedError(
+      bytes, s.free_bytes, s.largest_free_block,
+      "spill: arena exhausted: asked for " + bytes_text(bytes) + " (reserving " +
+          bytes_text(SlabAllocator::rounded_size(bytes, platform::page_size_bytes())) + "), " +
+          bytes_text(s.free_bytes) + " free of " + bytes_text(s.capacity_bytes) +
+          ", largest free block " + bytes_text(s.largest_free_block) +
+          "; raise ArenaOptions::capacity_bytes or free regions first");
+}
+
+}  // namespace
+
+std::string default_spill_directory() {
+  const char* dir = std::getenv("SPILL_DIR");
+  if (dir != nullptr && *dir != '\0') return dir;
+  return platform::temp_directory();
+}
+
+SpillArena::SpillArena(const ArenaOptions& options) {
+  check_capacity(options.capacity_bytes);
+  ArenaOptions o = options;
+  o.capacity_bytes = round_to_pages(options.capacity_bytes);
+  if (o.backing == Backing::disk && o.directory.empty()) o.directory = default_spill_directory();
+  if (o.backing == Backing::ram) o.directory.clear();
+  core_ = std::make_shared<detail::ArenaCore>(o, make_storage(o));
+}
+
+SpillArena::~SpillArena() = default;
+SpillArena::SpillArena(SpillArena&&) noexcept = default;
+SpillArena& SpillArena::operator=(SpillArena&&) noexcept = default;
+
+Region SpillArena::allocate(std::uint64_t bytes) {
+  if (!core_) throw Error("spill: use of a moved-from SpillArena");
+  std::optional<Block> block = core_->allocate(bytes);
+  if (!block) throw_exhausted(core_->stats(), bytes);
+  return Region(core_, block->offset, block->size, bytes);
+}
+
+void SpillArena::check_owner(const Region& region) const {
+  if (!region.valid()) {
+    throw MovedFromRegionError("spill: use of a moved-from or released Region");
+  }
+  if (region.core_ != core_) {
+    throw InvalidArgumentError("spill: the Region at offset " + std::to_string(region.offset()) +
+                               " belongs to another SpillArena");
+  }
+}
+
+void SpillArena::write(Region& region, const void* src, std::uint64_t bytes) {
+  check_owner(region);
+  region.write(src, bytes);
+}
+
+void SpillArena::read(const Region& region, void* dst, std::uint64_t bytes) const {
+  check_owner(region);
+  region.read(dst, bytes);
+}
+
+void SpillArena::prefetch(const Region& region) const {
+  check_owner(region);
+  region.prefetch();
+}
+
+std::pair<std::uint64_t, std::uint64_t> SpillArena::last_written_range() const {
+  return core_->last_written_range();
+}
+
+void SpillArena::prefetch_range(std::uint64_t offset, std::uint64_t bytes) const {
+  const std::uint64_t capacity = core_->options().capacity_bytes;
+  if (offset >= capacity || bytes == 0) return;
+  core_->prefetch(offset, std::min(bytes, capacity - offset));
+}
+
+SpillArena SpillArena::shared_handle() const {
+  if (!core_) throw Error("spill: use of a moved-from SpillArena");
+  return SpillArena(core_);
+}
+
+ArenaStats SpillArena::stats() const {
+  if (!core_) throw Error("spill: use of a moved-from SpillArena");
+  return core_->stats();
+}
+
+Backing SpillArena::backing() const { return core_->options().backing; }
+const std::string& SpillArena::directory() const { return core_->options().directory; }
+const std::string& SpillArena::file_system_type() const {
+  return core_->storage().info().file_system_type;
+}
+bool SpillArena::unnamed_by_o_tmpfile() const { return core_->storage().info().unnamed_by_o_tmpfile; }
+
+}  // namespace spill

@@ -1,0 +1,93 @@
+#include "arena_core.h"
+
+#include "platform.h"
+
+namespace spill::detail {
+
+ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> storage)
+    : options_(options),
+      storage_(std::move(storage)),
+      allocator_(options.capacity_bytes, platform::page_size_bytes()) {}
+
+void ArenaCore::free(const Block& block) noexcept {
+  try {
+    allocator_.free(block);
+  } catch (...) {
+    // Region handles free each block exactly once; nothing to report from a destructor.
+  }
+}
+
+void ArenaCore::write(std::uint64_t offset, const void* src, std::uint64_t bytes) {
+  storage_->write(offset, src, bytes);
+  bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+  if (options_.backing == Backing::disk) {
+    if (options_.start_writeback_after_write) storage_->start_writeback(offset, bytes);
+    bound_page_cache(offset, bytes);
+  }
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  last_written_ = {offset, bytes};
+}
+
+void ArenaCore::read(std::uint64_t offset, void* dst, std::uint64_t bytes) const {
+  storage_->read(offset, dst, bytes);
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void ArenaCore::prefetch(std::uint64_t offset, std::uint64_t bytes) const {
+  storage_->prefetch(offset, bytes);
+}
+
+void ArenaCore::start_writeback(std::uint64_t offset, std::uint64_t bytes) const {
+  storage_->start_writeback(offset, bytes);
+}
+
+void ArenaCore::drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const {
+  storage_->drop_cached_pages(offset, bytes);
+}
+
+// Note [Bounded page cache]
+// Written regions stay in the page cache, dirty until writeback, and dirty pages count against a
+// container's memory limit. Writeback starts right after each write; with a limit set, the
+// oldest written ranges beyond it are waited for and dropped. Oldest first is right for
+// checkpointing: backward reads regions back newest first, so the newest ones are worth keeping.
+void ArenaCore::bound_page_cache(std::uint64_t offset, std::uint64_t bytes) {
+  if (options_.page_cache_limit_bytes == 0) return;
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> to_drop;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    cached_ranges_.emplace_back(offset, bytes);
+    cached_bytes_ += bytes;
+    while (cached_bytes_ > options_.page_cache_limit_bytes && cached_ranges_.size() > 1) {
+      to_drop.push_back(cached_ranges_.front());
+      cached_bytes_ -= cached_ranges_.front().second;
+      cached_ranges_.pop_front();
+    }
+  }
+  for (const auto& [o, n] : to_drop) storage_->drop_cached_pages(o, n);
+}
+
+std::pair<std::uint64_t, std::uint64_t> ArenaCore::last_written_range() const {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  return last_written_;
+}
+
+ArenaStats ArenaCore::stats() const {
+  const AllocatorStats a = allocator_.stats();
+  ArenaStats s;
+  s.capacity_bytes = a.capacity_bytes;
+  s.bytes_in_use = a.bytes_in_use;
+  s.peak_bytes_in_use = a.peak_bytes_in_use;
+  s.bytes_requested = a.bytes_requested;
+  s.live_regions = a.live_blocks;
+  s.allocations = a.allocations;
+  s.frees = a.frees;
+  s.reuse_hits = a.reuse_hits;
+  s.largest_free_block = a.largest_free_block;
+  s.free_bytes = a.free_bytes;
+  s.high_water_bytes = a.high_water_bytes;
+  s.bytes_written = bytes_written_.load(std::memory_order_relaxed);
+  s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace spill::detail

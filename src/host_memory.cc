@@ -1,0 +1,58 @@
+#include "host_memory.h"
+
+#include <cstring>
+
+#include "platform.h"
+#include "spill/error.h"
+#include "spill/units.h"
+
+namespace spill::detail {
+namespace {
+
+class HostMemory final : public Storage {
+ public:
+  HostMemory(char* base, std::uint64_t capacity) : base_(base) {
+    info_.file_system_type = "ram";
+    info_.capacity_bytes = capacity;
+    info_.free_bytes_before = platform::physical_memory_bytes();
+  }
+  ~HostMemory() override { platform::unmap(base_, info_.capacity_bytes); }
+
+  char* base() const override { return base_; }
+  const StorageInfo& info() const override { return info_; }
+  void write(std::uint64_t offset, const void* src, std::uint64_t bytes) override {
+    std::memcpy(base_ + offset, src, bytes);
+  }
+  void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const override {
+    std::memcpy(dst, base_ + offset, bytes);
+  }
+  void start_writeback(std::uint64_t, std::uint64_t) override {}
+  void drop_cached_pages(std::uint64_t, std::uint64_t) override {}
+  void prefetch(std::uint64_t, std::uint64_t) override {}
+
+ private:
+  char* base_;
+  StorageInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<Storage> make_host_memory(std::uint64_t capacity_bytes) {
+  const std::uint64_t physical = platform::physical_memory_bytes();
+  if (capacity_bytes > physical) {
+    throw InsufficientSpaceError(
+        "<host memory>", capacity_bytes, physical,
+        "spill: a RAM-backed arena of " + std::to_string(capacity_bytes) + " bytes (" +
+            human_bytes(capacity_bytes) + ") exceeds this machine's " + std::to_string(physical) +
+            " bytes of physical memory; use the disk backing or lower capacity_bytes");
+  }
+  void* base = nullptr;
+  if (int e = platform::map_anonymous(capacity_bytes, &base); e != 0) {
+    throw InsufficientSpaceError("<host memory>", capacity_bytes, physical,
+                                 "spill: could not reserve " + std::to_string(capacity_bytes) +
+                                     " bytes of host memory: " + std::strerror(e));
+  }
+  return std::make_unique<HostMemory>(static_cast<char*>(base), capacity_bytes);
+}
+
+}  // namespace spill::detail

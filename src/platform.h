@@ -1,0 +1,81 @@
+// The operating-system seam. Every Linux call spillarena makes lives in platform_linux.cc, behind
+// the functions below; nothing else includes <fcntl.h>, <sys/mman.h> or friends.
+//
+// Contract, stated once for every function here:
+//   - result parameters are never null;
+//   - the return value is 0 on success or a positive errno value on failure;
+//   - nothing throws, nothing allocates LibTorch objects, nothing logs.
+// Callers turn errno values into typed spill:: errors at the public API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace spill::platform {
+
+// ---------------------------------------------------------------------------------------------
+// Files and file systems
+// ---------------------------------------------------------------------------------------------
+
+struct FileSystemInfo {
+  std::uint64_t free_bytes = 0;   // available to an unprivileged writer (f_bavail)
+  std::uint64_t total_bytes = 0;  // size of the file system
+  std::string type_name;          // "ext4", "tmpfs", ... (or "0x<magic>" when unknown)
+  bool ram_backed = false;        // tmpfs, ramfs, hugetlbfs: spilling there saves no memory
+};
+
+// Fills *info for the file system holding `directory`.
+int file_system_info(const std::string& directory, FileSystemInfo* info);
+
+// 0 when `directory` exists, is a directory and is writable and searchable by this process.
+int check_writable_directory(const std::string& directory);
+
+// Opens a new, nameless read-write file (mode 0600) in `directory`: O_TMPFILE where the file
+// system supports it, else mkstemp followed at once by unlink. *used_tmpfile says which.
+int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile);
+
+// Allocates real blocks for [0, bytes) of fd (never a sparse file). ENOSPC / EOPNOTSUPP pass up.
+int preallocate(int fd, std::uint64_t bytes);
+
+int close_file(int fd);
+
+// ---------------------------------------------------------------------------------------------
+// Mappings
+// ---------------------------------------------------------------------------------------------
+
+// Private anonymous read-write memory of `bytes` (page aligned), for the RAM-backed arena.
+int map_anonymous(std::uint64_t bytes, void** addr);
+int unmap(void* addr, std::uint64_t bytes);
+
+// MADV_WILLNEED on a sub-range of a mapping (addr page aligned).
+int advise_will_need(void* addr, std::uint64_t bytes);
+
+// ---------------------------------------------------------------------------------------------
+// Bulk I/O and page-cache control on a file range
+// ---------------------------------------------------------------------------------------------
+
+// Loops until all bytes moved; EIO/ENOSPC pass up; a short read past end of file is EIO.
+int write_at(int fd, const void* src, std::uint64_t bytes, std::uint64_t offset);
+int read_at(int fd, void* dst, std::uint64_t bytes, std::uint64_t offset);
+
+// sync_file_range(SYNC_FILE_RANGE_WRITE): start writeback, do not wait.
+int start_writeback(int fd, std::uint64_t offset, std::uint64_t bytes);
+// Waits for writeback of the range, then POSIX_FADV_DONTNEED: the clean pages leave the cache.
+int drop_cached_pages(int fd, std::uint64_t offset, std::uint64_t bytes);
+// POSIX_FADV_WILLNEED: asynchronous readahead of the range.
+int prefetch_range(int fd, std::uint64_t offset, std::uint64_t bytes);
+
+// ---------------------------------------------------------------------------------------------
+// Process facts
+// ---------------------------------------------------------------------------------------------
+
+std::uint64_t page_size_bytes();
+std::uint64_t process_id();
+std::uint64_t physical_memory_bytes();
+// RssAnon from /proc/self/status, in bytes (0 when unreadable).
+std::uint64_t resident_anonymous_bytes();
+// The system temp directory: $TMPDIR when set and non-empty, else "/tmp".
+std::string temp_directory();
+
+}  // namespace spill::platform

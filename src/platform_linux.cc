@@ -1,0 +1,221 @@
+// Linux implementation of platform.h. The only file that includes Linux headers.
+#include "platform.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace spill::platform {
+namespace {
+
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
+
+std::string type_name_of(long magic) {
+  switch (static_cast<unsigned long>(magic)) {
+    case EXT4_SUPER_MAGIC: return "ext4";
+    case TMPFS_MAGIC: return "tmpfs";
+    case RAMFS_MAGIC: return "ramfs";
+    case HUGETLBFS_MAGIC: return "hugetlbfs";
+    case XFS_SUPER_MAGIC: return "xfs";
+    case BTRFS_SUPER_MAGIC: return "btrfs";
+    case OVERLAYFS_SUPER_MAGIC: return "overlayfs";
+    case NFS_SUPER_MAGIC: return "nfs";
+    case 0x65735546: return "fuse";
+    case 0xf15f: return "ecryptfs";
+    case 0x2011BAB0: return "exfat";
+    case 0x4d44: return "vfat";
+    default: break;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%lx", static_cast<unsigned long>(magic));
+  return text;
+}
+
+bool is_ram_backed(long magic) {
+  auto m = static_cast<unsigned long>(magic);
+  return m == TMPFS_MAGIC || m == RAMFS_MAGIC || m == HUGETLBFS_MAGIC;
+}
+
+// Retries an fd call that may be interrupted by a signal; returns the call's result or -1.
+template <class Call>
+long retry_eintr(Call call) {
+  long r;
+  do {
+    r = call();
+  } while (r < 0 && errno == EINTR);
+  return r;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Files and file systems
+// ---------------------------------------------------------------------------------------------
+
+int file_system_info(const std::string& directory, FileSystemInfo* info) {
+  struct statfs s;
+  if (statfs(directory.c_str(), &s) != 0) return errno;
+  info->free_bytes = static_cast<std::uint64_t>(s.f_bavail) * static_cast<std::uint64_t>(s.f_bsize);
+  info->total_bytes = static_cast<std::uint64_t>(s.f_blocks) * static_cast<std::uint64_t>(s.f_bsize);
+  info->type_name = type_name_of(s.f_type);
+  info->ram_backed = is_ram_backed(s.f_type);
+  return 0;
+}
+
+int check_writable_directory(const std::string& directory) {
+  struct stat s;
+  if (stat(directory.c_str(), &s) != 0) return errno;
+  if (!S_ISDIR(s.st_mode)) return ENOTDIR;
+  if (access(directory.c_str(), W_OK | X_OK) != 0) return errno;
+  return 0;
+}
+
+int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile) {
+  int f = static_cast<int>(
+      retry_eintr([&] { return open(directory.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600); }));
+  if (f >= 0) {
+    *fd = f;
+    *used_tmpfile = true;
+    return 0;
+  }
+  // Note [Unnamed spill file]: O_TMPFILE needs file-system support (ext4, xfs, btrfs, tmpfs have
+  // it; some FUSE and network file systems do not). The fallback leaves a name in the directory
+  // for the few microseconds between mkstemp and unlink; nothing survives the process either way.
+  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) return errno;
+  std::string pattern = directory + "/.spillarena-XXXXXX";
+  f = mkostemp(pattern.data(), O_CLOEXEC);
+  if (f < 0) return errno;
+  if (unlink(pattern.c_str()) != 0) {
+    int e = errno;
+    close(f);
+    return e;
+  }
+  *fd = f;
+  *used_tmpfile = false;
+  return 0;
+}
+
+int preallocate(int fd, std::uint64_t bytes) {
+  if (retry_eintr([&] { return fallocate(fd, 0, 0, static_cast<off_t>(bytes)); }) != 0) {
+    return errno;
+  }
+  return 0;
+}
+
+int close_file(int fd) { return close(fd) == 0 ? 0 : errno; }
+
+// ---------------------------------------------------------------------------------------------
+// Mappings
+// ---------------------------------------------------------------------------------------------
+
+int map_anonymous(std::uint64_t bytes, void** addr) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) return errno;
+  *addr = p;
+  return 0;
+}
+
+int unmap(void* addr, std::uint64_t bytes) { return munmap(addr, bytes) == 0 ? 0 : errno; }
+
+int advise_will_need(void* addr, std::uint64_t bytes) {
+  return madvise(addr, bytes, MADV_WILLNEED) == 0 ? 0 : errno;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bulk I/O and page-cache control
+// ---------------------------------------------------------------------------------------------
+
+int write_at(int fd, const void* src, std::uint64_t bytes, std::uint64_t offset) {
+  const char* p = static_cast<const char*>(src);
+  while (bytes > 0) {
+    long n = retry_eintr([&] { return pwrite(fd, p, bytes, static_cast<off_t>(offset)); });
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    p += n;
+    bytes -= static_cast<std::uint64_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return 0;
+}
+
+int read_at(int fd, void* dst, std::uint64_t bytes, std::uint64_t offset) {
+  char* p = static_cast<char*>(dst);
+  while (bytes > 0) {
+    long n = retry_eintr([&] { return pread(fd, p, bytes, static_cast<off_t>(offset)); });
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    p += n;
+    bytes -= static_cast<std::uint64_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return 0;
+}
+
+int start_writeback(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  if (sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes),
+                      SYNC_FILE_RANGE_WRITE) != 0) {
+    return errno;
+  }
+  return 0;
+}
+
+int drop_cached_pages(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  const unsigned flags =
+      SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER;
+  if (sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes), flags) != 0) {
+    return errno;
+  }
+  return posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes),
+                       POSIX_FADV_DONTNEED);
+}
+
+int prefetch_range(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  return posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes),
+                       POSIX_FADV_WILLNEED);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process facts
+// ---------------------------------------------------------------------------------------------
+
+std::uint64_t page_size_bytes() { return static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)); }
+
+std::uint64_t process_id() { return static_cast<std::uint64_t>(getpid()); }
+
+std::uint64_t physical_memory_bytes() {
+  return static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * page_size_bytes();
+}
+
+std::uint64_t resident_anonymous_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "RssAnon:") {
+      std::uint64_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+    status.ignore(4096, '\n');
+  }
+  return 0;
+}
+
+std::string temp_directory() {
+  const char* tmpdir = std::getenv("TMPDIR");
+  if (tmpdir != nullptr && *tmpdir != '\0') return tmpdir;
+  return "/tmp";
+}
+
+}  // namespace spill::platform

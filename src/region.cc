@@ -1,0 +1,88 @@
+#include <string>
+
+#include "arena_core.h"
+#include "spill/arena.h"
+
+namespace spill {
+
+Region::Region(std::shared_ptr<detail::ArenaCore> core, std::uint64_t offset, std::uint64_t size,
+               std::uint64_t requested)
+    : core_(std::move(core)), offset_(offset), size_(size), requested_(requested) {}
+
+Region::Region(Region&& other) noexcept
+    : core_(std::move(other.core_)),
+      offset_(other.offset_),
+      size_(other.size_),
+      requested_(other.requested_) {
+  other.core_ = nullptr;
+}
+
+Region& Region::operator=(Region&& other) noexcept {
+  if (this != &other) {
+    release();
+    core_ = std::move(other.core_);
+    other.core_ = nullptr;
+    offset_ = other.offset_;
+    size_ = other.size_;
+    requested_ = other.requested_;
+  }
+  return *this;
+}
+
+Region::~Region() { release(); }
+
+void Region::release() {
+  if (!core_) return;
+  core_->free(Block{offset_, size_});
+  core_ = nullptr;
+}
+
+const detail::ArenaCore& Region::core_or_throw() const {
+  if (!core_) throw MovedFromRegionError("spill: use of a moved-from or released Region");
+  return *core_;
+}
+
+std::uint64_t Region::offset() const {
+  core_or_throw();
+  return offset_;
+}
+
+std::uint64_t Region::size() const {
+  core_or_throw();
+  return size_;
+}
+
+std::uint64_t Region::requested_bytes() const {
+  core_or_throw();
+  return requested_;
+}
+
+void* Region::data() const { return core_or_throw().base() + offset_; }
+
+namespace {
+void check_range(std::uint64_t size, std::uint64_t bytes, std::uint64_t offset_in_region) {
+  if (offset_in_region > size || bytes > size - offset_in_region) {
+    throw InvalidArgumentError("spill: access of " + std::to_string(bytes) + " bytes at offset " +
+                               std::to_string(offset_in_region) + " overruns a region of " +
+                               std::to_string(size) + " bytes; allocate a larger region");
+  }
+}
+}  // namespace
+
+void Region::write(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region) {
+  core_or_throw();
+  check_range(size_, bytes, offset_in_region);
+  core_->write(offset_ + offset_in_region, src, bytes);
+}
+
+void Region::read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region) const {
+  core_or_throw();
+  check_range(size_, bytes, offset_in_region);
+  core_->read(offset_ + offset_in_region, dst, bytes);
+}
+
+void Region::prefetch() const { core_or_throw().prefetch(offset_, size_); }
+void Region::start_writeback() const { core_or_throw().start_writeback(offset_, size_); }
+void Region::drop_cached_pages() const { core_or_throw().drop_cached_pages(offset_, size_); }
+
+}  // namespace spill

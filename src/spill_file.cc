@@ -1,0 +1,180 @@
+#include "spill_file.h"
+
+#include <boost/interprocess/exceptions.hpp>
+#include <boost/interprocess/file_mapping.hpp>
+#include <boost/interprocess/mapped_region.hpp>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "platform.h"
+#include "spill/error.h"
+#include "spill/units.h"
+
+namespace spill::detail {
+namespace bip = boost::interprocess;
+namespace {
+
+std::string bytes_text(std::uint64_t bytes) {
+  return std::to_string(bytes) + " bytes (" + human_bytes(bytes) + ")";
+}
+
+// Owns a descriptor until released; closes it on every early exit of make_spill_file.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) platform::close_file(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+class SpillFile final : public Storage {
+ public:
+  SpillFile(int fd, bip::mapped_region mapping, StorageInfo info)
+      : fd_(fd), mapping_(std::move(mapping)), info_(std::move(info)) {}
+  ~SpillFile() override {
+    mapping_ = bip::mapped_region();  // unmap before the last descriptor closes
+    platform::close_file(fd_);
+  }
+
+  char* base() const override { return static_cast<char*>(mapping_.get_address()); }
+  const StorageInfo& info() const override { return info_; }
+
+  // Note [Why pwrite, not memcpy, for the forward copy]
+  // memcpy into mapped pages that are not resident first faults them in, and for pages that
+  // were written before and evicted that means reading the old data back from disk only to
+  // overwrite it. pwrite of whole pages fills page-cache pages directly: no faults, no reads.
+  // The mapping and pwrite share the same page cache, so data() still sees what was written.
+  void write(std::uint64_t offset, const void* src, std::uint64_t bytes) override {
+    if (int e = platform::write_at(fd_, src, bytes, offset); e != 0) fail("write", e, bytes, offset);
+  }
+  void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const override {
+    if (int e = platform::read_at(fd_, dst, bytes, offset); e != 0) fail("read", e, bytes, offset);
+  }
+  void start_writeback(std::uint64_t offset, std::uint64_t bytes) override {
+    platform::start_writeback(fd_, offset, bytes);
+  }
+  void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) override {
+    platform::drop_cached_pages(fd_, offset, bytes);
+  }
+  void prefetch(std::uint64_t offset, std::uint64_t bytes) override {
+    platform::prefetch_range(fd_, offset, bytes);
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what, int e, std::uint64_t bytes, std::uint64_t offset) const {
+    throw IoError(e, std::string("spill: ") + what + " of " + std::to_string(bytes) +
+                         " bytes at offset " + std::to_string(offset) + " of the spill file in " +
+                         info_.directory + " failed: " + std::strerror(e) +
+                         "; check the disk (dmesg) and its free space");
+  }
+
+  int fd_;
+  bip::mapped_region mapping_;
+  StorageInfo info_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Vetting the directory
+// ---------------------------------------------------------------------------------------------
+
+void check_directory(const std::string& dir) {
+  const int e = platform::check_writable_directory(dir);
+  if (e == 0) return;
+  std::string why;
+  if (e == ENOENT) why = "does not exist; create it or choose another with options.directory "
+                         "or $SPILL_DIR";
+  else if (e == ENOTDIR) why = "is not a directory; point options.directory at a directory";
+  else if (e == EACCES || e == EROFS || e == EPERM)
+    why = std::string("is not writable (") + std::strerror(e) +
+          "); fix its permissions or choose another with options.directory or $SPILL_DIR";
+  else why = std::string("cannot be used: ") + std::strerror(e);
+  throw DirectoryError(dir, e, "spill: spill directory '" + dir + "' " + why);
+}
+
+platform::FileSystemInfo vet_file_system(const SpillFileOptions& o) {
+  platform::FileSystemInfo fs;
+  if (int e = platform::file_system_info(o.directory, &fs); e != 0) {
+    throw DirectoryError(o.directory, e, "spill: cannot statfs spill directory '" + o.directory +
+                                             "': " + std::strerror(e));
+  }
+  if (fs.ram_backed && !o.allow_ram_backed_directory) {
+    throw RamBackedDirectoryError(
+        o.directory, fs.type_name,
+        "spill: spill directory '" + o.directory + "' is on " + fs.type_name +
+            ", which lives in RAM: spilling there saves no memory. Choose a directory on a disk "
+            "(options.directory or $SPILL_DIR), or set options.allow_ram_backed_directory");
+  }
+  if (fs.free_bytes < o.capacity_bytes) {
+    throw InsufficientSpaceError(
+        o.directory, o.capacity_bytes, fs.free_bytes,
+        "spill: spill directory '" + o.directory + "' (" + fs.type_name + ") has " +
+            bytes_text(fs.free_bytes) + " free but the arena needs " +
+            bytes_text(o.capacity_bytes) + "; free space there, lower capacity_bytes, or choose "
+            "another directory");
+  }
+  return fs;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Creating, preallocating, mapping
+// ---------------------------------------------------------------------------------------------
+
+void preallocate_or_throw(int fd, const SpillFileOptions& o, const platform::FileSystemInfo& fs) {
+  const int e = platform::preallocate(fd, o.capacity_bytes);
+  if (e == 0) return;
+  if (e == ENOSPC || e == EDQUOT) {
+    throw InsufficientSpaceError(
+        o.directory, o.capacity_bytes, fs.free_bytes,
+        "spill: preallocating " + bytes_text(o.capacity_bytes) + " in '" + o.directory +
+            "' failed: " + std::strerror(e) + " (the file system reported " +
+            bytes_text(fs.free_bytes) + " free); free space there or lower capacity_bytes");
+  }
+  throw PreallocationError(
+      o.directory, e,
+      "spill: the file system of '" + o.directory + "' (" + fs.type_name +
+          ") cannot preallocate the spill file (fallocate: " + std::strerror(e) +
+          "); a sparse file would crash with SIGBUS when the disk fills, so choose a directory on "
+          "ext4, xfs or btrfs");
+}
+
+// Note [Mapping through /proc/self/fd]
+// The file has no name, so Boost.Interprocess's file_mapping opens it again through the
+// descriptor's magic link. The second descriptor closes as soon as the region is mapped.
+bip::mapped_region map_file(int fd, const SpillFileOptions& o) {
+  try {
+    bip::file_mapping file(("/proc/self/fd/" + std::to_string(fd)).c_str(), bip::read_write);
+    return bip::mapped_region(file, bip::read_write, 0, o.capacity_bytes);
+  } catch (const bip::interprocess_exception& ex) {
+    throw IoError(ex.get_native_error(), "spill: mapping the spill file of " +
+                                             bytes_text(o.capacity_bytes) + " in '" + o.directory +
+                                             "' failed: " + ex.what());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
+  check_directory(o.directory);
+  const platform::FileSystemInfo fs = vet_file_system(o);
+  int raw_fd = -1;
+  bool used_tmpfile = false;
+  if (int e = platform::open_unnamed_file(o.directory, &raw_fd, &used_tmpfile); e != 0) {
+    throw DirectoryError(o.directory, e, "spill: cannot create the spill file in '" +
+                                             o.directory + "': " + std::strerror(e));
+  }
+  FileDescriptor fd(raw_fd);
+  preallocate_or_throw(fd.get(), o, fs);
+  bip::mapped_region mapping = map_file(fd.get(), o);
+  StorageInfo info{o.directory, fs.type_name, o.capacity_bytes, fs.free_bytes, used_tmpfile};
+  return std::make_unique<SpillFile>(fd.release(), std::move(mapping), std::move(info));
+}
+
+}  // namespace spill::detail

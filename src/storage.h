@@ -1,0 +1,33 @@
+// Storage: the bytes under an arena. Two kinds: SpillFile (an unnamed, preallocated, mapped file
+// on disk) and HostMemory (anonymous memory, the "offload to RAM" mode). The allocator and the
+// arena see only this interface.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace spill::detail {
+
+struct StorageInfo {
+  std::string directory;        // where the file lives ("" for host memory)
+  std::string file_system_type; // "ext4", ... ("ram" for host memory)
+  std::uint64_t capacity_bytes = 0;
+  std::uint64_t free_bytes_before = 0;  // free space of the file system when the arena was made
+  bool unnamed_by_o_tmpfile = false;    // false: mkstemp + unlink fallback, or host memory
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+  virtual char* base() const = 0;
+  virtual const StorageInfo& info() const = 0;
+  // Bulk copies; throw spill::IoError on failure.
+  virtual void write(std::uint64_t offset, const void* src, std::uint64_t bytes) = 0;
+  virtual void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const = 0;
+  // Page-cache hints; no-ops where meaningless (host memory). Never throw.
+  virtual void start_writeback(std::uint64_t offset, std::uint64_t bytes) = 0;
+  virtual void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) = 0;
+  virtual void prefetch(std::uint64_t offset, std::uint64_t bytes) = 0;
+};
+
+}  // namespace spill::detail

@@ -1,0 +1,203 @@
+// SpillArena and Region: handles, data I/O, stats, errors.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "spill/core.h"
+#include "test_support.h"
+
+using spill_test::ScratchDir;
+
+namespace {
+spill::ArenaOptions options_in(const std::string& dir, std::uint64_t capacity,
+                               spill::Backing backing = spill::Backing::disk) {
+  spill::ArenaOptions o;
+  o.directory = dir;
+  o.capacity_bytes = capacity;
+  o.backing = backing;
+  return o;
+}
+
+std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("arena: written bytes read back equal, through read() and data()") {
+  ScratchDir dir;
+  for (auto backing : {spill::Backing::disk, spill::Backing::ram}) {
+    spill::SpillArena arena(options_in(dir.path(), 16 * spill::MiB, backing));
+    const auto src = pattern(3 * spill::MiB + 17, 7);
+    spill::Region r = arena.allocate(src.size());
+    arena.write(r, src.data(), src.size());
+    std::vector<unsigned char> dst(src.size());
+    arena.read(r, dst.data(), dst.size());
+    CHECK(dst == src);
+    CHECK(std::memcmp(r.data(), src.data(), src.size()) == 0);
+    CHECK(reinterpret_cast<std::uintptr_t>(r.data()) % 4096 == 0);
+  }
+}
+
+TEST_CASE("arena: a region is freed when its handle dies") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path(), 8 * spill::MiB));
+  {
+    spill::Region r = arena.allocate(spill::MiB);
+    CHECK(arena.stats().bytes_in_use == spill::MiB);
+    CHECK(arena.stats().live_regions == 1);
+  }
+  CHECK(arena.stats().bytes_in_use == 0);
+  CHECK(arena.stats().live_regions == 0);
+}
+
+TEST_CASE("arena: a moved-from region throws a typed error and frees nothing twice") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path(), 8 * spill::MiB));
+  spill::Region a = arena.allocate(spill::MiB);
+  spill::Region b = std::move(a);
+  CHECK_FALSE(a.valid());
+  CHECK_THROWS_AS(a.offset(), spill::MovedFromRegionError);
+  CHECK_THROWS_AS(a.data(), spill::MovedFromRegionError);
+  char byte = 0;
+  CHECK_THROWS_AS(arena.write(a, &byte, 1), spill::MovedFromRegionError);
+  CHECK_THROWS_AS(arena.read(a, &byte, 1), spill::MovedFromRegionError);
+  CHECK(arena.stats().live_regions == 1);
+  b.release();
+  CHECK_THROWS_AS(b.size(), spill::MovedFromRegionError);
+  CHECK(arena.stats().live_regions == 0);
+}
+
+TEST_CASE("arena: exhaustion is a typed error with the numbers and the arena stays usable") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path(), 8 * spill::MiB));
+  spill::Region a = arena.allocate(3 * spill::MiB);
+  spill::Region b = arena.allocate(3 * spill::MiB);
+  try {
+    arena.allocate(4 * spill::MiB);
+    FAIL("an allocation larger than the free space succeeded");
+  } catch (const spill::ArenaExhaustedError& e) {
+    CHECK(e.requested_bytes() == 4 * spill::MiB);
+    CHECK(e.free_bytes() == 2 * spill::MiB);
+    CHECK(e.largest_free_block() == 2 * spill::MiB);
+    CHECK(std::string(e.what()).find("4194304") != std::string::npos);
+  }
+  CHECK(arena.stats().live_regions == 2);
+  b.release();
+  spill::Region c = arena.allocate(5 * spill::MiB);  // b's 3 MiB and the free 2 MiB coalesce
+  CHECK(c.size() == 5 * spill::MiB);
+}
+
+TEST_CASE("arena: bad options and zero-byte allocations are typed errors") {
+  ScratchDir dir;
+  CHECK_THROWS_AS(spill::SpillArena(options_in(dir.path(), 0)), spill::InvalidArgumentError);
+  CHECK_THROWS_AS(spill::SpillArena(options_in(dir.path(), spill::kMaxCapacityBytes + 1)),
+                  spill::InvalidArgumentError);
+  spill::SpillArena arena(options_in(dir.path(), spill::MiB));
+  CHECK_THROWS_AS(arena.allocate(0), spill::InvalidArgumentError);
+  spill::Region r = arena.allocate(4096);
+  std::vector<char> big(8192);
+  CHECK_THROWS_AS(r.write(big.data(), big.size()), spill::InvalidArgumentError);
+  CHECK_THROWS_AS(r.read(big.data(), 100, 4090), spill::InvalidArgumentError);
+}
+
+TEST_CASE("arena: a RAM arena larger than physical memory is refused") {
+  CHECK_THROWS_AS(spill::SpillArena(options_in("", 512ull << 40, spill::Backing::ram)),
+                  spill::InsufficientSpaceError);
+}
+
+TEST_CASE("arena: a region of another arena is refused") {
+  ScratchDir dir;
+  spill::SpillArena one(options_in(dir.path(), spill::MiB));
+  spill::SpillArena two(options_in(dir.path(), spill::MiB));
+  spill::Region r = one.allocate(4096);
+  char byte = 1;
+  CHECK_THROWS_AS(two.write(r, &byte, 1), spill::InvalidArgumentError);
+}
+
+TEST_CASE("arena: stats count bytes written and read exactly") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path(), 8 * spill::MiB));
+  const auto src = pattern(100000, 1);
+  std::vector<unsigned char> dst(src.size());
+  spill::Region r = arena.allocate(src.size());
+  arena.write(r, src.data(), src.size());
+  arena.read(r, dst.data(), 1000);
+  const spill::ArenaStats s = arena.stats();
+  CHECK(s.bytes_written == 100000);
+  CHECK(s.bytes_read == 1000);
+  CHECK(s.bytes_requested == 100000);
+  CHECK(s.bytes_in_use == spill::SlabAllocator::rounded_size(100000));
+  CHECK(s.capacity_bytes == 8 * spill::MiB);
+  CHECK(s.allocations == 1);
+}
+
+TEST_CASE("arena: regions outlive the arena object that made them") {
+  ScratchDir dir;
+  spill::Region r;
+  const auto src = pattern(8192, 3);
+  {
+    spill::SpillArena arena(options_in(dir.path(), spill::MiB));
+    r = arena.allocate(src.size());
+    r.write(src.data(), src.size());
+  }
+  std::vector<unsigned char> dst(src.size());
+  r.read(dst.data(), dst.size());
+  CHECK(dst == src);
+}
+
+TEST_CASE("arena: a bounded page cache still returns every byte") {
+  ScratchDir dir;
+  spill::ArenaOptions o = options_in(dir.path(), 32 * spill::MiB);
+  o.page_cache_limit_bytes = 4 * spill::MiB;
+  spill::SpillArena arena(o);
+  std::vector<spill::Region> regions;
+  for (unsigned i = 0; i < 6; ++i) {
+    const auto src = pattern(2 * spill::MiB, i);
+    regions.push_back(arena.allocate(src.size()));
+    regions.back().write(src.data(), src.size());
+  }
+  for (unsigned i = 0; i < 6; ++i) {
+    std::vector<unsigned char> dst(2 * spill::MiB);
+    regions[i].read(dst.data(), dst.size());
+    CHECK(dst == pattern(2 * spill::MiB, i));
+  }
+}
+
+TEST_CASE("arena: regions may be written, read and freed from several threads") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path(), 64 * spill::MiB));
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (unsigned t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (unsigned i = 0; i < 50; ++i) {
+        const auto src = pattern(64 * 1024 + t * 4096 + i, t * 100 + i);
+        spill::Region r = arena.allocate(src.size());
+        r.write(src.data(), src.size());
+        std::vector<unsigned char> dst(src.size());
+        r.read(dst.data(), dst.size());
+        if (dst != src) ++failures[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(std::accumulate(failures.begin(), failures.end(), 0) == 0);
+  CHECK(arena.stats().bytes_in_use == 0);
+  CHECK(arena.stats().allocations == 200);
+}
+
+TEST_CASE("arena: the default directory is SPILL_DIR when set") {
+  ScratchDir dir;
+  setenv("SPILL_DIR", dir.path().c_str(), 1);
+  spill::ArenaOptions o;
+  o.capacity_bytes = spill::MiB;
+  spill::SpillArena arena(o);
+  CHECK(arena.directory() == dir.path());
+  unsetenv("SPILL_DIR");
+  CHECK(spill::default_spill_directory() != dir.path());
+}

@@ -1,0 +1,321 @@
+// spill::checkpoint: bit-identical gradients, every mode, dtypes, shapes, errors.
+#include "spill/checkpoint.h"
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include "spill/spill.h"
+#include "test_support.h"
+#include "tiny_gpt.h"
+
+using spill_test::list_dir;
+using spill_test::ScratchDir;
+
+namespace {
+
+spill::SpillArena make_arena(const std::string& dir, std::uint64_t capacity,
+                             spill::Backing backing = spill::Backing::disk) {
+  spill::ArenaOptions o;
+  o.directory = dir;
+  o.capacity_bytes = capacity;
+  o.backing = backing;
+  return spill::SpillArena(o);
+}
+
+struct Grads {
+  torch::Tensor input;
+  std::vector<torch::Tensor> params;
+  torch::Tensor loss;
+};
+
+// One forward + backward of a GPT block stack with dropout, from a fixed RNG seed.
+Grads gpt_step(torch::nn::Sequential& blocks, const std::shared_ptr<spill::TensorStash>& stash,
+               const torch::Tensor& x0) {
+  for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
+  torch::manual_seed(1234);
+  torch::Tensor x = x0.detach().clone().requires_grad_(true);
+  torch::Tensor y = spill::models::run_blocks(blocks, stash, x);
+  torch::Tensor loss = (y * y).mean() + torch::dropout(y, 0.2, true).sum() * 1e-3;
+  loss.backward();
+  Grads g{x.grad().clone(), {}, loss.detach()};
+  for (auto& p : blocks->parameters()) g.params.push_back(p.grad().clone());
+  return g;
+}
+
+void check_identical(const Grads& a, const Grads& b) {
+  CHECK(torch::equal(a.loss, b.loss));
+  CHECK(torch::equal(a.input, b.input));
+  REQUIRE(a.params.size() == b.params.size());
+  std::size_t equal = 0;
+  for (std::size_t i = 0; i < a.params.size(); ++i) equal += torch::equal(a.params[i], b.params[i]);
+  CHECK(equal == a.params.size());
+}
+
+torch::nn::Sequential gpt_blocks(int layers) {
+  torch::manual_seed(7);
+  spill::models::GptConfig cfg;
+  cfg.hidden = 64;
+  cfg.heads = 4;
+  cfg.dropout = 0.1;
+  torch::nn::Sequential blocks;
+  for (int i = 0; i < layers; ++i) blocks->push_back(spill::models::GptBlock(cfg));
+  blocks->train();
+  return blocks;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: GPT block gradients are bit-identical in every mode, with dropout") {
+  ScratchDir dir;
+  auto blocks = gpt_blocks(4);
+  torch::manual_seed(99);
+  const torch::Tensor x0 = torch::randn({2, 32, 64});
+  const Grads reference = gpt_step(blocks, nullptr, x0);
+
+  spill::SpillArena disk = make_arena(dir.path(), 16 * spill::MiB);
+  spill::SpillArena ram = make_arena("", 16 * spill::MiB, spill::Backing::ram);
+  for (auto stash : {spill::make_arena_stash(disk), spill::make_arena_stash(ram),
+                     spill::make_in_memory_stash(), spill::make_per_file_stash(dir.path())}) {
+    CAPTURE(stash->name());
+    check_identical(reference, gpt_step(blocks, stash, x0));
+  }
+  CHECK(disk.stats().bytes_in_use == 0);
+  CHECK(disk.stats().allocations == 4);
+  CHECK(ram.stats().bytes_written == 4 * 2 * 32 * 64 * 4);
+}
+
+TEST_CASE("checkpoint: TransformerEncoderLayer gradients are bit-identical through the arena") {
+  ScratchDir dir;
+  torch::manual_seed(3);
+  std::vector<torch::nn::TransformerEncoderLayer> layers;
+  for (int i = 0; i < 3; ++i) {
+    layers.emplace_back(torch::nn::TransformerEncoderLayerOptions(32, 4).dim_feedforward(64).dropout(0.1));
+    layers.back()->train();
+  }
+  const torch::Tensor x0 = torch::randn({10, 3, 32});
+  auto run = [&](spill::SpillArena* arena) {
+    for (auto& l : layers) l->zero_grad();
+    torch::manual_seed(5);
+    torch::Tensor x = x0.clone().requires_grad_(true);
+    torch::Tensor h = x;
+    for (auto& layer : layers) {
+      if (arena) {
+        h = spill::checkpoint(*arena, [layer](const torch::Tensor& in) mutable {
+          return layer->forward(in);
+        }, h);
+      } else {
+        h = layer->forward(h);
+      }
+    }
+    h.pow(2).sum().backward();
+    Grads g{x.grad().clone(), {}, h.detach()};
+    for (auto& l : layers) for (auto& p : l->parameters()) g.params.push_back(p.grad().clone());
+    return g;
+  };
+  const Grads reference = run(nullptr);
+  spill::SpillArena arena = make_arena(dir.path(), 4 * spill::MiB);
+  check_identical(reference, run(&arena));
+  CHECK(arena.stats().bytes_in_use == 0);
+}
+
+TEST_CASE("checkpoint: a second step reuses the same regions and peak stays put") {
+  ScratchDir dir;
+  auto blocks = gpt_blocks(3);
+  spill::SpillArena arena = make_arena(dir.path(), 8 * spill::MiB);
+  auto stash = spill::make_arena_stash(arena);
+  const torch::Tensor x0 = torch::randn({1, 16, 64});
+  gpt_step(blocks, stash, x0);
+  const spill::ArenaStats first = arena.stats();
+  gpt_step(blocks, stash, x0);
+  const spill::ArenaStats second = arena.stats();
+  CHECK(first.bytes_in_use == 0);
+  CHECK(second.bytes_in_use == 0);
+  CHECK(second.peak_bytes_in_use == first.peak_bytes_in_use);
+  CHECK(second.high_water_bytes == first.high_water_bytes);
+  CHECK(second.reuse_hits - first.reuse_hits == 3);
+}
+
+TEST_CASE("checkpoint: any dtype round-trips through every stash") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), 8 * spill::MiB);
+  const std::vector<torch::Tensor> tensors = {
+      torch::randn({3, 5}), torch::randn({4, 7}).to(torch::kBFloat16),
+      torch::randn({9}).to(torch::kFloat16), torch::randint(-1000, 1000, {6, 2}, torch::kLong),
+      torch::rand({17}) > 0.5, torch::randn({4, 6}).t(), torch::empty({0, 3})};
+  for (auto stash : {spill::make_arena_stash(arena), spill::make_in_memory_stash(),
+                     spill::make_per_file_stash(dir.path())}) {
+    for (const auto& t : tensors) {
+      CAPTURE(stash->name());
+      CAPTURE(t.dtype());
+      auto stored = stash->store(t);
+      torch::Tensor back = stored->restore();
+      CHECK(back.dtype() == t.dtype());
+      CHECK(back.sizes() == t.sizes());
+      CHECK(torch::equal(back, t));
+    }
+  }
+  CHECK(arena.stats().bytes_in_use == 0);
+}
+
+TEST_CASE("checkpoint: half-precision, non-contiguous and zero-element inputs get exact gradients") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), 4 * spill::MiB);
+  torch::manual_seed(11);
+  torch::Tensor w = torch::randn({8, 8}, torch::TensorOptions().requires_grad(true));
+  auto layer = [w](const torch::Tensor& in) { return torch::tanh(in.matmul(w.to(in.dtype()))); };
+  for (const torch::Tensor& base :
+       {torch::randn({8, 8}).t(), torch::randn({5, 8}).to(torch::kBFloat16),
+        torch::randn({5, 8}).to(torch::kFloat16), torch::randn({0, 8})}) {
+    CAPTURE(base.dtype());
+    torch::Tensor a = base.detach().clone().requires_grad_(true);
+    if (base.stride(0) == 1 && base.size(0) > 1) a = base.detach().requires_grad_(true);  // keep it non-contiguous
+    layer(a).sum().backward();
+    const torch::Tensor expected_x = a.grad().clone(), expected_w = w.grad().clone();
+    w.mutable_grad() = torch::Tensor();
+    torch::Tensor b = a.detach().requires_grad_(true);
+    spill::checkpoint(arena, layer, b).sum().backward();
+    CHECK(torch::equal(b.grad(), expected_x));
+    CHECK(torch::equal(w.grad(), expected_w));
+    w.mutable_grad() = torch::Tensor();
+  }
+  CHECK(arena.stats().bytes_in_use == 0);
+}
+
+TEST_CASE("checkpoint: an input that does not require grad still gives parameter gradients") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+  torch::nn::Linear lin(4, 3);
+  torch::Tensor x = torch::randn({2, 4});
+  lin(x).sum().backward();
+  const torch::Tensor expected = lin->weight.grad().clone();
+  lin->zero_grad();
+  spill::checkpoint(arena, [lin](const torch::Tensor& in) mutable { return lin(in); }, x)
+      .sum()
+      .backward();
+  CHECK(torch::equal(lin->weight.grad(), expected));
+  CHECK_FALSE(x.grad().defined());
+}
+
+TEST_CASE("checkpoint: extra tensors and several outputs get their gradients") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+  torch::manual_seed(2);
+  const torch::Tensor x0 = torch::randn({3, 4}), p0 = torch::randn({3, 4});
+  const torch::Tensor mask = torch::rand({3, 4}) > 0.3;
+  auto layer = [](const torch::Tensor& h, const torch::Tensor& pos, const torch::Tensor& m) {
+    auto y = (h + pos).masked_fill(m.logical_not(), 0.0);
+    return std::vector<torch::Tensor>{y.sin(), (y * pos).sum(1)};
+  };
+  auto grads = [&](bool spilled) {
+    torch::Tensor x = x0.clone().requires_grad_(true), pos = p0.clone().requires_grad_(true);
+    auto outs = spilled ? spill::checkpoint(arena, layer, x, pos, mask) : layer(x, pos, mask);
+    (outs[0].sum() + outs[1].pow(2).sum()).backward();
+    return std::make_pair(x.grad(), pos.grad());
+  };
+  auto [gx, gp] = grads(false);
+  auto [sx, sp] = grads(true);
+  CHECK(torch::equal(gx, sx));
+  CHECK(torch::equal(gp, sp));
+  CHECK_FALSE(mask.requires_grad());
+}
+
+TEST_CASE("checkpoint: a layer that throws in forward releases its region and passes the error") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+  torch::Tensor x = torch::randn({64, 64}, torch::TensorOptions().requires_grad(true));
+  auto failing = [](const torch::Tensor&) -> torch::Tensor { throw std::domain_error("layer bug"); };
+  CHECK_THROWS_AS(spill::checkpoint(arena, failing, x), std::domain_error);
+  CHECK(arena.stats().bytes_in_use == 0);
+  CHECK(arena.stats().allocations == 1);
+  CHECK(spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 2; }, x).defined());
+}
+
+TEST_CASE("checkpoint: a layer that throws in recompute releases its region and passes the error") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+  torch::Tensor x = torch::randn({64, 64}, torch::TensorOptions().requires_grad(true));
+  int calls = 0;
+  auto flaky = [&calls](const torch::Tensor& in) {
+    if (++calls == 2) throw std::domain_error("recompute failed");
+    return in.exp();
+  };
+  torch::Tensor y = spill::checkpoint(arena, flaky, x);
+  CHECK(arena.stats().bytes_in_use > 0);
+  CHECK_THROWS_WITH(y.sum().backward(), doctest::Contains("recompute failed"));
+  CHECK(arena.stats().bytes_in_use == 0);
+}
+
+TEST_CASE("checkpoint: backward twice through the same graph is a clear error") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+  torch::Tensor x = torch::randn({8, 8}, torch::TensorOptions().requires_grad(true));
+  torch::Tensor loss = spill::checkpoint(arena, [](const torch::Tensor& in) { return in.exp(); }, x).sum();
+  loss.backward({}, /*retain_graph=*/true);
+  const torch::Tensor first = x.grad().clone();
+  CHECK_THROWS_WITH(loss.backward(), doctest::Contains("backward ran twice"));
+  CHECK(torch::equal(x.grad(), first));
+  CHECK(arena.stats().bytes_in_use == 0);
+}
+
+TEST_CASE("checkpoint: an exhausted arena names the layer input and stays usable") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), 64 * 1024);
+  torch::Tensor x = torch::randn({128, 256}, torch::TensorOptions().requires_grad(true));  // 128 KiB
+  try {
+    spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 3; }, x);
+    FAIL("the checkpoint did not report the full arena");
+  } catch (const spill::ArenaExhaustedError& e) {
+    CHECK(e.requested_bytes() == 128 * 256 * 4);
+    CHECK(e.free_bytes() == 64 * 1024);
+    CHECK(std::string(e.what()).find("[128, 256]") != std::string::npos);
+  }
+  CHECK(arena.stats().bytes_in_use == 0);
+  torch::Tensor small = torch::randn({16, 16}, torch::TensorOptions().requires_grad(true));
+  spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 3; }, small).sum().backward();
+  CHECK(torch::equal(small.grad(), torch::full({16, 16}, 3.0)));
+}
+
+TEST_CASE("checkpoint: without grad mode nothing is stashed") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+  torch::NoGradGuard no_grad;
+  torch::Tensor y = spill::checkpoint(arena, [](const torch::Tensor& in) { return in + 1; },
+                                      torch::zeros({4}));
+  CHECK(torch::equal(y, torch::ones({4})));
+  CHECK(arena.stats().allocations == 0);
+}
+
+TEST_CASE("checkpoint: a dropped graph frees its regions and per-file stashes leave no files") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+  auto per_file = spill::make_per_file_stash(dir.path());
+  const auto before = list_dir(dir.path());
+  {
+    torch::Tensor x = torch::randn({32, 32}, torch::TensorOptions().requires_grad(true));
+    torch::Tensor y = spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 2; }, x);
+    torch::Tensor z = spill::checkpoint(*per_file, [](const torch::Tensor& in) { return in * 2; }, y);
+    CHECK(arena.stats().bytes_in_use > 0);
+    CHECK(list_dir(dir.path()).size() == before.size() + 1);
+  }
+  CHECK(arena.stats().bytes_in_use == 0);
+  CHECK(list_dir(dir.path()) == before);
+}
+
+TEST_CASE("checkpoint: CheckpointedSequential matches the plain Sequential") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), 8 * spill::MiB);
+  auto blocks = gpt_blocks(2);
+  spill::CheckpointedSequential plain(blocks, nullptr);
+  spill::CheckpointedSequential spilled(blocks, arena);
+  CHECK(spilled->parameters().size() == blocks->parameters().size());
+  const torch::Tensor x0 = torch::randn({2, 8, 64});
+  auto run = [&](spill::CheckpointedSequential& net) {
+    net->zero_grad();
+    torch::manual_seed(8);
+    torch::Tensor x = x0.clone().requires_grad_(true);
+    net->forward(x).pow(2).sum().backward();
+    return x.grad();
+  };
+  CHECK(torch::equal(run(plain), run(spilled)));
+  CHECK(arena.stats().allocations == 2);
+}

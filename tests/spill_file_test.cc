@@ -1,0 +1,165 @@
+// The spill file as the arena creates it: vetted directory, no name, preallocated, gone after.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "spill/core.h"
+#include "test_support.h"
+
+using spill_test::list_dir;
+using spill_test::LoopMount;
+using spill_test::ScratchDir;
+
+namespace {
+spill::ArenaOptions options_in(const std::string& dir, std::uint64_t capacity) {
+  spill::ArenaOptions o;
+  o.directory = dir;
+  o.capacity_bytes = capacity;
+  return o;
+}
+
+std::uint64_t free_bytes(const std::string& dir) {
+  struct statfs s;
+  REQUIRE(statfs(dir.c_str(), &s) == 0);
+  return static_cast<std::uint64_t>(s.f_bavail) * s.f_bsize;
+}
+}  // namespace
+
+TEST_CASE("spill file: has no name in the directory and leaves it unchanged") {
+  ScratchDir dir;
+  const auto before = list_dir(dir.path());
+  {
+    spill::SpillArena arena(options_in(dir.path(), 8 * spill::MiB));
+    spill::Region r = arena.allocate(spill::MiB);
+    std::vector<char> bytes(spill::MiB, 'x');
+    r.write(bytes.data(), bytes.size());
+    CHECK(list_dir(dir.path()) == before);
+  }
+  CHECK(list_dir(dir.path()) == before);
+}
+
+TEST_CASE("spill file: nothing is left on disk after kill -9") {
+  ScratchDir dir;
+  const auto before = list_dir(dir.path());
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    spill::SpillArena arena(options_in(dir.path(), 16 * spill::MiB));
+    spill::Region r = arena.allocate(spill::MiB);
+    raise(SIGKILL);
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  CHECK(list_dir(dir.path()) == before);
+}
+
+TEST_CASE("spill file: a directory in RAM (tmpfs) is refused unless allowed") {
+  if (!spill_test::fs::exists("/dev/shm")) {
+    MESSAGE("skipped: no /dev/shm on this machine");
+    return;
+  }
+  try {
+    spill::SpillArena arena(options_in("/dev/shm", spill::MiB));
+    FAIL("a tmpfs directory was accepted");
+  } catch (const spill::RamBackedDirectoryError& e) {
+    CHECK(e.path() == "/dev/shm");
+    CHECK(e.file_system_type() == "tmpfs");
+    CHECK(std::string(e.what()).find("allow_ram_backed_directory") != std::string::npos);
+  }
+  spill::ArenaOptions allowed = options_in("/dev/shm", spill::MiB);
+  allowed.allow_ram_backed_directory = true;
+  spill::SpillArena arena(allowed);
+  CHECK(arena.file_system_type() == "tmpfs");
+}
+
+TEST_CASE("spill file: a missing directory is refused with its path") {
+  ScratchDir dir;
+  const std::string missing = dir.path() + "/does-not-exist";
+  try {
+    spill::SpillArena arena(options_in(missing, spill::MiB));
+    FAIL("a missing directory was accepted");
+  } catch (const spill::DirectoryError& e) {
+    CHECK(e.path() == missing);
+    CHECK(e.error_number() == ENOENT);
+    CHECK(std::string(e.what()).find(missing) != std::string::npos);
+  }
+}
+
+TEST_CASE("spill file: a regular file as directory is refused") {
+  ScratchDir dir;
+  const std::string file = dir.path() + "/plain";
+  { std::ofstream(file) << "x"; }
+  CHECK_THROWS_AS(spill::SpillArena(options_in(file, spill::MiB)), spill::DirectoryError);
+}
+
+TEST_CASE("spill file: an unwritable directory is refused") {
+  if (geteuid() == 0) {
+    MESSAGE("skipped: root may write anywhere");
+    return;
+  }
+  ScratchDir dir;
+  spill_test::fs::permissions(dir.path(), spill_test::fs::perms::owner_read |
+                                              spill_test::fs::perms::owner_exec);
+  CHECK_THROWS_AS(spill::SpillArena(options_in(dir.path(), spill::MiB)), spill::DirectoryError);
+  spill_test::fs::permissions(dir.path(), spill_test::fs::perms::owner_all);
+}
+
+TEST_CASE("spill file: more capacity than free space is refused before anything is written") {
+  ScratchDir dir;
+  const std::uint64_t free_now = free_bytes(dir.path());
+  const auto before = list_dir(dir.path());
+  try {
+    spill::SpillArena arena(options_in(dir.path(), free_now + spill::GiB));
+    FAIL("an arena larger than the free space was accepted");
+  } catch (const spill::InsufficientSpaceError& e) {
+    CHECK(e.needed_bytes() >= free_now + spill::GiB);
+    CHECK(e.available_bytes() > 0);
+    CHECK(std::string(e.what()).find(std::to_string(e.needed_bytes())) != std::string::npos);
+  }
+  CHECK(list_dir(dir.path()) == before);
+}
+
+TEST_CASE("spill file: the file is preallocated, not sparse") {
+  LoopMount mount(64);
+  if (!mount.ok()) {
+    MESSAGE("skipped: " << mount.reason());
+    return;
+  }
+  const std::uint64_t before = free_bytes(mount.path());
+  spill::SpillArena arena(options_in(mount.path(), 24 * spill::MiB));
+  CHECK(free_bytes(mount.path()) <= before - 24 * spill::MiB);
+}
+
+TEST_CASE("spill file: a real disk full at construction is a typed error and leaves nothing") {
+  LoopMount mount(64);
+  if (!mount.ok()) {
+    MESSAGE("skipped: " << mount.reason());
+    return;
+  }
+  // Fill most of the file system, then ask for more than is left.
+  spill::SpillArena hog(options_in(mount.path(), 40 * spill::MiB));
+  const std::uint64_t left = free_bytes(mount.path());
+  const auto before = list_dir(mount.path());
+  try {
+    spill::SpillArena arena(options_in(mount.path(), 32 * spill::MiB));
+    FAIL("an arena larger than the disk was accepted");
+  } catch (const spill::InsufficientSpaceError& e) {
+    CHECK(e.needed_bytes() == 32 * spill::MiB);
+    CHECK(e.available_bytes() == left);
+    CHECK(e.path() == mount.path());
+  }
+  CHECK(list_dir(mount.path()) == before);
+  CHECK(free_bytes(mount.path()) == left);
+  // What fits still works.
+  spill::SpillArena small(options_in(mount.path(), left / 2));
+  CHECK(small.allocate(spill::MiB).size() == spill::MiB);
+}

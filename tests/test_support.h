@@ -1,0 +1,73 @@
+// Helpers shared by the tests: scratch directories, directory listings, a small loop-mounted
+// ext4 file system for real "disk full" cases.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+
+namespace spill_test {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the build tree's temp dir, removed with everything in it at the end.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (fs::temp_directory_path() / "spillarena-test-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline std::set<std::string> list_dir(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.insert(entry.path().filename());
+  return names;
+}
+
+// A small ext4 image, loop-mounted (root only). ok() is false, with a reason, elsewhere.
+class LoopMount {
+ public:
+  explicit LoopMount(int size_mib) {
+    if (geteuid() != 0) {
+      reason_ = "not running as root";
+      return;
+    }
+    image_ = scratch_.path() + "/fs.img";
+    mount_point_ = scratch_.path() + "/mnt";
+    fs::create_directory(mount_point_);
+    const std::string cmd = "truncate -s " + std::to_string(size_mib) + "M " + image_ +
+                            " && mkfs.ext4 -q -F " + image_ + " >/dev/null 2>&1 && mount -o loop " +
+                            image_ + " " + mount_point_ + " 2>/dev/null";
+    mounted_ = std::system(cmd.c_str()) == 0;
+    if (!mounted_) reason_ = "mkfs.ext4 or mount -o loop failed (no loop devices?)";
+  }
+  ~LoopMount() {
+    if (mounted_) std::system(("umount " + mount_point_).c_str());
+  }
+  bool ok() const { return mounted_; }
+  const std::string& reason() const { return reason_; }
+  const std::string& path() const { return mount_point_; }
+
+ private:
+  ScratchDir scratch_;
+  std::string image_;
+  std::string mount_point_;
+  std::string reason_;
+  bool mounted_ = false;
+};
+
+}  // namespace spill_test
