@@ -77,5 +77,7 @@ std::uint64_t physical_memory_bytes();
 std::uint64_t resident_anonymous_bytes();
 // The system temp directory: $TMPDIR when set and non-empty, else "/tmp".
 std::string temp_directory();
+// glibc: fixed mmap threshold (no dynamic growth), so large frees go back to the system.
+void set_malloc_mmap_threshold(std::uint64_t bytes);
 
 }  // namespace spill::platform

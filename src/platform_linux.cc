@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -216,6 +217,13 @@ std::string temp_directory() {
   const char* tmpdir = std::getenv("TMPDIR");
   if (tmpdir != nullptr && *tmpdir != '\0') return tmpdir;
   return "/tmp";
+}
+
+void set_malloc_mmap_threshold(std::uint64_t bytes) {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes));
+  mallopt(M_TRIM_THRESHOLD, static_cast<int>(bytes));
+#endif
 }
 
 }  // namespace spill::platform

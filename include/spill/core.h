@@ -11,6 +11,7 @@
 
 #include "spill/arena.h"
 #include "spill/error.h"
+#include "spill/process_memory.h"
 #include "spill/sizing.h"
 #include "spill/slab_allocator.h"
 #include "spill/units.h"

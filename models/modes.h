@@ -1,0 +1,34 @@
+// Modes by name, as the CLI, the benchmarks and the memory probe spell them:
+//   none       no checkpointing
+//   recompute  checkpointing with the inputs kept in RAM (the usual gradient checkpointing)
+//   ram        inputs in a RAM-backed SpillArena
+//   disk       inputs in a disk SpillArena (the point of spillarena)
+//   per_file   one torch::save file per input (the approach spillarena replaces)
+//
+//   spill::models::ModeSetup m = spill::models::make_mode("disk", capacity, "/mnt/nvme");
+//   torch::Tensor logits = gpt->forward(tokens, m.stash);   // m.arena->stats() for numbers
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "spill/arena.h"
+#include "spill/tensor_stash.h"
+
+namespace spill::models {
+
+const std::vector<std::string>& mode_names();
+
+struct ModeSetup {
+  std::string mode;
+  std::unique_ptr<SpillArena> arena;   // for ram and disk
+  std::shared_ptr<TensorStash> stash;  // nullptr for none
+};
+
+// Throws spill::InvalidArgumentError for an unknown mode (naming the valid ones) and the arena's
+// errors for a bad directory or capacity. "per-file" is accepted for "per_file".
+ModeSetup make_mode(const std::string& mode, std::uint64_t capacity_bytes,
+                    const std::string& directory);
+
+}  // namespace spill::models

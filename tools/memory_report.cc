@@ -1,0 +1,39 @@
+// spillarena_memory: anonymous memory held between forward and backward of an N-layer stack,
+// per mode, as a Markdown table (the README's memory figures).
+//
+//   ./build/tools/spillarena_memory [directory] [rows] [hidden]
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "memory_probe.h"
+#include "spill/core.h"
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : "";
+  const std::int64_t rows = argc > 2 ? std::atoll(argv[2]) : 2048;
+  const std::int64_t hidden = argc > 3 ? std::atoll(argv[3]) : 1024;
+  spill::return_freed_memory_promptly();
+  torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
+  try {
+    spill::models::probe_stack_memory("none", 2, rows, hidden, dir);  // warm-up
+    std::cout << "layer input " << rows << " x " << hidden << " float32 = "
+              << spill::human_bytes(static_cast<std::uint64_t>(rows * hidden * 4))
+              << "; LibTorch threads: " << torch::get_num_threads() << "\n\n"
+              << "| layers | mode | RssAnon held after forward | peak RssAnon growth in the step |"
+                 " spilled |\n|---:|---|---:|---:|---:|\n";
+    for (int layers : {4, 8, 16, 32}) {
+      for (const char* mode : {"none", "recompute", "ram", "disk"}) {
+        auto r = spill::models::probe_stack_memory(mode, layers, rows, hidden, dir);
+        std::cout << "| " << layers << " | " << mode << " | "
+                  << spill::human_bytes(r.held_after_forward_bytes) << " | "
+                  << spill::human_bytes(r.peak_during_step_bytes) << " | "
+                  << spill::human_bytes(r.spilled_bytes) << " |\n";
+      }
+    }
+  } catch (const spill::Error& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+}
