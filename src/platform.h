@@ -35,6 +35,9 @@ int check_writable_directory(const std::string& directory);
 // system supports it, else mkstemp followed at once by unlink. *used_tmpfile says which.
 int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile);
 
+// Like open_unnamed_file, with O_DIRECT (benchmarks measure the disk's own limit with it).
+int open_unnamed_direct_file(const std::string& directory, int* fd);
+
 // Allocates real blocks for [0, bytes) of fd (never a sparse file). ENOSPC / EOPNOTSUPP pass up.
 int preallocate(int fd, std::uint64_t bytes);
 

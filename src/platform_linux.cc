@@ -107,6 +107,14 @@ int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile)
   return 0;
 }
 
+int open_unnamed_direct_file(const std::string& directory, int* fd) {
+  int f = static_cast<int>(retry_eintr(
+      [&] { return open(directory.c_str(), O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600); }));
+  if (f < 0) return errno;
+  *fd = f;
+  return 0;
+}
+
 int preallocate(int fd, std::uint64_t bytes) {
   if (retry_eintr([&] { return fallocate(fd, 0, 0, static_cast<off_t>(bytes)); }) != 0) {
     return errno;

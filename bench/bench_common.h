@@ -1,0 +1,36 @@
+// Shared by the benchmark files: the spill directory, the smoke switch, a stopwatch.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "spill/arena.h"
+
+namespace spill_bench {
+
+// SPILLARENA_BENCH_SMOKE=1: register only the smallest case of each benchmark (CI proves they
+// run; it never judges timings).
+inline bool smoke() {
+  const char* s = std::getenv("SPILLARENA_BENCH_SMOKE");
+  return s != nullptr && *s != '\0' && std::string(s) != "0";
+}
+
+inline std::string spill_dir() { return spill::default_spill_directory(); }
+
+class Stopwatch {
+ public:
+  Stopwatch() : start_(std::chrono::steady_clock::now()) {}
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+void register_round_trip_benchmarks();
+void register_allocator_benchmarks();
+void register_training_step_benchmarks();
+
+}  // namespace spill_bench

@@ -1,0 +1,28 @@
+// spillarena_bench: every comparison in one binary and one run. See docs/benchmarks.md.
+//
+//   SPILL_DIR=/mnt/nvme build/bench/spillarena_bench --benchmark_format=json > results.json
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <iostream>
+#include <thread>
+
+#include "bench_common.h"
+#include "spill/process_memory.h"
+
+int main(int argc, char** argv) {
+  spill::return_freed_memory_promptly();
+  const int threads = static_cast<int>(std::thread::hardware_concurrency());
+  torch::set_num_threads(threads);
+  benchmark::AddCustomContext("libtorch_threads", std::to_string(torch::get_num_threads()));
+  benchmark::AddCustomContext("spill_dir", spill_bench::spill_dir());
+  benchmark::AddCustomContext("smoke", spill_bench::smoke() ? "1" : "0");
+  spill_bench::register_round_trip_benchmarks();
+  spill_bench::register_allocator_benchmarks();
+  spill_bench::register_training_step_benchmarks();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,217 @@
+// BM_RoundTrip/<method>/<MiB>: spill one tensor and read it back.
+//   arena          the disk SpillArena through the checkpoint wrapper's stash (store + restore)
+//   arena_evicted  the disk arena, its pages dropped from the page cache before the read
+//   arena_ram      the RAM-backed arena through the same stash
+//   per_file       torch::save to a new file, torch::load, delete (the approach replaced)
+//   memcpy         copy into a resident buffer and back: the RAM limit
+//   direct_io      O_DIRECT pwrite/pread, 4 MiB aligned blocks, 4 in flight: the disk limit
+// Counters: write_Bps and read_Bps (each phase timed alone); bytes_per_second is the round trip.
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "bench_common.h"
+#include "platform.h"
+#include "spill/spill.h"
+
+namespace spill_bench {
+namespace {
+
+constexpr std::uint64_t kMiB = 1ull << 20;
+
+struct PhaseTimes {
+  double write_s = 0;
+  double read_s = 0;
+};
+
+void report(benchmark::State& state, std::uint64_t bytes, const PhaseTimes& t) {
+  const double total = static_cast<double>(bytes) * static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(2 * bytes * state.iterations()));
+  state.counters["write_Bps"] = benchmark::Counter(total / t.write_s);
+  state.counters["read_Bps"] = benchmark::Counter(total / t.read_s);
+}
+
+torch::Tensor payload(std::uint64_t bytes) {
+  return torch::rand({static_cast<int64_t>(bytes / sizeof(float))});
+}
+
+void check_equal(benchmark::State& state, const torch::Tensor& a, const torch::Tensor& b) {
+  if (!torch::equal(a, b)) state.SkipWithError("round trip returned different bytes");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void round_trip_stash(benchmark::State& state, spill::Backing backing) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
+  spill::ArenaOptions o;
+  o.capacity_bytes = 2 * bytes;
+  o.backing = backing;
+  o.directory = backing == spill::Backing::disk ? spill_dir() : "";
+  spill::SpillArena arena(o);
+  auto stash = spill::make_arena_stash(arena);
+  const torch::Tensor src = payload(bytes);
+  torch::Tensor back;
+  PhaseTimes t;
+  for (auto _ : state) {
+    Stopwatch w;
+    auto stored = stash->store(src);
+    t.write_s += w.seconds();
+    Stopwatch r;
+    back = stored->restore();
+    t.read_s += r.seconds();
+  }
+  check_equal(state, src, back);
+  report(state, bytes, t);
+}
+
+void round_trip_arena_evicted(benchmark::State& state) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
+  spill::ArenaOptions o;
+  o.capacity_bytes = bytes;
+  o.directory = spill_dir();
+  spill::SpillArena arena(o);
+  const torch::Tensor src = payload(bytes);
+  torch::Tensor back = torch::empty_like(src);
+  PhaseTimes t;
+  for (auto _ : state) {
+    spill::Region region = arena.allocate(bytes);
+    Stopwatch w;
+    region.write(src.data_ptr(), bytes);
+    t.write_s += w.seconds();
+    state.PauseTiming();
+    region.drop_cached_pages();  // written back and out of the cache: the read hits the disk
+    state.ResumeTiming();
+    Stopwatch r;
+    region.prefetch();
+    region.read(back.data_ptr(), bytes);
+    t.read_s += r.seconds();
+  }
+  check_equal(state, src, back);
+  report(state, bytes, t);
+}
+
+void round_trip_per_file(benchmark::State& state) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
+  auto stash = spill::make_per_file_stash(spill_dir());
+  const torch::Tensor src = payload(bytes);
+  torch::Tensor back;
+  PhaseTimes t;
+  for (auto _ : state) {
+    Stopwatch w;
+    auto stored = stash->store(src);
+    t.write_s += w.seconds();
+    Stopwatch r;
+    back = stored->restore();
+    t.read_s += r.seconds();
+  }
+  check_equal(state, src, back);
+  report(state, bytes, t);
+}
+
+void round_trip_memcpy(benchmark::State& state) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
+  const torch::Tensor src = payload(bytes);
+  std::vector<char> buffer(bytes, 1);  // resident
+  torch::Tensor back = torch::empty_like(src);
+  PhaseTimes t;
+  for (auto _ : state) {
+    Stopwatch w;
+    std::memcpy(buffer.data(), src.data_ptr(), bytes);
+    t.write_s += w.seconds();
+    Stopwatch r;
+    std::memcpy(back.data_ptr(), buffer.data(), bytes);
+    t.read_s += r.seconds();
+    benchmark::ClobberMemory();
+  }
+  check_equal(state, src, back);
+  report(state, bytes, t);
+}
+
+// ---------------------------------------------------------------------------------------------
+// O_DIRECT: the disk's own limit
+// ---------------------------------------------------------------------------------------------
+
+constexpr std::uint64_t kDirectBlock = 4 * kMiB;
+constexpr int kDirectQueueDepth = 4;
+
+struct AlignedBuffer {
+  explicit AlignedBuffer(std::uint64_t n) : data(static_cast<char*>(std::aligned_alloc(4096, n))) {}
+  ~AlignedBuffer() { std::free(data); }
+  char* data;
+};
+
+// Each of kDirectQueueDepth threads moves every kDirectQueueDepth-th block: that many requests
+// in flight, as a queue depth, with plain synchronous calls.
+int direct_transfer(int fd, char* buffer, std::uint64_t bytes, bool write) {
+  std::vector<std::thread> workers;
+  std::vector<int> errors(kDirectQueueDepth, 0);
+  for (int q = 0; q < kDirectQueueDepth; ++q) {
+    workers.emplace_back([&, q] {
+      for (std::uint64_t off = q * kDirectBlock; off < bytes; off += kDirectQueueDepth * kDirectBlock) {
+        const std::uint64_t n = std::min(kDirectBlock, bytes - off);
+        const int e = write ? spill::platform::write_at(fd, buffer + off, n, off)
+                            : spill::platform::read_at(fd, buffer + off, n, off);
+        if (e != 0) errors[q] = e;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (int e : errors) if (e != 0) return e;
+  return 0;
+}
+
+void round_trip_direct_io(benchmark::State& state) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
+  int fd = -1;
+  if (spill::platform::open_unnamed_direct_file(spill_dir(), &fd) != 0 ||
+      spill::platform::preallocate(fd, bytes) != 0) {
+    state.SkipWithError("O_DIRECT is not supported in the spill directory");
+    if (fd >= 0) spill::platform::close_file(fd);
+    return;
+  }
+  AlignedBuffer src(bytes), back(bytes);
+  std::memset(src.data, 7, bytes);
+  PhaseTimes t;
+  for (auto _ : state) {
+    Stopwatch w;
+    int e = direct_transfer(fd, src.data, bytes, true);
+    t.write_s += w.seconds();
+    Stopwatch r;
+    e = e != 0 ? e : direct_transfer(fd, back.data, bytes, false);
+    t.read_s += r.seconds();
+    if (e != 0) {
+      state.SkipWithError(std::strerror(e));
+      break;
+    }
+  }
+  if (std::memcmp(src.data, back.data, bytes) != 0) state.SkipWithError("direct I/O mismatch");
+  spill::platform::close_file(fd);
+  report(state, bytes, t);
+}
+
+}  // namespace
+
+void register_round_trip_benchmarks() {
+  const std::vector<int64_t> sizes = smoke() ? std::vector<int64_t>{1}
+                                             : std::vector<int64_t>{1, 16, 64, 256};
+  auto add = [&](const std::string& method, auto fn) {
+    for (int64_t mib : sizes) {
+      benchmark::RegisterBenchmark(("BM_RoundTrip/" + method).c_str(), fn)
+          ->Arg(mib)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
+  };
+  add("arena", [](benchmark::State& s) { round_trip_stash(s, spill::Backing::disk); });
+  add("arena_evicted", round_trip_arena_evicted);
+  add("arena_ram", [](benchmark::State& s) { round_trip_stash(s, spill::Backing::ram); });
+  add("per_file", round_trip_per_file);
+  add("memcpy", round_trip_memcpy);
+  add("direct_io", round_trip_direct_io);
+}
+
+}  // namespace spill_bench
