@@ -8,10 +8,8 @@
 #include <thread>
 
 #include "bench_common.h"
-#include "spill/process_memory.h"
 
 int main(int argc, char** argv) {
-  spill::return_freed_memory_promptly();
   const int threads = static_cast<int>(std::thread::hardware_concurrency());
   torch::set_num_threads(threads);
   benchmark::AddCustomContext("libtorch_threads", std::to_string(torch::get_num_threads()));

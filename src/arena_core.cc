@@ -7,7 +7,18 @@ namespace spill::detail {
 ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> storage)
     : options_(options),
       storage_(std::move(storage)),
-      allocator_(options.capacity_bytes, platform::page_size_bytes()) {}
+      allocator_(options.capacity_bytes, platform::page_size_bytes()) {
+  const bool hints = options_.start_writeback_after_write || options_.page_cache_limit_bytes > 0;
+  if (options_.backing == Backing::disk && hints) {
+    writeback_ = std::make_unique<WritebackWorker>(storage_.get(),
+                                                   options_.start_writeback_after_write,
+                                                   options_.page_cache_limit_bytes);
+  }
+}
+
+void ArenaCore::wait_for_writeback_hints() {
+  if (writeback_) writeback_->wait_idle();
+}
 
 void ArenaCore::free(const Block& block) noexcept {
   try {
@@ -20,11 +31,8 @@ void ArenaCore::free(const Block& block) noexcept {
 void ArenaCore::write(std::uint64_t offset, const void* src, std::uint64_t bytes) {
   storage_->write(offset, src, bytes);
   bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
-  if (options_.backing == Backing::disk) {
-    if (options_.start_writeback_after_write) storage_->start_writeback(offset, bytes);
-    bound_page_cache(offset, bytes);
-  }
-  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (writeback_) writeback_->written(offset, bytes);
+  std::lock_guard<std::mutex> lock(last_written_mutex_);
   last_written_ = {offset, bytes};
 }
 
@@ -50,24 +58,10 @@ void ArenaCore::drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) con
 // container's memory limit. Writeback starts right after each write; with a limit set, the
 // oldest written ranges beyond it are waited for and dropped. Oldest first is right for
 // checkpointing: backward reads regions back newest first, so the newest ones are worth keeping.
-void ArenaCore::bound_page_cache(std::uint64_t offset, std::uint64_t bytes) {
-  if (options_.page_cache_limit_bytes == 0) return;
-  std::deque<std::pair<std::uint64_t, std::uint64_t>> to_drop;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    cached_ranges_.emplace_back(offset, bytes);
-    cached_bytes_ += bytes;
-    while (cached_bytes_ > options_.page_cache_limit_bytes && cached_ranges_.size() > 1) {
-      to_drop.push_back(cached_ranges_.front());
-      cached_bytes_ -= cached_ranges_.front().second;
-      cached_ranges_.pop_front();
-    }
-  }
-  for (const auto& [o, n] : to_drop) storage_->drop_cached_pages(o, n);
-}
+// Both run on the WritebackWorker (Note [Asynchronous writeback]).
 
 std::pair<std::uint64_t, std::uint64_t> ArenaCore::last_written_range() const {
-  std::lock_guard<std::mutex> lock(cache_mutex_);
+  std::lock_guard<std::mutex> lock(last_written_mutex_);
   return last_written_;
 }
 

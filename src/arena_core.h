@@ -12,6 +12,7 @@
 #include "spill/arena.h"
 #include "spill/slab_allocator.h"
 #include "storage.h"
+#include "writeback_worker.h"
 
 namespace spill::detail {
 
@@ -28,6 +29,9 @@ class ArenaCore {
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) const;
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const;
 
+  // Waits until queued writeback hints are processed (tests, benchmarks).
+  void wait_for_writeback_hints();
+
   // The range most recently written, for prefetching "the region before this one" in backward.
   std::pair<std::uint64_t, std::uint64_t> last_written_range() const;
 
@@ -37,17 +41,15 @@ class ArenaCore {
   char* base() const { return storage_->base(); }
 
  private:
-  void bound_page_cache(std::uint64_t offset, std::uint64_t bytes);
 
   const ArenaOptions options_;
   std::unique_ptr<Storage> storage_;
   SlabAllocator allocator_;
   mutable std::atomic<std::uint64_t> bytes_written_{0};
   mutable std::atomic<std::uint64_t> bytes_read_{0};
-  mutable std::mutex cache_mutex_;
-  std::deque<std::pair<std::uint64_t, std::uint64_t>> cached_ranges_;  // FIFO of written ranges
-  std::uint64_t cached_bytes_ = 0;
+  mutable std::mutex last_written_mutex_;
   std::pair<std::uint64_t, std::uint64_t> last_written_{0, 0};
+  std::unique_ptr<WritebackWorker> writeback_;  // disk only; last member: joins first
 };
 
 }  // namespace spill::detail

@@ -51,6 +51,13 @@ int close_file(int fd);
 int map_anonymous(std::uint64_t bytes, void** addr);
 int unmap(void* addr, std::uint64_t bytes);
 
+// *all_resident = every page of [addr, addr + bytes) is in memory (mincore; addr page aligned).
+int pages_resident(void* addr, std::uint64_t bytes, bool* all_resident);
+
+// MADV_DONTNEED on a sub-range of a shared file mapping: removes this process's page-table
+// entries (dirty data stays in the page cache), so the pages can then be dropped from it.
+int unmap_pages(void* addr, std::uint64_t bytes);
+
 // MADV_WILLNEED on a sub-range of a mapping (addr page aligned).
 int advise_will_need(void* addr, std::uint64_t bytes);
 

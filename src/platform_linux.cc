@@ -11,7 +11,9 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 #include <cstring>
 #include <fstream>
 
@@ -137,6 +139,18 @@ int map_anonymous(std::uint64_t bytes, void** addr) {
 }
 
 int unmap(void* addr, std::uint64_t bytes) { return munmap(addr, bytes) == 0 ? 0 : errno; }
+
+int pages_resident(void* addr, std::uint64_t bytes, bool* all_resident) {
+  const std::uint64_t page = page_size_bytes();
+  std::vector<unsigned char> vec((bytes + page - 1) / page);
+  if (mincore(addr, bytes, vec.data()) != 0) return errno;
+  *all_resident = std::all_of(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1) != 0; });
+  return 0;
+}
+
+int unmap_pages(void* addr, std::uint64_t bytes) {
+  return madvise(addr, bytes, MADV_DONTNEED) == 0 ? 0 : errno;
+}
 
 int advise_will_need(void* addr, std::uint64_t bytes) {
   return madvise(addr, bytes, MADV_WILLNEED) == 0 ? 0 : errno;

@@ -52,16 +52,41 @@ class SpillFile final : public Storage {
   // were written before and evicted that means reading the old data back from disk only to
   // overwrite it. pwrite of whole pages fills page-cache pages directly: no faults, no reads.
   // The mapping and pwrite share the same page cache, so data() still sees what was written.
+  // But when every page of the range is already resident — the steady state of training, where
+  // each step reuses the previous step's regions — memcpy through the mapping skips the
+  // syscall's per-page cache lookups and runs at memory speed (measured on the development VM:
+  // 9-12 GB/s against 3-7 GB/s for pwrite, 16-256 MiB). So: mincore first, memcpy if all
+  // resident, else pwrite. A page evicted between the two costs one read, never correctness.
   void write(std::uint64_t offset, const void* src, std::uint64_t bytes) override {
+    bool resident = false;
+    char* dst = base() + offset;
+    if (platform::pages_resident(page_start(dst), bytes + page_slack(dst), &resident) == 0 &&
+        resident) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
     if (int e = platform::write_at(fd_, src, bytes, offset); e != 0) fail("write", e, bytes, offset);
   }
+  // Reads follow the same rule: resident pages are copied from the mapping; the rest go through
+  // pread, which reads ahead in large requests instead of faulting page by page.
   void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const override {
+    bool resident = false;
+    char* src = base() + offset;
+    if (platform::pages_resident(page_start(src), bytes + page_slack(src), &resident) == 0 &&
+        resident) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
     if (int e = platform::read_at(fd_, dst, bytes, offset); e != 0) fail("read", e, bytes, offset);
   }
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) override {
     platform::start_writeback(fd_, offset, bytes);
   }
+  // Pages mapped into this process (written or read through the mapping) are not dropped by
+  // POSIX_FADV_DONTNEED, so their page-table entries go first.
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) override {
+    char* p = base() + offset;
+    platform::unmap_pages(page_start(p), bytes + page_slack(p));
     platform::drop_cached_pages(fd_, offset, bytes);
   }
   void prefetch(std::uint64_t offset, std::uint64_t bytes) override {
@@ -69,6 +94,14 @@ class SpillFile final : public Storage {
   }
 
  private:
+  static std::uintptr_t page_mask() { return ~(platform::page_size_bytes() - 1); }
+  static void* page_start(char* p) {
+    return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) & page_mask());
+  }
+  static std::uint64_t page_slack(char* p) {
+    return reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(page_start(p));
+  }
+
   [[noreturn]] void fail(const char* what, int e, std::uint64_t bytes, std::uint64_t offset) const {
     throw IoError(e, std::string("spill: ") + what + " of " + std::to_string(bytes) +
                          " bytes at offset " + std::to_string(offset) + " of the spill file in " +

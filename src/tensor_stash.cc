@@ -26,12 +26,19 @@ class ArenaStashed final : public StashedTensor {
         options_(like.options()),
         previous_(previous) {}
 
+  // Note [Zero-copy restore]
+  // A CPU tensor is restored as a view of its region in the mapping (from_blob), not copied
+  // out: the recomputation reads the page cache directly, no anonymous memory is allocated, and
+  // the region is freed when the last reference to that tensor dies (normally at the end of this
+  // layer's backward). Other devices copy from the mapping to the device and free at once.
   torch::Tensor restore() override {
-    torch::Tensor host = torch::empty(sizes_, options_.device(torch::kCPU));
-    if (region_.valid()) region_.read(host.data_ptr(), host.nbytes());
-    region_.release();  // the bytes are in host memory now; the region can serve the next layer
-    if (options_.device().is_cpu()) return host;
-    return host.to(options_.device());
+    if (!region_.valid()) return torch::empty(sizes_, options_);
+    auto region = std::make_shared<Region>(std::move(region_));
+    torch::Tensor mapped = torch::from_blob(
+        region->data(), sizes_, [region](void*) mutable { region.reset(); },
+        options_.device(torch::kCPU));
+    if (options_.device().is_cpu()) return mapped;
+    return mapped.to(options_.device());
   }
 
   void prefetch_previous() override { arena_.prefetch_range(previous_.first, previous_.second); }
