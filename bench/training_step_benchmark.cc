@@ -60,6 +60,7 @@ void training_step(benchmark::State& state, const std::string& mode, Shape shape
   // ceiling, where a long-running process ends up anyway) and the timed steps run in it.
   spill::return_freed_memory_promptly();
   step();  // warm-up: first-use allocations are not the mode's
+  spill::return_freed_memory_promptly();
   const std::uint64_t before = spill::resident_anonymous_bytes();
   const std::uint64_t after_forward = step();
   const std::uint64_t peak_growth = after_forward > before ? after_forward - before : 0;

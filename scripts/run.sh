@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-exec build/tools/spillarena_demo "$@"
+exec build/tools/spillarena train "$@"

@@ -41,6 +41,12 @@ void ArenaCore::read(std::uint64_t offset, void* dst, std::uint64_t bytes) const
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
+const void* ArenaCore::read_in_place(std::uint64_t offset, std::uint64_t bytes) const {
+  storage_->prefetch(offset, bytes);
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+  return storage_->base() + offset;
+}
+
 void ArenaCore::prefetch(std::uint64_t offset, std::uint64_t bytes) const {
   storage_->prefetch(offset, bytes);
 }

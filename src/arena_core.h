@@ -25,6 +25,7 @@ class ArenaCore {
 
   void write(std::uint64_t offset, const void* src, std::uint64_t bytes);
   void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const;
+  const void* read_in_place(std::uint64_t offset, std::uint64_t bytes) const;
   void prefetch(std::uint64_t offset, std::uint64_t bytes) const;
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) const;
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const;

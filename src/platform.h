@@ -87,6 +87,8 @@ std::uint64_t physical_memory_bytes();
 std::uint64_t resident_anonymous_bytes();
 // The system temp directory: $TMPDIR when set and non-empty, else "/tmp".
 std::string temp_directory();
+// Whether standard output is a terminal (progress lines redraw in place there).
+bool stdout_is_terminal();
 // glibc: fixed mmap threshold (no dynamic growth), so large frees go back to the system.
 void set_malloc_mmap_threshold(std::uint64_t bytes);
 

@@ -241,10 +241,13 @@ std::string temp_directory() {
   return "/tmp";
 }
 
+bool stdout_is_terminal() { return isatty(STDOUT_FILENO) == 1; }
+
 void set_malloc_mmap_threshold(std::uint64_t bytes) {
 #ifdef __GLIBC__
   mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes));
   mallopt(M_TRIM_THRESHOLD, static_cast<int>(bytes));
+  malloc_trim(0);  // what the heap already holds free goes back too
 #endif
 }
 

@@ -81,6 +81,12 @@ void Region::read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region
   core_->read(offset_ + offset_in_region, dst, bytes);
 }
 
+const void* Region::read_in_place(std::uint64_t bytes) const {
+  core_or_throw();
+  check_range(size_, bytes, 0);
+  return core_->read_in_place(offset_, bytes);
+}
+
 void Region::prefetch() const { core_or_throw().prefetch(offset_, size_); }
 void Region::start_writeback() const { core_or_throw().start_writeback(offset_, size_); }
 void Region::drop_cached_pages() const { core_or_throw().drop_cached_pages(offset_, size_); }

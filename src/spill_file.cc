@@ -89,8 +89,16 @@ class SpillFile final : public Storage {
     platform::unmap_pages(page_start(p), bytes + page_slack(p));
     platform::drop_cached_pages(fd_, offset, bytes);
   }
+  // Readahead for whatever of the range is not in memory; both the page cache (for pread) and
+  // this process's mapping (for zero-copy reads) are asked.
   void prefetch(std::uint64_t offset, std::uint64_t bytes) override {
+    char* p = base() + offset;
+    bool resident = false;
+    if (platform::pages_resident(page_start(p), bytes + page_slack(p), &resident) == 0 && resident) {
+      return;
+    }
     platform::prefetch_range(fd_, offset, bytes);
+    platform::advise_will_need(page_start(p), bytes + page_slack(p));
   }
 
  private:

@@ -34,8 +34,9 @@ class ArenaStashed final : public StashedTensor {
   torch::Tensor restore() override {
     if (!region_.valid()) return torch::empty(sizes_, options_);
     auto region = std::make_shared<Region>(std::move(region_));
+    const std::uint64_t bytes = region->requested_bytes();
     torch::Tensor mapped = torch::from_blob(
-        region->data(), sizes_, [region](void*) mutable { region.reset(); },
+        const_cast<void*>(region->read_in_place(bytes)), sizes_, [region](void*) mutable { region.reset(); },
         options_.device(torch::kCPU));
     if (options_.device().is_cpu()) return mapped;
     return mapped.to(options_.device());

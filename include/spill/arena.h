@@ -86,6 +86,10 @@ class Region {
   // Copies bytes in and out. `offset_in_region + bytes` must be <= size().
   void write(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
   void read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0) const;
+  // Zero-copy read: the region's bytes in the mapping, counted in bytes_read. The caller reads
+  // them in place (the checkpoint wrapper wraps them in a tensor); non-resident pages are read
+  // ahead first. `bytes` must be <= size().
+  const void* read_in_place(std::uint64_t bytes) const;
   // Hints: readahead of the region; writeback start; writeback, wait and drop from the cache.
   void prefetch() const;
   void start_writeback() const;

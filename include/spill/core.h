@@ -10,6 +10,7 @@
 #pragma once
 
 #include "spill/arena.h"
+#include "spill/directory.h"
 #include "spill/error.h"
 #include "spill/process_memory.h"
 #include "spill/sizing.h"

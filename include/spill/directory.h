@@ -1,0 +1,27 @@
+// Looking at a spill directory before committing to it: what `spillarena plan` reports.
+//
+//   spill::DirectoryInfo d = spill::inspect_directory("/mnt/nvme/spill");
+//   if (!d.usable) std::cerr << d.problem << "\n";           // missing, not writable, ...
+//   else if (d.ram_backed) std::cerr << d.file_system_type << " lives in RAM\n";
+//   else std::cout << spill::human_bytes(d.free_bytes) << " free on " << d.file_system_type;
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace spill {
+
+struct DirectoryInfo {
+  std::string path;
+  bool usable = false;           // exists, is a directory, writable: an arena may be made there
+  std::string problem;           // why not usable ("" when usable)
+  std::string file_system_type;  // "ext4", "tmpfs", ...
+  bool ram_backed = false;       // tmpfs, ramfs, hugetlbfs
+  std::uint64_t free_bytes = 0;
+  std::uint64_t total_bytes = 0;
+};
+
+// Never throws; an unusable directory says why in `problem`.
+DirectoryInfo inspect_directory(const std::string& directory);
+
+}  // namespace spill
