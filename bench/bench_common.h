@@ -32,5 +32,7 @@ class Stopwatch {
 void register_round_trip_benchmarks();
 void register_allocator_benchmarks();
 void register_training_step_benchmarks();
+// The child side of Note [Memory in a fresh process]: argv = {exe, --memory-probe, MODE, SHAPE}.
+int run_memory_probe(int argc, char** argv);
 
 }  // namespace spill_bench

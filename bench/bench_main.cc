@@ -5,11 +5,16 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <string>
 #include <thread>
 
 #include "bench_common.h"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--memory-probe") {
+    torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
+    return spill_bench::run_memory_probe(argc, argv);
+  }
   const int threads = static_cast<int>(std::thread::hardware_concurrency());
   torch::set_num_threads(threads);
   benchmark::AddCustomContext("libtorch_threads", std::to_string(torch::get_num_threads()));

@@ -8,7 +8,7 @@ const std::vector<std::string>& mode_names() {
 }
 
 ModeSetup make_mode(const std::string& mode_in, std::uint64_t capacity_bytes,
-                    const std::string& directory) {
+                    const std::string& directory, bool eager_writeback) {
   ModeSetup m;
   m.mode = mode_in == "per-file" ? "per_file" : mode_in;
   if (m.mode == "none") return m;
@@ -19,6 +19,7 @@ ModeSetup make_mode(const std::string& mode_in, std::uint64_t capacity_bytes,
     o.directory = directory;
     o.capacity_bytes = capacity_bytes;
     o.backing = m.mode == "ram" ? Backing::ram : Backing::disk;
+    o.start_writeback_after_write = eager_writeback;
     m.arena = std::make_unique<SpillArena>(o);
     m.stash = make_arena_stash(*m.arena);
   } else if (m.mode == "per_file") {

@@ -28,7 +28,8 @@ struct ModeSetup {
 
 // Throws spill::InvalidArgumentError for an unknown mode (naming the valid ones) and the arena's
 // errors for a bad directory or capacity. "per-file" is accepted for "per_file".
+// eager_writeback sets ArenaOptions::start_writeback_after_write for the disk mode.
 ModeSetup make_mode(const std::string& mode, std::uint64_t capacity_bytes,
-                    const std::string& directory);
+                    const std::string& directory, bool eager_writeback = true);
 
 }  // namespace spill::models
