@@ -57,20 +57,15 @@ void check_equal(benchmark::State& state, const torch::Tensor& a, const torch::T
 
 // ---------------------------------------------------------------------------------------------
 
-void round_trip_stash(benchmark::State& state, spill::Backing backing) {
+// Store + restore through a stash, exactly as spill::checkpoint uses it.
+void time_stash_round_trip(benchmark::State& state, spill::TensorStash& stash) {
   const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
-  spill::ArenaOptions o;
-  o.capacity_bytes = 2 * bytes;
-  o.backing = backing;
-  o.directory = backing == spill::Backing::disk ? spill_dir() : "";
-  spill::SpillArena arena(o);
-  auto stash = spill::make_arena_stash(arena);
   const torch::Tensor src = payload(bytes);
   torch::Tensor back;
   PhaseTimes t;
   for (auto _ : state) {
     Stopwatch w;
-    auto stored = stash->store(src);
+    auto stored = stash.store(src);
     t.write_s += w.seconds();
     Stopwatch r;
     back = stored->restore();
@@ -79,6 +74,15 @@ void round_trip_stash(benchmark::State& state, spill::Backing backing) {
   }
   check_equal(state, src, back);
   report(state, bytes, t);
+}
+
+void round_trip_stash(benchmark::State& state, spill::Backing backing) {
+  spill::ArenaOptions o;
+  o.capacity_bytes = 2 * static_cast<std::uint64_t>(state.range(0)) * kMiB;
+  o.backing = backing;
+  o.directory = backing == spill::Backing::disk ? spill_dir() : "";
+  spill::SpillArena arena(o);
+  time_stash_round_trip(state, *spill::make_arena_stash(arena));
 }
 
 void round_trip_arena_evicted(benchmark::State& state) {
@@ -109,22 +113,7 @@ void round_trip_arena_evicted(benchmark::State& state) {
 }
 
 void round_trip_per_file(benchmark::State& state) {
-  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
-  auto stash = spill::make_per_file_stash(spill_dir());
-  const torch::Tensor src = payload(bytes);
-  torch::Tensor back;
-  PhaseTimes t;
-  for (auto _ : state) {
-    Stopwatch w;
-    auto stored = stash->store(src);
-    t.write_s += w.seconds();
-    Stopwatch r;
-    back = stored->restore();
-    touch_pages(back.data_ptr(), bytes);
-    t.read_s += r.seconds();
-  }
-  check_equal(state, src, back);
-  report(state, bytes, t);
+  time_stash_round_trip(state, *spill::make_per_file_stash(spill_dir()));
 }
 
 void round_trip_memcpy(benchmark::State& state) {

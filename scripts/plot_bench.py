@@ -108,24 +108,16 @@ def ratios_markdown(context, rt, tr, rows):
              f"LibTorch threads {context.get('libtorch_threads')}, spill dir "
              f"`{context.get('spill_dir')}`.", "",
              "| comparison | size / shape | ratio | goal | |", "|---|---|---:|---:|---|"]
-    for mib in sorted(rt.get("arena", {})):
-        a = rt["arena"].get(mib)
-        p = rt.get("per_file", {}).get(mib)
-        if a and p and mib >= 16:
-            r = ratio(a["bytes_per_second"], p["bytes_per_second"])
-            lines.append(f"| round trip, arena ÷ per_file | {mib} MiB | {r:.2f}× | ≥ 5× | {verdict(r, 5)} |")
-    for mib in sorted(rt.get("arena", {})):
-        a = rt["arena"].get(mib)
-        m = rt.get("memcpy", {}).get(mib)
-        if a and m:
-            r = ratio(a["write_Bps"], m["write_Bps"])
-            lines.append(f"| write, arena ÷ memcpy (resident) | {mib} MiB | {r:.2f} | ≥ 0.70 | {verdict(r, 0.7)} |")
-    for mib in sorted(rt.get("arena_evicted", {})):
-        a = rt["arena_evicted"].get(mib)
-        d = rt.get("direct_io", {}).get(mib)
-        if a and d:
-            r = ratio(a["read_Bps"], d["read_Bps"])
-            lines.append(f"| read, arena evicted ÷ direct_io | {mib} MiB | {r:.2f} | ≥ 0.70 | {verdict(r, 0.7)} |")
+    comparisons = [  # (label, method, baseline, field, goal, smallest MiB)
+        ("round trip, arena ÷ per_file", "arena", "per_file", "bytes_per_second", 5.0, 16),
+        ("write, arena ÷ memcpy (resident)", "arena", "memcpy", "write_Bps", 0.7, 1),
+        ("read, arena evicted ÷ direct_io", "arena_evicted", "direct_io", "read_Bps", 0.7, 1)]
+    for label, method, baseline, field, goal, smallest in comparisons:
+        for mib in sorted(rt.get(method, {})):
+            a, b = rt[method].get(mib), rt.get(baseline, {}).get(mib)
+            if a and b and mib >= smallest:
+                r = ratio(a[field], b[field])
+                lines.append(f"| {label} | {mib} MiB | {r:.2f}× | ≥ {goal:g}× | {verdict(r, goal)} |")
     for shape, b in sorted(paired(rows).items()):
         x = b["median_ratio"]
         goal = "≤ 1.03×" if shape == "compute" else "(report)"

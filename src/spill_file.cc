@@ -52,29 +52,21 @@ class SpillFile final : public Storage {
   // were written before and evicted that means reading the old data back from disk only to
   // overwrite it. pwrite of whole pages fills page-cache pages directly: no faults, no reads.
   // The mapping and pwrite share the same page cache, so data() still sees what was written.
-  // But when every page of the range is already resident — the steady state of training, where
-  // each step reuses the previous step's regions — memcpy through the mapping skips the
-  // syscall's per-page cache lookups and runs at memory speed (measured on the development VM:
-  // 9-12 GB/s against 3-7 GB/s for pwrite, 16-256 MiB). So: mincore first, memcpy if all
-  // resident, else pwrite. A page evicted between the two costs one read, never correctness.
+  // Even resident pages are no better through the mapping in training: a region is rewritten one
+  // step later, after its writeback, when its pages are clean and write-protected, and every
+  // page then takes a write fault through ext4's page_mkwrite. Measured on the development VM
+  // (BM_RoundTrip/arena/1, where writeback completes between iterations): 0.5 GB/s through the
+  // mapping against 9.4 GB/s with pwrite. memcpy only wins in a loop that rewrites pages before
+  // their writeback, which is a benchmark artefact, not a training step.
   void write(std::uint64_t offset, const void* src, std::uint64_t bytes) override {
-    bool resident = false;
-    char* dst = base() + offset;
-    if (platform::pages_resident(page_start(dst), bytes + page_slack(dst), &resident) == 0 &&
-        resident) {
-      std::memcpy(dst, src, bytes);
-      return;
-    }
     if (int e = platform::write_at(fd_, src, bytes, offset); e != 0) fail("write", e, bytes, offset);
   }
-  // Reads follow the same rule: resident pages are copied from the mapping; the rest go through
-  // pread, which reads ahead in large requests instead of faulting page by page.
+  // Reads have no such trap: read faults on resident page-cache pages are cheap and mapped 16 at
+  // a time (fault-around), so resident ranges are copied from the mapping, skipping pread's
+  // per-page lookups; the rest go through pread, which reads ahead in large requests.
   void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const override {
-    bool resident = false;
-    char* src = base() + offset;
-    if (platform::pages_resident(page_start(src), bytes + page_slack(src), &resident) == 0 &&
-        resident) {
-      std::memcpy(dst, src, bytes);
+    if (all_resident(offset, bytes)) {
+      std::memcpy(dst, base() + offset, bytes);
       return;
     }
     if (int e = platform::read_at(fd_, dst, bytes, offset); e != 0) fail("read", e, bytes, offset);
@@ -92,16 +84,19 @@ class SpillFile final : public Storage {
   // Readahead for whatever of the range is not in memory; both the page cache (for pread) and
   // this process's mapping (for zero-copy reads) are asked.
   void prefetch(std::uint64_t offset, std::uint64_t bytes) override {
+    if (all_resident(offset, bytes)) return;
     char* p = base() + offset;
-    bool resident = false;
-    if (platform::pages_resident(page_start(p), bytes + page_slack(p), &resident) == 0 && resident) {
-      return;
-    }
     platform::prefetch_range(fd_, offset, bytes);
     platform::advise_will_need(page_start(p), bytes + page_slack(p));
   }
 
  private:
+  bool all_resident(std::uint64_t offset, std::uint64_t bytes) const {
+    char* p = base() + offset;
+    bool resident = false;
+    return platform::pages_resident(page_start(p), bytes + page_slack(p), &resident) == 0 &&
+           resident;
+  }
   static std::uintptr_t page_mask() { return ~(platform::page_size_bytes() - 1); }
   static void* page_start(char* p) {
     return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) & page_mask());

@@ -18,8 +18,9 @@ struct Run {
   std::string output;  // stdout and stderr together
 };
 
-Run run(const std::string& args) {
-  const std::string cmd = std::string(SPILLARENA_CLI) + " " + args + " 2>&1";
+// Runs the command; `merge_stderr` folds error messages into the output.
+Run capture(const std::string& args, bool merge_stderr) {
+  const std::string cmd = std::string(SPILLARENA_CLI) + " " + args + (merge_stderr ? " 2>&1" : "");
   Run r;
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -31,16 +32,10 @@ Run run(const std::string& args) {
   return r;
 }
 
+Run run(const std::string& args) { return capture(args, true); }
+
 Run run_json(const std::string& args, nlohmann::json* out) {
-  const std::string cmd = std::string(SPILLARENA_CLI) + " " + args;
-  Run r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  std::size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  Run r = capture(args, false);
   *out = nlohmann::json::parse(r.output);
   return r;
 }
