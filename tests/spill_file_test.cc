@@ -163,3 +163,36 @@ TEST_CASE("spill file: a real disk full at construction is a typed error and lea
   spill::SpillArena small(options_in(mount.path(), left / 2));
   CHECK(small.allocate(spill::MiB).size() == spill::MiB);
 }
+
+TEST_CASE("spill file: a read-only file system is refused, even for root") {
+  LoopMount mount(16, "mkfs.ext4", "loop,ro");
+  if (!mount.ok()) {
+    MESSAGE("skipped: " << mount.reason());
+    return;
+  }
+  try {
+    spill::SpillArena arena(options_in(mount.path(), spill::MiB));
+    FAIL("a read-only directory was accepted");
+  } catch (const spill::DirectoryError& e) {
+    CHECK(e.error_number() == EROFS);
+    CHECK(std::string(e.what()).find("not writable") != std::string::npos);
+  }
+}
+
+TEST_CASE("spill file: a file system that cannot preallocate is refused, never made sparse") {
+  // ext2 files have no extents; the kernel's fallocate refuses them (EOPNOTSUPP).
+  LoopMount mount(32, "mkfs.ext2");
+  if (!mount.ok()) {
+    MESSAGE("skipped: " << mount.reason());
+    return;
+  }
+  const auto before = list_dir(mount.path());
+  try {
+    spill::SpillArena arena(options_in(mount.path(), 4 * spill::MiB));
+    MESSAGE("this kernel preallocates on ext2; nothing to refuse");
+  } catch (const spill::PreallocationError& e) {
+    CHECK(e.error_number() == EOPNOTSUPP);
+    CHECK(std::string(e.what()).find("SIGBUS") != std::string::npos);
+  }
+  CHECK(list_dir(mount.path()) == before);
+}

@@ -38,10 +38,13 @@ inline std::set<std::string> list_dir(const std::string& dir) {
   return names;
 }
 
-// A small ext4 image, loop-mounted (root only). ok() is false, with a reason, elsewhere.
+// A small loop-mounted file system image (root only): ext4 by default; `mkfs` and
+// `mount_options` choose another (e.g. "mkfs.ext2", "ro"). ok() is false, with a reason, where
+// it cannot be made.
 class LoopMount {
  public:
-  explicit LoopMount(int size_mib) {
+  explicit LoopMount(int size_mib, const std::string& mkfs = "mkfs.ext4",
+                     const std::string& mount_options = "loop") {
     if (geteuid() != 0) {
       reason_ = "not running as root";
       return;
@@ -49,11 +52,11 @@ class LoopMount {
     image_ = scratch_.path() + "/fs.img";
     mount_point_ = scratch_.path() + "/mnt";
     fs::create_directory(mount_point_);
-    const std::string cmd = "truncate -s " + std::to_string(size_mib) + "M " + image_ +
-                            " && mkfs.ext4 -q -F " + image_ + " >/dev/null 2>&1 && mount -o loop " +
-                            image_ + " " + mount_point_ + " 2>/dev/null";
+    const std::string cmd = "truncate -s " + std::to_string(size_mib) + "M " + image_ + " && " +
+                            mkfs + " -q -F " + image_ + " >/dev/null 2>&1 && mount -o " +
+                            mount_options + " " + image_ + " " + mount_point_ + " 2>/dev/null";
     mounted_ = std::system(cmd.c_str()) == 0;
-    if (!mounted_) reason_ = "mkfs.ext4 or mount -o loop failed (no loop devices?)";
+    if (!mounted_) reason_ = mkfs + " or mount -o " + mount_options + " failed (no loop devices?)";
   }
   ~LoopMount() {
     if (mounted_) std::system(("umount " + mount_point_).c_str());
