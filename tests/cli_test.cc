@@ -44,33 +44,31 @@ const char* kTiny = "--layers 2 --hidden 32 --heads 2 --seq 32 --batch 4 --sampl
 
 }  // namespace
 
-TEST_CASE("cli: an unknown flag is a usage error with exit code 2") {
-  Run r = run("train --bogus-flag 3");
+// A usage error: exit code 2 and a message that names `mentions`.
+void check_usage_error(const std::string& args, const std::string& mentions) {
+  CAPTURE(args);
+  Run r = run(args);
   CHECK(r.exit_code == 2);
-  CHECK(r.output.find("--bogus-flag") != std::string::npos);
+  CHECK(r.output.find(mentions) != std::string::npos);
+}
+
+TEST_CASE("cli: an unknown flag is a usage error with exit code 2") {
+  check_usage_error("train --bogus-flag 3", "--bogus-flag");
 }
 
 TEST_CASE("cli: zero or negative sizes are usage errors naming the value") {
-  Run zero = run("train --layers 0");
-  CHECK(zero.exit_code == 2);
-  CHECK(zero.output.find("--layers") != std::string::npos);
-  CHECK(zero.output.find("'0'") != std::string::npos);
-  Run negative = run("plan --layers 4 --batch -1 --seq 8 --hidden 8");
-  CHECK(negative.exit_code == 2);
-  CHECK(negative.output.find("--batch") != std::string::npos);
+  check_usage_error("train --layers 0", "'0'");
+  check_usage_error("train --layers 0", "--layers");
+  check_usage_error("plan --layers 4 --batch -1 --seq 8 --hidden 8", "--batch");
 }
 
 TEST_CASE("cli: an unknown mode or dtype is a usage error") {
-  CHECK(run("train --mode tape").exit_code == 2);
-  Run dtype = run("plan --layers 1 --batch 1 --seq 1 --hidden 1 --dtype fp13");
-  CHECK(dtype.exit_code == 2);
-  CHECK(dtype.output.find("fp13") != std::string::npos);
+  check_usage_error("train --mode tape", "tape");
+  check_usage_error("plan --layers 1 --batch 1 --seq 1 --hidden 1 --dtype fp13", "fp13");
 }
 
 TEST_CASE("cli: heads that do not divide the hidden size is a usage error") {
-  Run r = run("train --hidden 30 --heads 4");
-  CHECK(r.exit_code == 2);
-  CHECK(r.output.find("--heads") != std::string::npos);
+  check_usage_error("train --hidden 30 --heads 4", "--heads");
 }
 
 TEST_CASE("cli: a RAM-backed --dir is a runtime error and leaves nothing behind") {
