@@ -55,10 +55,22 @@ std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
 
 }  // namespace
 
+// Note [Default spill directory]
+// /tmp (or $TMPDIR) is often tmpfs, where spilling saves nothing. When it is RAM-backed and
+// /var/tmp — on disk by convention — is usable, the arena goes there; the file has no name,
+// so /var/tmp's persistence does not matter. An explicit $SPILL_DIR is always taken as given.
 std::string default_spill_directory() {
   const char* dir = std::getenv("SPILL_DIR");
   if (dir != nullptr && *dir != '\0') return dir;
-  return platform::temp_directory();
+  const std::string temp = platform::temp_directory();
+  platform::FileSystemInfo fs;
+  if (platform::file_system_info(temp, &fs) != 0 || !fs.ram_backed) return temp;
+  platform::FileSystemInfo var_tmp;
+  if (platform::check_writable_directory("/var/tmp") == 0 &&
+      platform::file_system_info("/var/tmp", &var_tmp) == 0 && !var_tmp.ram_backed) {
+    return "/var/tmp";
+  }
+  return temp;
 }
 
 SpillArena::SpillArena(const ArenaOptions& options) {

@@ -201,3 +201,17 @@ TEST_CASE("arena: the default directory is SPILL_DIR when set") {
   unsetenv("SPILL_DIR");
   CHECK(spill::default_spill_directory() != dir.path());
 }
+
+TEST_CASE("arena: the default directory avoids a RAM-backed TMPDIR") {
+  const spill::DirectoryInfo var_tmp = spill::inspect_directory("/var/tmp");
+  if (!spill_test::fs::exists("/dev/shm") || !var_tmp.usable || var_tmp.ram_backed) {
+    MESSAGE("skipped: needs /dev/shm and a disk-backed /var/tmp");
+    return;
+  }
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string saved = old_tmpdir ? old_tmpdir : "";
+  unsetenv("SPILL_DIR");
+  setenv("TMPDIR", "/dev/shm", 1);
+  CHECK(spill::default_spill_directory() == "/var/tmp");
+  if (old_tmpdir) setenv("TMPDIR", saved.c_str(), 1); else unsetenv("TMPDIR");
+}

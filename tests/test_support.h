@@ -10,15 +10,18 @@
 #include <set>
 #include <string>
 
+#include "spill/arena.h"
+
 namespace spill_test {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the build tree's temp dir, removed with everything in it at the end.
+// A fresh directory under the default spill directory (on disk, even where /tmp is tmpfs),
+// removed with everything in it at the end.
 class ScratchDir {
  public:
   ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "spillarena-test-XXXXXX").string();
+    std::string pattern = spill::default_spill_directory() + "/spillarena-test-XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = pattern;
   }

@@ -1,7 +1,7 @@
 // SpillArena: one preallocated, memory-mapped spill file carved into tensor-sized regions.
 //
 //   spill::ArenaOptions options;
-//   options.directory = "/mnt/nvme/spill";         // default: $SPILL_DIR, else the temp dir
+//   options.directory = "/mnt/nvme/spill";         // default: $SPILL_DIR, else a disk temp dir
 //   options.capacity_bytes = 8ull << 30;            // required
 //   spill::SpillArena arena(options);
 //   spill::Region r = arena.allocate(64ull << 20);  // move-only; freed when it dies
@@ -33,7 +33,7 @@ enum class Backing {
 };
 
 struct ArenaOptions {
-  std::string directory;              // "" -> $SPILL_DIR, else $TMPDIR, else /tmp
+  std::string directory;              // "" -> default_spill_directory()
   std::uint64_t capacity_bytes = 0;   // required; see spill::bytes_for_layer_inputs
   Backing backing = Backing::disk;
   bool allow_ram_backed_directory = false;  // permit tmpfs/ramfs/hugetlbfs (saves no memory)
@@ -151,8 +151,8 @@ class SpillArena {
   std::shared_ptr<detail::ArenaCore> core_;
 };
 
-// The directory an arena uses when options.directory is empty: $SPILL_DIR, else $TMPDIR, else
-// /tmp.
+// The directory an arena uses when options.directory is empty: $SPILL_DIR, else $TMPDIR (or
+// /tmp) unless that is RAM-backed (tmpfs), in which case /var/tmp when it is on disk.
 std::string default_spill_directory();
 
 }  // namespace spill
