@@ -86,14 +86,19 @@ SpillArena::~SpillArena() = default;
 SpillArena::SpillArena(SpillArena&&) noexcept = default;
 SpillArena& SpillArena::operator=(SpillArena&&) noexcept = default;
 
-Region SpillArena::allocate(std::uint64_t bytes) {
+detail::ArenaCore& SpillArena::live_core() const {
   if (!core_) throw Error("spill: use of a moved-from SpillArena");
-  std::optional<Block> block = core_->allocate(bytes);
+  return *core_;
+}
+
+Region SpillArena::allocate(std::uint64_t bytes) {
+  std::optional<Block> block = live_core().allocate(bytes);
   if (!block) throw_exhausted(core_->stats(), bytes);
   return Region(core_, block->offset, block->size, bytes);
 }
 
 void SpillArena::check_owner(const Region& region) const {
+  live_core();
   if (!region.valid()) {
     throw MovedFromRegionError("spill: use of a moved-from or released Region");
   }
@@ -119,30 +124,28 @@ void SpillArena::prefetch(const Region& region) const {
 }
 
 std::pair<std::uint64_t, std::uint64_t> SpillArena::last_written_range() const {
-  return core_->last_written_range();
+  return live_core().last_written_range();
 }
 
 void SpillArena::prefetch_range(std::uint64_t offset, std::uint64_t bytes) const {
-  const std::uint64_t capacity = core_->options().capacity_bytes;
+  const std::uint64_t capacity = live_core().options().capacity_bytes;
   if (offset >= capacity || bytes == 0) return;
   core_->prefetch(offset, std::min(bytes, capacity - offset));
 }
 
 SpillArena SpillArena::shared_handle() const {
-  if (!core_) throw Error("spill: use of a moved-from SpillArena");
+  live_core();
   return SpillArena(core_);
 }
 
-ArenaStats SpillArena::stats() const {
-  if (!core_) throw Error("spill: use of a moved-from SpillArena");
-  return core_->stats();
-}
-
-Backing SpillArena::backing() const { return core_->options().backing; }
-const std::string& SpillArena::directory() const { return core_->options().directory; }
+ArenaStats SpillArena::stats() const { return live_core().stats(); }
+Backing SpillArena::backing() const { return live_core().options().backing; }
+const std::string& SpillArena::directory() const { return live_core().options().directory; }
 const std::string& SpillArena::file_system_type() const {
-  return core_->storage().info().file_system_type;
+  return live_core().storage().info().file_system_type;
 }
-bool SpillArena::unnamed_by_o_tmpfile() const { return core_->storage().info().unnamed_by_o_tmpfile; }
+bool SpillArena::unnamed_by_o_tmpfile() const {
+  return live_core().storage().info().unnamed_by_o_tmpfile;
+}
 
 }  // namespace spill

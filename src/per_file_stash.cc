@@ -39,7 +39,7 @@ class PerFileStash final : public TensorStash {
 
   std::unique_ptr<StashedTensor> store(const torch::Tensor& tensor) override {
     const std::string path = directory_ + "/spillarena-per-file-" + std::to_string(platform::process_id()) +
-                             "-" + std::to_string(counter_.fetch_add(1)) + ".pt";
+                             "-" + std::to_string(next_file_number()) + ".pt";
     torch::Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(torch::kCPU);
     torch::save(host, path);
     return std::make_unique<PerFileStashed>(path, tensor.device());
@@ -48,8 +48,13 @@ class PerFileStash final : public TensorStash {
   std::string name() const override { return "per_file"; }
 
  private:
+  // One counter for the process: two stashes on the same directory never share a file name.
+  static std::uint64_t next_file_number() {
+    static std::atomic<std::uint64_t> counter{0};
+    return counter.fetch_add(1);
+  }
+
   std::string directory_;
-  std::atomic<std::uint64_t> counter_{0};
 };
 
 }  // namespace

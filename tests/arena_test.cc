@@ -215,3 +215,13 @@ TEST_CASE("arena: the default directory avoids a RAM-backed TMPDIR") {
   CHECK(spill::default_spill_directory() == "/var/tmp");
   if (old_tmpdir) setenv("TMPDIR", saved.c_str(), 1); else unsetenv("TMPDIR");
 }
+
+TEST_CASE("arena: a moved-from arena throws a typed error instead of crashing") {
+  ScratchDir dir;
+  spill::SpillArena a(options_in(dir.path(), spill::MiB));
+  spill::SpillArena b = std::move(a);
+  CHECK_THROWS_AS(a.allocate(4096), spill::Error);
+  CHECK_THROWS_AS(a.stats(), spill::Error);
+  CHECK_THROWS_AS(a.directory(), spill::Error);
+  CHECK(b.allocate(4096).size() == 4096);
+}

@@ -319,3 +319,13 @@ TEST_CASE("checkpoint: CheckpointedSequential matches the plain Sequential") {
   CHECK(torch::equal(run(plain), run(spilled)));
   CHECK(arena.stats().allocations == 2);
 }
+
+TEST_CASE("checkpoint: a layer that returns its input unchanged still backpropagates") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+  torch::Tensor x = torch::randn({4, 4}, torch::TensorOptions().requires_grad(true));
+  torch::Tensor y = spill::checkpoint(arena, [](const torch::Tensor& in) { return in; }, x);
+  (y * 3).sum().backward();
+  CHECK(torch::equal(x.grad(), torch::full({4, 4}, 3.0)));
+  CHECK(arena.stats().bytes_in_use == 0);
+}

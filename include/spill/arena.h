@@ -111,7 +111,8 @@ class Region {
 
 class SpillArena {
  public:
-  // Vets the directory, creates and preallocates the file (or reserves host memory). Throws
+  // Vets the directory, creates and preallocates the file (or reserves host memory). A
+  // moved-from SpillArena throws spill::Error from every member. Throws
   // InvalidArgumentError, DirectoryError, RamBackedDirectoryError, InsufficientSpaceError,
   // PreallocationError, IoError; nothing is left on disk after a throw.
   explicit SpillArena(const ArenaOptions& options);
@@ -148,6 +149,7 @@ class SpillArena {
  private:
   explicit SpillArena(std::shared_ptr<detail::ArenaCore> core) : core_(std::move(core)) {}
   void check_owner(const Region& region) const;
+  detail::ArenaCore& live_core() const;  // throws spill::Error on a moved-from arena
   std::shared_ptr<detail::ArenaCore> core_;
 };
 
