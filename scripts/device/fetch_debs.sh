@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Run HERE (Debian 12), before a GPU session: downloads the Debian packages the build needs into
+# .deps/debs (git-ignored), to be carried to the GPU machine, which reaches no registry.
+#   bash scripts/device/fetch_debs.sh      then: run(command="bash scripts/device/check.sh", carry=[".deps"])
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .deps/debs
+cd .deps/debs
+apt-get download libboost1.74-dev doctest-dev libbenchmark-dev libbenchmark1debian \
+  libcli11-dev nlohmann-json3-dev
+ls -la
