@@ -11,6 +11,7 @@ root=$PWD/.deps/root/usr
 torch_prefix=$(python3 -c "import torch.utils; print(torch.utils.cmake_prefix_path)")
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee "$out/env.txt"
 nvidia-smi -L | tee -a "$out/env.txt" || true
+export SPILLARENA_PYTHON=python3
 export LD_LIBRARY_PATH="$root/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$root;$root/lib/x86_64-linux-gnu/cmake;$root/share/cmake" \
