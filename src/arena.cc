@@ -12,10 +12,6 @@
 namespace spill {
 namespace {
 
-std::string bytes_text(std::uint64_t bytes) {
-  return std::to_string(bytes) + " bytes (" + human_bytes(bytes) + ")";
-}
-
 void check_capacity(std::uint64_t capacity) {
   if (capacity == 0) {
     throw InvalidArgumentError(
@@ -23,7 +19,7 @@ void check_capacity(std::uint64_t capacity) {
         "e.g. spill::bytes_for_layer_inputs(layers, {batch, seq, hidden}, element_size)");
   }
   if (capacity > kMaxCapacityBytes) {
-    throw InvalidArgumentError("spill: ArenaOptions::capacity_bytes = " + bytes_text(capacity) +
+    throw InvalidArgumentError("spill: ArenaOptions::capacity_bytes = " + bytes_with_units(capacity) +
                                " is over the 1 PiB limit; this is likely a unit mistake (bytes, "
                                "not KiB or bits)");
   }
@@ -46,10 +42,10 @@ std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
 [[noreturn]] void throw_exhausted(const ArenaStats& s, std::uint64_t bytes) {
   throw ArenaExhaustedError(
       bytes, s.free_bytes, s.largest_free_block,
-      "spill: arena exhausted: asked for " + bytes_text(bytes) + " (reserving " +
-          bytes_text(SlabAllocator::rounded_size(bytes, platform::page_size_bytes())) + "), " +
-          bytes_text(s.free_bytes) + " free of " + bytes_text(s.capacity_bytes) +
-          ", largest free block " + bytes_text(s.largest_free_block) +
+      "spill: arena exhausted: asked for " + bytes_with_units(bytes) + " (reserving " +
+          bytes_with_units(SlabAllocator::rounded_size(bytes, platform::page_size_bytes())) + "), " +
+          bytes_with_units(s.free_bytes) + " free of " + bytes_with_units(s.capacity_bytes) +
+          ", largest free block " + bytes_with_units(s.largest_free_block) +
           "; raise ArenaOptions::capacity_bytes or free regions first");
 }
 

@@ -42,9 +42,9 @@ std::unique_ptr<Storage> make_host_memory(std::uint64_t capacity_bytes) {
   if (capacity_bytes > physical) {
     throw InsufficientSpaceError(
         "<host memory>", capacity_bytes, physical,
-        "spill: a RAM-backed arena of " + std::to_string(capacity_bytes) + " bytes (" +
-            human_bytes(capacity_bytes) + ") exceeds this machine's " + std::to_string(physical) +
-            " bytes of physical memory; use the disk backing or lower capacity_bytes");
+        "spill: a RAM-backed arena of " + bytes_with_units(capacity_bytes) +
+            " exceeds this machine's " + bytes_with_units(physical) +
+            " of physical memory; use the disk backing or lower capacity_bytes");
   }
   void* base = nullptr;
   if (int e = platform::map_anonymous(capacity_bytes, &base); e != 0) {

@@ -19,10 +19,6 @@ namespace spill::detail {
 namespace bip = boost::interprocess;
 namespace {
 
-std::string bytes_text(std::uint64_t bytes) {
-  return std::to_string(bytes) + " bytes (" + human_bytes(bytes) + ")";
-}
-
 // Owns a descriptor until released; closes it on every early exit of make_spill_file.
 class FileDescriptor {
  public:
@@ -183,8 +179,8 @@ platform::FileSystemInfo vet_file_system(const SpillFileOptions& o) {
     throw InsufficientSpaceError(
         o.directory, o.capacity_bytes, fs.free_bytes,
         "spill: spill directory '" + o.directory + "' (" + fs.type_name + ") has " +
-            bytes_text(fs.free_bytes) + " free but the arena needs " +
-            bytes_text(o.capacity_bytes) + "; free space there, lower capacity_bytes, or choose "
+            bytes_with_units(fs.free_bytes) + " free but the arena needs " +
+            bytes_with_units(o.capacity_bytes) + "; free space there, lower capacity_bytes, or choose "
             "another directory");
   }
   return fs;
@@ -200,9 +196,9 @@ void preallocate_or_throw(int fd, const SpillFileOptions& o, const platform::Fil
   if (e == ENOSPC || e == EDQUOT) {
     throw InsufficientSpaceError(
         o.directory, o.capacity_bytes, fs.free_bytes,
-        "spill: preallocating " + bytes_text(o.capacity_bytes) + " in '" + o.directory +
+        "spill: preallocating " + bytes_with_units(o.capacity_bytes) + " in '" + o.directory +
             "' failed: " + std::strerror(e) + " (the file system reported " +
-            bytes_text(fs.free_bytes) + " free); free space there or lower capacity_bytes");
+            bytes_with_units(fs.free_bytes) + " free); free space there or lower capacity_bytes");
   }
   throw PreallocationError(
       o.directory, e,
@@ -221,7 +217,7 @@ bip::mapped_region map_file(int fd, const SpillFileOptions& o) {
     return bip::mapped_region(file, bip::read_write, 0, o.capacity_bytes);
   } catch (const bip::interprocess_exception& ex) {
     throw IoError(ex.get_native_error(), "spill: mapping the spill file of " +
-                                             bytes_text(o.capacity_bytes) + " in '" + o.directory +
+                                             bytes_with_units(o.capacity_bytes) + " in '" + o.directory +
                                              "' failed: " + ex.what());
   }
 }

@@ -18,4 +18,8 @@ std::string human_bytes(std::uint64_t bytes) {
   return text;
 }
 
+std::string bytes_with_units(std::uint64_t bytes) {
+  return std::to_string(bytes) + " bytes (" + human_bytes(bytes) + ")";
+}
+
 }  // namespace spill

@@ -16,4 +16,8 @@ constexpr std::uint64_t GiB = 1ull << 30;
 // "512 B", "4.00 KiB", "1.50 GiB", ... (binary units, two decimals above bytes).
 std::string human_bytes(std::uint64_t bytes);
 
+// The exact count and the readable one, as error messages give them:
+// "1610612736 bytes (1.50 GiB)".
+std::string bytes_with_units(std::uint64_t bytes);
+
 }  // namespace spill

@@ -79,10 +79,9 @@ void assess(Plan& p) {
   }
   p.fits = d.usable && !d.ram_backed && d.free_bytes >= p.capacity;
   if (d.usable && d.free_bytes < p.capacity) {
-    p.problems.push_back("the arena needs " + std::to_string(p.capacity) + " bytes (" +
-                         human_bytes(p.capacity) + ") but '" + d.path + "' has " +
-                         std::to_string(d.free_bytes) + " bytes (" + human_bytes(d.free_bytes) +
-                         ") free; free space there or pass another --dir");
+    p.problems.push_back("the arena needs " + bytes_with_units(p.capacity) + " but '" + d.path +
+                         "' has " + bytes_with_units(d.free_bytes) +
+                         " free; free space there or pass another --dir");
   }
 }
 

@@ -72,8 +72,8 @@ std::uint64_t checked_capacity(const TrainRequest& r) {
   if (r.capacity < needed && (r.mode == "disk" || r.mode == "ram")) {
     throw InvalidArgumentError(
         "--capacity " + std::to_string(r.capacity) + " bytes is too small for this model: a step "
-        "stashes " + std::to_string(r.layers) + " block inputs, " + std::to_string(needed) +
-        " bytes (" + human_bytes(needed) + "); raise --capacity to at least that, or omit it");
+        "stashes " + std::to_string(r.layers) + " block inputs, " + bytes_with_units(needed) +
+        "; raise --capacity to at least that, or omit it");
   }
   return r.capacity;
 }
