@@ -16,9 +16,6 @@ ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> stora
   }
 }
 
-void ArenaCore::wait_for_writeback_hints() {
-  if (writeback_) writeback_->wait_idle();
-}
 
 void ArenaCore::free(const Block& block) noexcept {
   try {

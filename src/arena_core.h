@@ -30,9 +30,6 @@ class ArenaCore {
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) const;
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const;
 
-  // Waits until queued writeback hints are processed (tests, benchmarks).
-  void wait_for_writeback_hints();
-
   // The range most recently written, for prefetching "the region before this one" in backward.
   std::pair<std::uint64_t, std::uint64_t> last_written_range() const;
 

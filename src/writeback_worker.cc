@@ -33,11 +33,6 @@ void WritebackWorker::written(std::uint64_t offset, std::uint64_t bytes) {
   wake_.notify_one();
 }
 
-void WritebackWorker::wait_idle() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
-}
-
 void WritebackWorker::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -45,12 +40,9 @@ void WritebackWorker::run() {
     if (queue_.empty()) return;  // stopping, and all work done
     const Range r = queue_.front();
     queue_.pop_front();
-    busy_ = true;
     lock.unlock();
     process(r);
     lock.lock();
-    busy_ = false;
-    if (queue_.empty()) idle_.notify_all();
   }
 }
 

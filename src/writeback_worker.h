@@ -22,7 +22,6 @@ class WritebackWorker {
   WritebackWorker& operator=(const WritebackWorker&) = delete;
 
   void written(std::uint64_t offset, std::uint64_t bytes);  // never blocks on I/O
-  void wait_idle();                                          // for tests and benchmarks
 
  private:
   struct Range {
@@ -37,9 +36,7 @@ class WritebackWorker {
   const std::uint64_t limit_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::condition_variable idle_;
   std::deque<Range> queue_;
-  bool busy_ = false;
   bool stopping_ = false;
   std::deque<Range> cached_;  // written ranges still counted against the limit, oldest first
   std::uint64_t cached_bytes_ = 0;
