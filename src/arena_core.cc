@@ -16,7 +16,6 @@ ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> stora
   }
 }
 
-
 void ArenaCore::free(const Block& block) noexcept {
   try {
     allocator_.free(block);
@@ -55,13 +54,6 @@ void ArenaCore::start_writeback(std::uint64_t offset, std::uint64_t bytes) const
 void ArenaCore::drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const {
   storage_->drop_cached_pages(offset, bytes);
 }
-
-// Note [Bounded page cache]
-// Written regions stay in the page cache, dirty until writeback, and dirty pages count against a
-// container's memory limit. Writeback starts right after each write; with a limit set, the
-// oldest written ranges beyond it are waited for and dropped. Oldest first is right for
-// checkpointing: backward reads regions back newest first, so the newest ones are worth keeping.
-// Both run on the WritebackWorker (Note [Asynchronous writeback]).
 
 std::pair<std::uint64_t, std::uint64_t> ArenaCore::last_written_range() const {
   std::lock_guard<std::mutex> lock(last_written_mutex_);

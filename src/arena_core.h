@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -39,7 +38,6 @@ class ArenaCore {
   char* base() const { return storage_->base(); }
 
  private:
-
   const ArenaOptions options_;
   std::unique_ptr<Storage> storage_;
   SlabAllocator allocator_;

@@ -13,9 +13,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 namespace spill::platform {
 namespace {

@@ -46,6 +46,11 @@ void WritebackWorker::run() {
   }
 }
 
+// Note [Bounded page cache]
+// Written regions stay in the page cache, dirty until writeback, and dirty pages count against a
+// container's memory limit. Writeback starts right after each write; with a limit set, the
+// oldest written ranges beyond it are waited for and dropped. Oldest first is right for
+// checkpointing: backward reads regions back newest first, so the newest ones are worth keeping.
 void WritebackWorker::process(const Range& r) {
   if (start_writeback_) storage_->start_writeback(r.offset, r.bytes);
   if (limit_ == 0) return;

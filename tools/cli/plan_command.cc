@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <iomanip>
 #include <map>
@@ -11,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "clock.h"
 #include "spill/core.h"
 
 namespace spill::cli {
@@ -22,10 +22,6 @@ struct Probe {
   double read_gbps = 0;
 };
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // Writes `bytes` through a real arena in 16 MiB regions, waits until they are on disk and out of
 // the page cache, then reads them back: the disk's rates as the spill path sees them.
 Probe probe_bandwidth(const std::string& dir, std::uint64_t bytes) {
@@ -36,7 +32,7 @@ Probe probe_bandwidth(const std::string& dir, std::uint64_t bytes) {
   SpillArena arena(o);
   std::vector<char> buffer(kChunk, 'x');
   std::vector<Region> regions;
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   for (std::uint64_t done = 0; done < bytes; done += kChunk) {
     regions.push_back(arena.allocate(std::min(kChunk, bytes - done)));
     regions.back().write(buffer.data(), regions.back().requested_bytes());
@@ -44,13 +40,13 @@ Probe probe_bandwidth(const std::string& dir, std::uint64_t bytes) {
   for (auto& r : regions) r.drop_cached_pages();  // waits for writeback: the disk's write rate
   Probe p;
   p.bytes = bytes;
-  p.write_gbps = static_cast<double>(bytes) / since(t0) / 1e9;
-  t0 = std::chrono::steady_clock::now();
+  p.write_gbps = static_cast<double>(bytes) / seconds_since(t0) / 1e9;
+  t0 = Clock::now();
   for (auto& r : regions) {
     r.prefetch();
     r.read(buffer.data(), r.requested_bytes());
   }
-  p.read_gbps = static_cast<double>(bytes) / since(t0) / 1e9;
+  p.read_gbps = static_cast<double>(bytes) / seconds_since(t0) / 1e9;
   return p;
 }
 

@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <iomanip>
 #include <iterator>
@@ -15,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "clock.h"
 #include "corpus.h"
 #include "modes.h"
 #include "platform.h"
@@ -24,12 +24,6 @@
 
 namespace spill::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::string load_corpus(const std::string& path) {
   if (path.empty()) return std::string(embedded_corpus());
@@ -229,7 +223,7 @@ void run_train(const TrainRequest& request, std::ostream& out) {
     loss.backward();
     torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
     opt.step();
-    StepRecord rec{loss.item<double>(), since(t0), 0};
+    StepRecord rec{loss.item<double>(), seconds_since(t0), 0};
     rec.io_bytes = mode.arena
                        ? mode.arena->stats().bytes_written + mode.arena->stats().bytes_read - io_before
                        : 0;
