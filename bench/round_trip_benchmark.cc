@@ -3,6 +3,9 @@
 //                  the restore is zero-copy, see Note [Zero-copy restore])
 //   arena_evicted  the disk arena, its pages dropped from the page cache before the read
 //   arena_ram      the RAM-backed arena through the same stash
+//   arena_direct   the disk arena with IoMode::direct: staged O_DIRECT write, O_DIRECT read into
+//                  an aligned buffer; counter page_cache_bytes = the region's bytes still in the
+//                  page cache afterwards (mincore), which direct I/O keeps at 0
 //   per_file       torch::save to a new file, torch::load, delete (the approach replaced)
 //   memcpy         copy into a resident buffer and back: the RAM limit
 //   direct_io      O_DIRECT pwrite/pread, 4 MiB aligned blocks, 4 in flight: the disk limit
@@ -11,6 +14,7 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -82,6 +86,9 @@ void round_trip_stash(benchmark::State& state, spill::Backing backing) {
   o.capacity_bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;  // one region, reused
   o.backing = backing;
   o.directory = backing == spill::Backing::disk ? spill_dir() : "";
+  o.io = spill::IoMode::buffered;
+  o.asynchronous = false;  // a round trip waits for both halves anyway
+  o.keep_last = 0;         // every store goes to the arena
   spill::SpillArena arena(o);
   time_stash_round_trip(state, *spill::make_arena_stash(arena));
 }
@@ -91,6 +98,7 @@ void round_trip_arena_evicted(benchmark::State& state) {
   spill::ArenaOptions o;
   o.capacity_bytes = bytes;
   o.directory = spill_dir();
+  o.io = spill::IoMode::buffered;
   spill::SpillArena arena(o);
   const torch::Tensor src = payload(bytes);
   torch::Tensor back = torch::empty_like(src);
@@ -111,6 +119,37 @@ void round_trip_arena_evicted(benchmark::State& state) {
   }
   check_equal(state, src, back);
   report(state, bytes, t);
+}
+
+void round_trip_arena_direct(benchmark::State& state) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
+  spill::ArenaOptions o;
+  o.capacity_bytes = bytes;
+  o.directory = spill_dir();
+  o.io = spill::IoMode::direct;
+  spill::SpillArena arena(o);
+  const torch::Tensor src = payload(bytes);
+  torch::Tensor raw = torch::empty({static_cast<int64_t>(bytes + arena.io_alignment())}, torch::kUInt8);
+  const auto pad = (arena.io_alignment() - reinterpret_cast<std::uintptr_t>(raw.data_ptr()) %
+                                               arena.io_alignment()) % arena.io_alignment();
+  char* back = static_cast<char*>(raw.data_ptr()) + pad;  // aligned: no staging on the read
+  PhaseTimes t;
+  std::uint64_t cached = 0;
+  for (auto _ : state) {
+    spill::Region region = arena.allocate(bytes);
+    Stopwatch w;
+    region.write(src.data_ptr(), bytes);
+    t.write_s += w.seconds();
+    Stopwatch r;
+    region.read(back, bytes);
+    touch_pages(back, bytes);
+    t.read_s += r.seconds();
+    cached = std::max(cached, region.resident_bytes());
+  }
+  if (std::memcmp(src.data_ptr(), back, bytes) != 0) state.SkipWithError("direct arena mismatch");
+  report(state, bytes, t);
+  state.counters["page_cache_bytes"] = static_cast<double>(cached);
+  state.counters["staging_waits"] = static_cast<double>(arena.stats().staging_waits);
 }
 
 void round_trip_per_file(benchmark::State& state) {
@@ -216,6 +255,7 @@ void register_round_trip_benchmarks() {
   add("arena", [](benchmark::State& s) { round_trip_stash(s, spill::Backing::disk); });
   add("arena_evicted", round_trip_arena_evicted);
   add("arena_ram", [](benchmark::State& s) { round_trip_stash(s, spill::Backing::ram); });
+  add("arena_direct", round_trip_arena_direct);
   add("per_file", round_trip_per_file);
   add("memcpy", round_trip_memcpy);
   add("direct_io", round_trip_direct_io);

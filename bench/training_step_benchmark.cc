@@ -1,12 +1,15 @@
 // BM_TrainingStep/<mode>/<shape>: one forward + backward of a GPT-style block stack on the CPU.
-//   modes   none, recompute (in-RAM checkpointing), ram, disk, per_file
+//   modes   none, recompute (in-RAM checkpointing), ram, per_file,
+//           disk         synchronous buffered spilling, every input (the comparison point)
+//           disk_async   buffered, overlapped (keep_last 1, prefetch depth 2): the default
+//           disk_direct  direct I/O through the staging pool, overlapped
 //   shapes  compute: batch 4, seq 256, hidden 256, 4 heads, 4 blocks (realistic FLOPs per byte)
 //           io:      batch 64, seq 128, hidden 32, 2 heads, 8 blocks (about 5x the bytes per
 //                    FLOP: closer to what a GPU, much faster at the math, sees)
 // Counters: step_ms, spilled_bytes per step, peak_rss_anon (RssAnon held after forward, measured
 // in a fresh process: see Note [Memory in a fresh process]),
 // threads (LibTorch's). tests/checkpoint_test shows the modes give identical gradients.
-// BM_TrainingStep/disk_vs_recompute/<shape>: both in one loop, see Note [Paired steps].
+// BM_TrainingStep/<disk mode>_vs_recompute/<shape>: paired in one loop, see Note [Paired steps].
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -30,13 +33,41 @@ struct Shape {
 const Shape kShapes[] = {{"compute", 4, 256, 256, 4, 4}, {"io", 64, 128, 32, 2, 8}};
 const Shape kSmokeShape = {"smoke", 2, 16, 16, 2, 2};
 
+// The disk variants compared here; everything else is a mode of spill::models::make_mode.
+spill::models::ModeSetup make_step_mode(const std::string& mode, std::uint64_t capacity,
+                                        bool eager_writeback) {
+  if (mode.rfind("disk", 0) != 0) {
+    return spill::models::make_mode(mode, capacity, spill_dir(), eager_writeback);
+  }
+  spill::ArenaOptions o;
+  o.directory = spill_dir();
+  o.capacity_bytes = capacity;
+  o.start_writeback_after_write = eager_writeback;
+  o.io = mode == "disk_direct" ? spill::IoMode::direct : spill::IoMode::buffered;
+  const bool synchronous = mode == "disk";
+  o.asynchronous = !synchronous;
+  o.keep_last = synchronous ? 0 : 1;
+  o.prefetch_depth = synchronous ? 1 : 2;
+  spill::models::ModeSetup m;
+  m.mode = mode;
+  m.arena = std::make_unique<spill::SpillArena>(o);
+  m.stash = spill::make_arena_stash(*m.arena);
+  return m;
+}
+
+const std::vector<std::string>& step_modes() {
+  static const std::vector<std::string> modes = {"none", "recompute", "ram", "disk",
+                                                 "disk_async", "disk_direct", "per_file"};
+  return modes;
+}
+
 // The model, data and mode of one benchmark; step() runs forward + backward and returns RssAnon
 // right after forward.
 class StepRunner {
  public:
   StepRunner(const std::string& mode, const Shape& shape, bool eager_writeback = true)
       : blocks_(make_blocks(shape)),
-        mode_(spill::models::make_mode(mode, capacity_for(shape), spill_dir(), eager_writeback)),
+        mode_(make_step_mode(mode, capacity_for(shape), eager_writeback)),
         x0_(torch::randn({shape.batch, shape.seq, shape.hidden})) {}
 
   std::uint64_t step() {
@@ -50,6 +81,7 @@ class StepRunner {
   }
 
   std::uint64_t bytes_written() const { return mode_.arena ? mode_.arena->stats().bytes_written : 0; }
+  spill::ArenaStats stats() const { return mode_.arena ? mode_.arena->stats() : spill::ArenaStats{}; }
 
  private:
   static torch::nn::Sequential make_blocks(const Shape& shape) {
@@ -120,36 +152,51 @@ void training_step(benchmark::State& state, const std::string& mode, Shape shape
 
 // Note [Paired steps]
 // This machine's step times drift by 20 % from one benchmark to the next, more than the cost
-// being measured. So disk and recompute also run in one benchmark, a step of each per iteration
-// in alternating order, and the counter is the median of the per-pair time ratios.
-// With eager_writeback false the disk arena leaves writeback to the kernel's flusher: less CPU
-// taken from the step on a small machine, more dirty page cache (see ArenaOptions).
-void paired_steps(benchmark::State& state, const std::string& a, const std::string& b, Shape shape,
-                  bool eager_writeback) {
-  StepRunner first(a, shape), second(b, shape, eager_writeback);
-  first.step();
-  second.step();
-  std::vector<double> ratios;
-  double a_s = 0, b_s = 0;
-  bool a_first = true;
+// being measured. So recompute, synchronous disk and the disk variant under test run in one
+// benchmark, a step of each per iteration in rotating order, and the counters are medians of
+// per-iteration time ratios: median_ratio = variant / recompute, vs_sync = variant / disk.
+// overlap = I/O time hidden / I/O time, where the I/O time is what synchronous spilling adds to
+// recompute (disk - recompute) and the hidden part is what the variant no longer adds
+// (disk - variant).
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void paired_steps(benchmark::State& state, const std::string& variant, Shape shape) {
+  const std::vector<std::string> names = {"recompute", "disk", variant};
+  std::vector<std::unique_ptr<StepRunner>> runners;
+  for (const auto& n : names) runners.push_back(std::make_unique<StepRunner>(n, shape));
+  for (auto& r : runners) r->step();
+  std::vector<double> ratio, vs_sync, overlap, total(names.size(), 0.0);
+  std::size_t rotation = 0;
   for (auto _ : state) {
-    double ta = 0, tb = 0;
-    for (int k = 0; k < 2; ++k) {
-      const bool run_a = (k == 0) == a_first;
+    std::vector<double> t(names.size(), 0.0);
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      const std::size_t i = (k + rotation) % names.size();
       Stopwatch w;
-      (run_a ? first : second).step();
-      (run_a ? ta : tb) = w.seconds();
+      runners[i]->step();
+      t[i] = w.seconds();
+      total[i] += t[i];
     }
-    a_first = !a_first;
-    a_s += ta;
-    b_s += tb;
-    ratios.push_back(tb / ta);
+    rotation = (rotation + 1) % names.size();
+    ratio.push_back(t[2] / t[0]);
+    vs_sync.push_back(t[2] / t[1]);
+    overlap.push_back(t[1] > t[0] ? (t[1] - t[2]) / (t[1] - t[0]) : 0.0);
   }
-  std::sort(ratios.begin(), ratios.end());
   const double steps = static_cast<double>(state.iterations());
-  state.counters[a + "_step_ms"] = a_s / steps * 1e3;
-  state.counters[b + "_step_ms"] = b_s / steps * 1e3;
-  state.counters["median_ratio"] = ratios.empty() ? 0.0 : ratios[ratios.size() / 2];
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    state.counters[(i == 2 ? std::string("variant") : names[i]) + "_step_ms"] = total[i] / steps * 1e3;
+  }
+  state.counters["median_ratio"] = median(ratio);
+  state.counters["vs_sync"] = median(vs_sync);
+  state.counters["overlap"] = median(overlap);
+  const spill::ArenaStats s = runners[2]->stats();
+  state.counters["restore_waits"] = static_cast<double>(s.restore_waits);
+  state.counters["prefetch_hits"] = static_cast<double>(s.prefetch_hits);
+  state.counters["prefetches"] = static_cast<double>(s.prefetches);
+  state.counters["staging_waits"] = static_cast<double>(s.staging_waits);
 }
 
 }  // namespace
@@ -176,18 +223,17 @@ void register_training_step_benchmarks() {
   std::vector<Shape> shapes = smoke() ? std::vector<Shape>{kSmokeShape}
                                       : std::vector<Shape>(std::begin(kShapes), std::end(kShapes));
   for (const Shape& shape : shapes) {
-    for (const std::string& mode : spill::models::mode_names()) {
+    for (const std::string& mode : step_modes()) {
       auto* b = benchmark::RegisterBenchmark(
           ("BM_TrainingStep/" + mode + "/" + shape.name).c_str(),
           [mode, shape](benchmark::State& s) { training_step(s, mode, shape); });
       b->Unit(benchmark::kMillisecond)->UseRealTime();
       if (!smoke()) b->MinTime(5.0);  // steps are long and the machine is noisy
     }
-    for (bool eager : {true, false}) {
-      const std::string name = eager ? "disk_vs_recompute" : "disk_lazy_writeback_vs_recompute";
+    for (const std::string variant : {"disk", "disk_async", "disk_direct"}) {
       auto* paired = benchmark::RegisterBenchmark(
-          ("BM_TrainingStep/" + name + "/" + shape.name).c_str(),
-          [shape, eager](benchmark::State& s) { paired_steps(s, "recompute", "disk", shape, eager); });
+          ("BM_TrainingStep/" + variant + "_vs_recompute/" + shape.name).c_str(),
+          [shape, variant](benchmark::State& s) { paired_steps(s, variant, shape); });
       paired->Unit(benchmark::kMillisecond)->UseRealTime();
       if (!smoke()) paired->MinTime(10.0);
     }

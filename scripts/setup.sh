@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(build-essential cmake ninja-build python3-venv libboost-dev doctest-dev
-  libbenchmark-dev libcli11-dev nlohmann-json3-dev python3-matplotlib e2fsprogs)
+  libbenchmark-dev libcli11-dev nlohmann-json3-dev liburing-dev python3-dev python3-matplotlib
+  e2fsprogs)
 TORCH_VERSION=2.13.0
 
 missing=()

@@ -1,11 +1,11 @@
 #include "spill/arena.h"
 
-#include <algorithm>
 #include <cstdlib>
 
 #include "arena_core.h"
 #include "host_memory.h"
 #include "platform.h"
+#include "spill/process_memory.h"
 #include "spill/units.h"
 #include "spill_file.h"
 
@@ -25,9 +25,47 @@ void check_capacity(std::uint64_t capacity) {
   }
 }
 
+void check_staging(std::uint64_t staging) {
+  if (staging == 0 || staging > kMaxStagingBytes) {
+    throw InvalidArgumentError("spill: ArenaOptions::staging_bytes = " + bytes_with_units(staging) +
+                               " is out of range; use 4 KiB to 64 GiB (default 64 MiB)");
+  }
+}
+
 std::uint64_t round_to_pages(std::uint64_t bytes) {
   const std::uint64_t page = platform::page_size_bytes();
   return (bytes + page - 1) / page * page;
+}
+
+// Note [Choosing the I/O mode]
+// IoMode::automatic asks how much memory this process may still use (the memory cgroup's limit
+// less its usage, and MemAvailable) and spills with direct I/O when the arena is larger: the
+// page cache could not hold it anyway, and would compete with the model for the limit. Where
+// the file system refuses O_DIRECT, buffered I/O runs and the stats say why.
+IoMode resolve_io_mode(const ArenaOptions& o, std::string* note) {
+  if (o.backing == Backing::ram) {
+    *note = "RAM backing: no disk I/O";
+    return IoMode::buffered;
+  }
+  if (o.io != IoMode::automatic) {
+    *note = std::string("io = ") + to_string(o.io) + " as asked";
+    return o.io;
+  }
+  const std::uint64_t usable = memory_limits().usable_bytes();
+  const std::string sizes = "the arena (" + bytes_with_units(o.capacity_bytes) + ") " +
+                            (o.capacity_bytes > usable ? "exceeds" : "fits in") +
+                            " the memory this process may use (" + bytes_with_units(usable) + ")";
+  if (o.capacity_bytes <= usable) {
+    *note = "automatic: buffered, because " + sizes;
+    return IoMode::buffered;
+  }
+  std::string why;
+  if (!detail::direct_io_supported(o.directory, &why)) {
+    *note = "automatic: buffered although " + sizes + ", because " + why;
+    return IoMode::buffered;
+  }
+  *note = "automatic: direct, because " + sizes;
+  return IoMode::direct;
 }
 
 std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
@@ -36,6 +74,7 @@ std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
   f.directory = o.directory;
   f.capacity_bytes = o.capacity_bytes;
   f.allow_ram_backed_directory = o.allow_ram_backed_directory;
+  f.direct = o.io == IoMode::direct;
   return detail::make_spill_file(f);
 }
 
@@ -71,11 +110,16 @@ std::string default_spill_directory() {
 
 SpillArena::SpillArena(const ArenaOptions& options) {
   check_capacity(options.capacity_bytes);
+  check_staging(options.staging_bytes);
   ArenaOptions o = options;
   o.capacity_bytes = round_to_pages(options.capacity_bytes);
+  o.staging_bytes = round_to_pages(options.staging_bytes);
   if (o.backing == Backing::disk && o.directory.empty()) o.directory = default_spill_directory();
   if (o.backing == Backing::ram) o.directory.clear();
-  core_ = std::make_shared<detail::ArenaCore>(o, make_storage(o));
+  std::string io_note;
+  if (o.backing == Backing::disk) detail::check_directory(o.directory);
+  o.io = resolve_io_mode(o, &io_note);
+  core_ = std::make_shared<detail::ArenaCore>(o, make_storage(o), std::move(io_note));
 }
 
 SpillArena::~SpillArena() = default;
@@ -119,15 +163,16 @@ void SpillArena::prefetch(const Region& region) const {
   region.prefetch();
 }
 
-std::pair<std::uint64_t, std::uint64_t> SpillArena::last_written_range() const {
-  return live_core().last_written_range();
+const ArenaOptions& SpillArena::options() const { return live_core().options(); }
+const void* SpillArena::identity() const { return &live_core(); }
+IoMode SpillArena::io_mode() const { return live_core().io_mode(); }
+std::uint64_t SpillArena::io_alignment() const { return live_core().io_alignment(); }
+
+void SpillArena::record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) const {
+  live_core().record_restore(prefetched, was_ready, waited_ns);
 }
 
-void SpillArena::prefetch_range(std::uint64_t offset, std::uint64_t bytes) const {
-  const std::uint64_t capacity = live_core().options().capacity_bytes;
-  if (offset >= capacity || bytes == 0) return;
-  core_->prefetch(offset, std::min(bytes, capacity - offset));
-}
+void SpillArena::record_prefetch() const { live_core().record_prefetch(); }
 
 SpillArena SpillArena::shared_handle() const {
   live_core();

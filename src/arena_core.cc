@@ -4,16 +4,19 @@
 
 namespace spill::detail {
 
-ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> storage)
+ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> storage,
+                     std::string io_note)
     : options_(options),
+      io_note_(std::move(io_note)),
       storage_(std::move(storage)),
       allocator_(options.capacity_bytes, platform::page_size_bytes()) {
-  const bool hints = options_.start_writeback_after_write || options_.page_cache_limit_bytes > 0;
-  if (options_.backing == Backing::disk && hints) {
-    writeback_ = std::make_unique<WritebackWorker>(storage_.get(),
-                                                   options_.start_writeback_after_write,
-                                                   options_.page_cache_limit_bytes);
+  if (options_.backing == Backing::disk) {
+    engine_ = std::make_unique<IoEngine>(*storage_, options_, options_.io);
   }
+}
+
+ArenaCore::~ArenaCore() {
+  if (engine_) engine_->drain();
 }
 
 void ArenaCore::free(const Block& block) noexcept {
@@ -24,17 +27,45 @@ void ArenaCore::free(const Block& block) noexcept {
   }
 }
 
+// Synchronous buffered writes stay on the calling thread: a queue hop buys nothing when the
+// caller waits anyway (Note [Why pwrite, not memcpy, for the forward copy]).
 void ArenaCore::write(std::uint64_t offset, const void* src, std::uint64_t bytes) {
-  storage_->write(offset, src, bytes);
-  bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
-  if (writeback_) writeback_->written(offset, bytes);
-  std::lock_guard<std::mutex> lock(last_written_mutex_);
-  last_written_ = {offset, bytes};
+  if (!engine_ || options_.io == IoMode::buffered) {
+    storage_->write(offset, src, bytes);
+    bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+    if (engine_) engine_->written_synchronously(offset, bytes);
+    return;
+  }
+  write_async(offset, src, bytes).wait();
 }
 
-void ArenaCore::read(std::uint64_t offset, void* dst, std::uint64_t bytes) const {
-  storage_->read(offset, dst, bytes);
+void ArenaCore::read(std::uint64_t offset, void* dst, std::uint64_t bytes) {
+  if (!engine_ || (options_.io == IoMode::buffered && storage_->resident(offset, bytes))) {
+    storage_->read(offset, dst, bytes);
+    bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+    return;
+  }
+  read_async(offset, dst, bytes).wait();
+}
+
+Pending ArenaCore::write_async(std::uint64_t offset, const void* src, std::uint64_t bytes) {
+  if (!engine_) {
+    write(offset, src, bytes);
+    return Pending();
+  }
+  Pending p = engine_->write(offset, src, bytes);
+  bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+  return p;
+}
+
+Pending ArenaCore::read_async(std::uint64_t offset, void* dst, std::uint64_t bytes) {
+  if (!engine_) {
+    read(offset, dst, bytes);
+    return Pending();
+  }
+  Pending p = engine_->read(offset, dst, bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+  return p;
 }
 
 const void* ArenaCore::read_in_place(std::uint64_t offset, std::uint64_t bytes) const {
@@ -55,9 +86,17 @@ void ArenaCore::drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) con
   storage_->drop_cached_pages(offset, bytes);
 }
 
-std::pair<std::uint64_t, std::uint64_t> ArenaCore::last_written_range() const {
-  std::lock_guard<std::mutex> lock(last_written_mutex_);
-  return last_written_;
+void ArenaCore::record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) {
+  restores_.fetch_add(1, std::memory_order_relaxed);
+  if (prefetched && was_ready) prefetch_hits_.fetch_add(1, std::memory_order_relaxed);
+  if (!was_ready) {
+    restore_waits_.fetch_add(1, std::memory_order_relaxed);
+    restore_wait_ns_.fetch_add(waited_ns, std::memory_order_relaxed);
+  }
+}
+
+std::uint64_t ArenaCore::io_alignment() const {
+  return engine_ ? engine_->alignment() : platform::page_size_bytes();
 }
 
 ArenaStats ArenaCore::stats() const {
@@ -76,6 +115,22 @@ ArenaStats ArenaCore::stats() const {
   s.high_water_bytes = a.high_water_bytes;
   s.bytes_written = bytes_written_.load(std::memory_order_relaxed);
   s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+  s.io_mode = options_.io;
+  s.io_note = io_note_;
+  if (engine_) {
+    s.io_backend = engine_->backend();
+    if (!engine_->backend_note().empty()) {
+      s.io_note += (s.io_note.empty() ? "" : "; ") + engine_->backend_note();
+    }
+    s.staging_bytes = engine_->staging_bytes();
+    s.staging_waits = engine_->staging_waits();
+    s.staging_wait_ns = engine_->staging_wait_ns();
+  }
+  s.restores = restores_.load(std::memory_order_relaxed);
+  s.restore_waits = restore_waits_.load(std::memory_order_relaxed);
+  s.restore_wait_ns = restore_wait_ns_.load(std::memory_order_relaxed);
+  s.prefetches = prefetches_.load(std::memory_order_relaxed);
+  s.prefetch_hits = prefetch_hits_.load(std::memory_order_relaxed);
   return s;
 }
 

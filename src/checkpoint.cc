@@ -12,9 +12,10 @@ using torch::autograd::variable_list;
 
 struct CheckpointState {
   Layer layer;
+  std::shared_ptr<TensorStash> owned_stash;  // the arena form's shared stash, kept alive
   std::unique_ptr<StashedTensor> stashed;
   std::vector<bool> needs_grad;
-  detail::RngState rng;
+  detail::ForwardState forward;
   std::atomic<bool> consumed{false};
 };
 using StatePtr = std::shared_ptr<CheckpointState>;
@@ -52,7 +53,7 @@ class SpillCheckpointFunction : public torch::autograd::Function<SpillCheckpoint
   static variable_list forward(AutogradContext* ctx, StatePtr state, TensorStash* stash,
                                torch::Tensor anchor, at::TensorList inputs) {
     std::vector<torch::Tensor> in(inputs.begin(), inputs.end());
-    state->rng = detail::capture_rng_state(in[0].device());
+    state->forward = detail::capture_forward_state(in);
     state->stashed = stash->store(in[0]);
     variable_list outputs = state->layer(in);
     ctx->save_for_backward(variable_list(in.begin() + 1, in.end()));
@@ -66,7 +67,7 @@ class SpillCheckpointFunction : public torch::autograd::Function<SpillCheckpoint
     std::vector<torch::Tensor> inputs = restore_inputs(*state, ctx->get_saved_variables());
     std::vector<torch::Tensor> outputs;
     {
-      detail::RngReplay replay(state->rng);
+      detail::ForwardReplay replay(state->forward);
       torch::AutoGradMode grad_mode(true);
       outputs = state->layer(inputs);
     }
@@ -81,8 +82,7 @@ class SpillCheckpointFunction : public torch::autograd::Function<SpillCheckpoint
  private:
   static std::vector<torch::Tensor> restore_inputs(CheckpointState& state,
                                                    const variable_list& extras) {
-    torch::Tensor x = state.stashed->restore();
-    state.stashed->prefetch_previous();
+    torch::Tensor x = state.stashed->restore();  // queues its predecessors' reads first
     state.stashed.reset();  // the region is free for the next layer's forward
     std::vector<torch::Tensor> inputs;
     inputs.push_back(x.detach().requires_grad_(state.needs_grad[0]));
@@ -120,23 +120,30 @@ void check_inputs(const std::vector<torch::Tensor>& inputs) {
   }
 }
 
-}  // namespace
-
-std::vector<torch::Tensor> checkpoint(TensorStash& stash, Layer layer,
-                                      std::vector<torch::Tensor> inputs) {
+std::vector<torch::Tensor> run_checkpoint(TensorStash& stash, std::shared_ptr<TensorStash> owned,
+                                          Layer layer, std::vector<torch::Tensor> inputs) {
   check_inputs(inputs);
   if (!torch::GradMode::is_enabled()) return layer(inputs);  // no backward: nothing to stash
   auto state = std::make_shared<CheckpointState>();
   state->layer = std::move(layer);
+  state->owned_stash = std::move(owned);
   for (const auto& t : inputs) state->needs_grad.push_back(t.requires_grad());
   torch::Tensor anchor = torch::empty({0}, torch::TensorOptions().requires_grad(true));
   return SpillCheckpointFunction::apply(std::move(state), &stash, anchor, at::TensorList(inputs));
 }
 
+}  // namespace
+
+std::vector<torch::Tensor> checkpoint(TensorStash& stash, Layer layer,
+                                      std::vector<torch::Tensor> inputs) {
+  return run_checkpoint(stash, nullptr, std::move(layer), std::move(inputs));
+}
+
 std::vector<torch::Tensor> checkpoint(const SpillArena& arena, Layer layer,
                                       std::vector<torch::Tensor> inputs) {
-  auto stash = make_arena_stash(arena);
-  return checkpoint(*stash, std::move(layer), std::move(inputs));
+  std::shared_ptr<TensorStash> stash = shared_arena_stash(arena);
+  TensorStash& ref = *stash;
+  return run_checkpoint(ref, std::move(stash), std::move(layer), std::move(inputs));
 }
 
 std::uint64_t bytes_for_layer_inputs(std::uint64_t layers, const ActivationShape& shape,

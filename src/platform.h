@@ -38,6 +38,11 @@ int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile)
 // Like open_unnamed_file, with O_DIRECT (benchmarks measure the disk's own limit with it).
 int open_unnamed_direct_file(const std::string& directory, int* fd);
 
+// Opens the file behind `fd` a second time (through /proc/self/fd) with O_DIRECT, and tells the
+// alignment direct I/O needs there (statx's dio_offset_align where the kernel reports it, else
+// the page size).
+int reopen_direct(int fd, int* direct_fd, std::uint64_t* alignment);
+
 // Allocates real blocks for [0, bytes) of fd (never a sparse file). ENOSPC / EOPNOTSUPP pass up.
 int preallocate(int fd, std::uint64_t bytes);
 
@@ -51,8 +56,9 @@ int close_file(int fd);
 int map_anonymous(std::uint64_t bytes, void** addr);
 int unmap(void* addr, std::uint64_t bytes);
 
-// *all_resident = every page of [addr, addr + bytes) is in memory (mincore; addr page aligned).
-int pages_resident(void* addr, std::uint64_t bytes, bool* all_resident);
+// *resident_bytes = bytes of the pages of [addr, addr + bytes) that are in memory (mincore; addr
+// page aligned).
+int pages_resident(void* addr, std::uint64_t bytes, std::uint64_t* resident_bytes);
 
 // MADV_DONTNEED on a sub-range of a shared file mapping: removes this process's page-table
 // entries (dirty data stays in the page cache), so the pages can then be dropped from it.
@@ -89,6 +95,19 @@ std::uint64_t resident_anonymous_bytes();
 std::string temp_directory();
 // Whether standard output is a terminal (progress lines redraw in place there).
 bool stdout_is_terminal();
+// MemAvailable of /proc/meminfo in bytes (0 when unreadable).
+std::uint64_t mem_available_bytes();
+
+// The memory cgroup this process belongs to. A limit of "max" (v2) or the v1 "unlimited"
+// sentinel (>= 2^62) reads as 0. version = 0 when none was found; always returns 0.
+struct CgroupMemory {
+  int version = 0;
+  std::uint64_t limit_bytes = 0;
+  std::uint64_t usage_bytes = 0;
+  std::uint64_t peak_bytes = 0;
+};
+int memory_cgroup(CgroupMemory* out);
+
 // glibc: fixed mmap threshold (no dynamic growth), so large frees go back to the system.
 void set_malloc_mmap_threshold(std::uint64_t bytes);
 

@@ -117,6 +117,23 @@ int open_unnamed_direct_file(const std::string& directory, int* fd) {
   return 0;
 }
 
+int reopen_direct(int fd, int* direct_fd, std::uint64_t* alignment) {
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  int f = static_cast<int>(
+      retry_eintr([&] { return open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC); }));
+  if (f < 0) return errno;
+  *alignment = page_size_bytes();
+#if defined(STATX_DIOALIGN)
+  struct statx sx;
+  if (statx(f, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
+      sx.stx_dio_offset_align > 0) {
+    *alignment = std::max<std::uint64_t>(sx.stx_dio_offset_align, sx.stx_dio_mem_align);
+  }
+#endif
+  *direct_fd = f;
+  return 0;
+}
+
 int preallocate(int fd, std::uint64_t bytes) {
   if (retry_eintr([&] { return fallocate(fd, 0, 0, static_cast<off_t>(bytes)); }) != 0) {
     return errno;
@@ -140,11 +157,12 @@ int map_anonymous(std::uint64_t bytes, void** addr) {
 
 int unmap(void* addr, std::uint64_t bytes) { return munmap(addr, bytes) == 0 ? 0 : errno; }
 
-int pages_resident(void* addr, std::uint64_t bytes, bool* all_resident) {
+int pages_resident(void* addr, std::uint64_t bytes, std::uint64_t* resident_bytes) {
   const std::uint64_t page = page_size_bytes();
   std::vector<unsigned char> vec((bytes + page - 1) / page);
   if (mincore(addr, bytes, vec.data()) != 0) return errno;
-  *all_resident = std::all_of(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1) != 0; });
+  const auto pages = std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1) != 0; });
+  *resident_bytes = std::min<std::uint64_t>(static_cast<std::uint64_t>(pages) * page, bytes);
   return 0;
 }
 
@@ -231,6 +249,95 @@ std::uint64_t resident_anonymous_bytes() {
       return kib * 1024;
     }
     status.ignore(4096, '\n');
+  }
+  return 0;
+}
+
+std::uint64_t mem_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  while (meminfo >> key) {
+    if (key == "MemAvailable:") {
+      std::uint64_t kib = 0;
+      meminfo >> kib;
+      return kib * 1024;
+    }
+    meminfo.ignore(4096, '\n');
+  }
+  return 0;
+}
+
+namespace {
+
+// Note [Reading the memory cgroup]
+// /proc/self/cgroup names this process's cgroup per hierarchy: "0::/path" for v2, and
+// "N:memory:/path" (or "N:...,memory,...:/path") for v1's memory controller. Inside a container
+// the path may not exist under /sys/fs/cgroup (the namespace root is mounted instead), so the
+// path is tried first and the mount's root second.
+bool read_number(const std::string& file, std::uint64_t* value) {
+  std::ifstream in(file);
+  std::string text;
+  if (!(in >> text)) return false;
+  if (text == "max") {
+    *value = 0;
+    return true;
+  }
+  try {
+    *value = std::stoull(text);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (*value >= (1ull << 62)) *value = 0;  // v1 "unlimited" is LONG_MAX rounded to pages
+  return true;
+}
+
+std::string cgroup_path(const std::string& controller_match) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto first = line.find(':');
+    const auto second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const bool match = controller_match.empty()
+                           ? line.compare(0, 3, "0::") == 0
+                           : ("," + controllers + ",").find("," + controller_match + ",") !=
+                                 std::string::npos;
+    if (match) return line.substr(second + 1);
+  }
+  return "";
+}
+
+bool cgroup_dir(const std::string& root, const std::string& path, const std::string& probe,
+                std::string* dir) {
+  for (const std::string& candidate : {root + path, root}) {
+    if (access((candidate + "/" + probe).c_str(), R_OK) == 0) {
+      *dir = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+int memory_cgroup(CgroupMemory* out) {
+  *out = CgroupMemory{};
+  std::string dir;
+  const std::string v1 = cgroup_path("memory");
+  if (!v1.empty() && cgroup_dir("/sys/fs/cgroup/memory", v1, "memory.limit_in_bytes", &dir)) {
+    out->version = 1;
+    read_number(dir + "/memory.limit_in_bytes", &out->limit_bytes);
+    read_number(dir + "/memory.usage_in_bytes", &out->usage_bytes);
+    read_number(dir + "/memory.max_usage_in_bytes", &out->peak_bytes);
+    return 0;
+  }
+  const std::string v2 = cgroup_path("");
+  if (!v2.empty() && cgroup_dir("/sys/fs/cgroup", v2, "memory.max", &dir)) {
+    out->version = 2;
+    read_number(dir + "/memory.max", &out->limit_bytes);
+    read_number(dir + "/memory.current", &out->usage_bytes);
+    read_number(dir + "/memory.peak", &out->peak_bytes);
   }
   return 0;
 }

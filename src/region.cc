@@ -13,7 +13,8 @@ Region::Region(Region&& other) noexcept
     : core_(std::move(other.core_)),
       offset_(other.offset_),
       size_(other.size_),
-      requested_(other.requested_) {
+      requested_(other.requested_),
+      in_flight_(std::move(other.in_flight_)) {
   other.core_ = nullptr;
 }
 
@@ -25,19 +26,25 @@ Region& Region::operator=(Region&& other) noexcept {
     offset_ = other.offset_;
     size_ = other.size_;
     requested_ = other.requested_;
+    in_flight_ = std::move(other.in_flight_);
   }
   return *this;
 }
 
 Region::~Region() { release(); }
 
+// A queued write or read still targets this region's bytes: the block goes back to the
+// allocator (and to the next layer's forward) only after it completed. Its failure, if any, is
+// reported by its own Pending and at the arena's next submission, not here.
 void Region::release() {
   if (!core_) return;
+  in_flight_.settle();
+  in_flight_ = Pending();
   core_->free(Block{offset_, size_});
   core_ = nullptr;
 }
 
-const detail::ArenaCore& Region::core_or_throw() const {
+detail::ArenaCore& Region::core_or_throw() const {
   if (!core_) throw MovedFromRegionError("spill: use of a moved-from or released Region");
   return *core_;
 }
@@ -56,8 +63,6 @@ std::uint64_t Region::requested_bytes() const {
   core_or_throw();
   return requested_;
 }
-
-void* Region::data() const { return core_or_throw().base() + offset_; }
 
 namespace {
 void check_range(std::uint64_t size, std::uint64_t bytes, std::uint64_t offset_in_region) {
@@ -81,10 +86,30 @@ void Region::read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region
   core_->read(offset_ + offset_in_region, dst, bytes);
 }
 
+Pending Region::write_async(const void* src, std::uint64_t bytes) {
+  core_or_throw();
+  check_range(size_, bytes, 0);
+  Pending p = core_->write_async(offset_, src, bytes);
+  in_flight_.add(p);
+  return p;
+}
+
+Pending Region::read_async(void* dst, std::uint64_t bytes) {
+  core_or_throw();
+  check_range(size_, bytes, 0);
+  Pending p = core_->read_async(offset_, dst, bytes);
+  in_flight_.add(p);
+  return p;
+}
+
 const void* Region::read_in_place(std::uint64_t bytes) const {
   core_or_throw();
   check_range(size_, bytes, 0);
   return core_->read_in_place(offset_, bytes);
+}
+
+std::uint64_t Region::resident_bytes() const {
+  return core_or_throw().storage().resident_bytes(offset_, size_);
 }
 
 void Region::prefetch() const { core_or_throw().prefetch(offset_, size_); }

@@ -1,5 +1,8 @@
 #include "rng_state.h"
 
+#include <ATen/autocast_mode.h>
+
+#include <algorithm>
 #include <mutex>
 
 namespace spill::detail {
@@ -17,36 +20,83 @@ void set_state(const torch::Device& device, const torch::Tensor& state) {
   gen.set_state(state);
 }
 
-}  // namespace
-
 // Note [Device generators]
-// The device comes from the input tensor (never a hard-coded "cuda"), and c10's generic
-// defaultGenerator(device) finds its generator. A device type without a default generator
-// cannot run random ops either, so there is nothing to replay there.
-RngState capture_rng_state(const torch::Device& input_device) {
-  RngState s;
-  s.cpu_state = get_state(torch::Device(torch::kCPU));
-  if (!input_device.is_cpu()) {
-    try {
-      s.device_state = get_state(input_device);
-      s.device = input_device;
-    } catch (const c10::Error&) {
-      s.device.reset();
+// Devices come from the input tensors (never a hard-coded "cuda"), and c10's generic
+// defaultGenerator(device) finds each one's generator. A device type without a default
+// generator cannot run random ops either, so there is nothing to replay there.
+std::vector<torch::Device> devices_of(const std::vector<torch::Tensor>& inputs) {
+  std::vector<torch::Device> devices;
+  for (const auto& t : inputs) {
+    if (!t.defined() || t.device().is_cpu()) continue;
+    if (std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
+      devices.push_back(t.device());
     }
   }
+  return devices;
+}
+
+ForwardState capture(const std::vector<torch::Device>& devices) {
+  ForwardState s;
+  s.cpu_rng = get_state(torch::Device(torch::kCPU));
+  std::vector<torch::DeviceType> types{torch::kCPU};
+  for (const auto& d : devices) {
+    try {
+      s.device_rng.emplace_back(d, get_state(d));
+    } catch (const c10::Error&) {
+      // No generator for this device type: nothing random runs there.
+    }
+    if (std::find(types.begin(), types.end(), d.type()) == types.end()) types.push_back(d.type());
+  }
+  for (auto type : types) {
+    s.autocast.push_back(AutocastState{type, at::autocast::is_autocast_enabled(type),
+                                       at::autocast::get_autocast_dtype(type)});
+  }
+  s.autocast_cache_enabled = at::autocast::is_autocast_cache_enabled();
   return s;
 }
 
-RngReplay::RngReplay(const RngState& replay) {
-  saved_ = capture_rng_state(replay.device.value_or(torch::Device(torch::kCPU)));
-  set_state(torch::Device(torch::kCPU), replay.cpu_state);
-  if (replay.device) set_state(*replay.device, replay.device_state);
+void install(const ForwardState& s) {
+  set_state(torch::Device(torch::kCPU), s.cpu_rng);
+  for (const auto& [device, state] : s.device_rng) set_state(device, state);
+  for (const auto& a : s.autocast) {
+    at::autocast::set_autocast_enabled(a.device_type, a.enabled);
+    at::autocast::set_autocast_dtype(a.device_type, a.dtype);
+  }
+  at::autocast::set_autocast_cache_enabled(s.autocast_cache_enabled);
 }
 
-RngReplay::~RngReplay() {
+}  // namespace
+
+ForwardState capture_forward_state(const std::vector<torch::Tensor>& inputs) {
+  return capture(devices_of(inputs));
+}
+
+// Note [Replaying autocast]
+// Autocast state is thread-local, and backward runs outside the forward's autocast region (on
+// the caller's thread for CPU, on device threads otherwise): without replay the recomputation
+// runs in full precision and the gradients differ. Like torch.utils.checkpoint, the replay
+// enters a nesting level and clears the cast cache when it leaves the outermost one.
+ForwardReplay::ForwardReplay(const ForwardState& replay) {
+  std::vector<torch::Device> devices;
+  for (const auto& d : replay.device_rng) devices.push_back(d.first);
+  saved_ = capture(devices);
+  for (const auto& a : replay.autocast) {  // device types the forward saw but saved_ lacks
+    const bool known = std::any_of(saved_.autocast.begin(), saved_.autocast.end(),
+                                   [&](const AutocastState& s) { return s.device_type == a.device_type; });
+    if (!known) {
+      saved_.autocast.push_back(AutocastState{a.device_type,
+                                              at::autocast::is_autocast_enabled(a.device_type),
+                                              at::autocast::get_autocast_dtype(a.device_type)});
+    }
+  }
+  install(replay);
+  at::autocast::increment_nesting();
+}
+
+ForwardReplay::~ForwardReplay() {
   try {
-    set_state(torch::Device(torch::kCPU), saved_.cpu_state);
-    if (saved_.device) set_state(*saved_.device, saved_.device_state);
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    install(saved_);
   } catch (const c10::Error&) {
     // Restoring a state we read ourselves a moment ago cannot fail in practice; never throw here.
   }

@@ -1,33 +1,41 @@
-// RngState: the random-number state a layer saw in forward, replayed for its recomputation in
-// backward so dropout draws the same masks (else the gradients are wrong).
+// ForwardState: what a layer's forward saw that its recomputation in backward must see again —
+// the random-number state (so dropout draws the same masks) and the autocast state (so the
+// recomputation runs in the same precision). Without either, the gradients are wrong.
 #pragma once
 
 #include <torch/torch.h>
 
-#include <optional>
+#include <vector>
 
 namespace spill::detail {
 
-struct RngState {
-  torch::Tensor cpu_state;
-  std::optional<torch::Device> device;  // the input's device, when it has its own generator
-  torch::Tensor device_state;
+struct AutocastState {
+  torch::DeviceType device_type;
+  bool enabled = false;
+  at::ScalarType dtype = at::kFloat;
 };
 
-// The CPU generator's state and, for an input on another device, that device's generator state.
-RngState capture_rng_state(const torch::Device& input_device);
+struct ForwardState {
+  torch::Tensor cpu_rng;
+  std::vector<std::pair<torch::Device, torch::Tensor>> device_rng;  // every input device
+  std::vector<AutocastState> autocast;  // CPU and every input device type
+  bool autocast_cache_enabled = true;
+};
+
+// The CPU generator's state, the state of every other device among `inputs`, and autocast.
+ForwardState capture_forward_state(const std::vector<torch::Tensor>& inputs);
 
 // Installs a captured state for its lifetime, and puts back the states it found on destruction,
 // so the recomputation does not disturb the random stream of the rest of the backward pass.
-class RngReplay {
+class ForwardReplay {
  public:
-  explicit RngReplay(const RngState& replay);
-  ~RngReplay();
-  RngReplay(const RngReplay&) = delete;
-  RngReplay& operator=(const RngReplay&) = delete;
+  explicit ForwardReplay(const ForwardState& replay);
+  ~ForwardReplay();
+  ForwardReplay(const ForwardReplay&) = delete;
+  ForwardReplay& operator=(const ForwardReplay&) = delete;
 
  private:
-  RngState saved_;
+  ForwardState saved_;
 };
 
 }  // namespace spill::detail

@@ -4,12 +4,9 @@
 #include <boost/interprocess/file_mapping.hpp>
 #include <boost/interprocess/mapped_region.hpp>
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "platform.h"
 #include "spill/error.h"
@@ -28,6 +25,10 @@ class FileDescriptor {
   }
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
   int get() const { return fd_; }
   int release() { return std::exchange(fd_, -1); }
 
@@ -37,21 +38,30 @@ class FileDescriptor {
 
 class SpillFile final : public Storage {
  public:
-  SpillFile(int fd, bip::mapped_region mapping, StorageInfo info)
-      : fd_(fd), mapping_(std::move(mapping)), info_(std::move(info)) {}
+  SpillFile(int fd, int direct_fd, std::uint64_t direct_alignment, bip::mapped_region mapping,
+            StorageInfo info)
+      : fd_(fd),
+        direct_fd_(direct_fd),
+        direct_alignment_(direct_alignment),
+        mapping_(std::move(mapping)),
+        info_(std::move(info)) {}
   ~SpillFile() override {
     mapping_ = bip::mapped_region();  // unmap before the last descriptor closes
+    if (direct_fd_ >= 0) platform::close_file(direct_fd_);
     platform::close_file(fd_);
   }
 
   char* base() const override { return static_cast<char*>(mapping_.get_address()); }
   const StorageInfo& info() const override { return info_; }
+  int fd() const override { return fd_; }
+  int direct_fd() const override { return direct_fd_; }
+  std::uint64_t direct_alignment() const override { return direct_alignment_; }
 
   // Note [Why pwrite, not memcpy, for the forward copy]
   // memcpy into mapped pages that are not resident first faults them in, and for pages that
   // were written before and evicted that means reading the old data back from disk only to
   // overwrite it. pwrite of whole pages fills page-cache pages directly: no faults, no reads.
-  // The mapping and pwrite share the same page cache, so data() still sees what was written.
+  // The mapping and pwrite share the same page cache, so the mapping still sees what was written.
   // Even resident pages are no better through the mapping in training: a region is rewritten one
   // step later, after its writeback, when its pages are clean and write-protected, and every
   // page then takes a write fault through ext4's page_mkwrite. Measured on the development VM
@@ -63,13 +73,14 @@ class SpillFile final : public Storage {
   }
   // Reads have no such trap: read faults on resident page-cache pages are cheap and mapped 16 at
   // a time (fault-around), so resident ranges are copied from the mapping, skipping pread's
-  // per-page lookups; the rest go through pread, which reads ahead in large requests.
+  // per-page lookups. Non-resident reads go through the I/O engine (Note [Parallel reads from
+  // disk]); this single-stream pread is its fallback.
   void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const override {
-    if (all_resident(offset, bytes)) {
+    if (resident(offset, bytes)) {
       std::memcpy(dst, base() + offset, bytes);
       return;
     }
-    if (int e = read_from_disk(dst, bytes, offset); e != 0) fail("read", e, bytes, offset);
+    if (int e = platform::read_at(fd_, dst, bytes, offset); e != 0) fail("read", e, bytes, offset);
   }
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) override {
     platform::start_writeback(fd_, offset, bytes);
@@ -77,53 +88,29 @@ class SpillFile final : public Storage {
   // Pages mapped into this process (written or read through the mapping) are not dropped by
   // POSIX_FADV_DONTNEED, so their page-table entries go first.
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) override {
+    unmap_pages(offset, bytes);
+    platform::drop_cached_pages(fd_, offset, bytes);
+  }
+  void unmap_pages(std::uint64_t offset, std::uint64_t bytes) override {
     char* p = base() + offset;
     platform::unmap_pages(page_start(p), bytes + page_slack(p));
-    platform::drop_cached_pages(fd_, offset, bytes);
   }
   // Readahead for whatever of the range is not in memory; both the page cache (for pread) and
   // this process's mapping (for zero-copy reads) are asked.
   void prefetch(std::uint64_t offset, std::uint64_t bytes) override {
-    if (all_resident(offset, bytes)) return;
+    if (resident(offset, bytes)) return;
     char* p = base() + offset;
     platform::prefetch_range(fd_, offset, bytes);
     platform::advise_will_need(page_start(p), bytes + page_slack(p));
   }
+  std::uint64_t resident_bytes(std::uint64_t offset, std::uint64_t bytes) const override {
+    char* p = base() + offset;
+    std::uint64_t resident = 0;
+    if (platform::pages_resident(page_start(p), bytes + page_slack(p), &resident) != 0) return 0;
+    return std::min(resident, bytes);
+  }
 
  private:
-  // Note [Parallel reads from disk]
-  // One pread is one request stream: the kernel's readahead keeps only a few requests in
-  // flight, and an SSD wants more. Large non-resident reads are split into 4 MiB chunks read by
-  // up to kReadStreams threads, the queue depth the O_DIRECT baseline uses (BM_RoundTrip).
-  static constexpr std::uint64_t kReadChunkBytes = 4ull << 20;
-  static constexpr int kReadStreams = 4;
-
-  int read_from_disk(void* dst, std::uint64_t bytes, std::uint64_t offset) const {
-    if (bytes < 2 * kReadChunkBytes) return platform::read_at(fd_, dst, bytes, offset);
-    std::atomic<std::uint64_t> next{0};
-    std::atomic<int> error{0};
-    auto worker = [&] {
-      for (std::uint64_t at = next.fetch_add(kReadChunkBytes); at < bytes;
-           at = next.fetch_add(kReadChunkBytes)) {
-        const std::uint64_t n = std::min(kReadChunkBytes, bytes - at);
-        if (int e = platform::read_at(fd_, static_cast<char*>(dst) + at, n, offset + at); e != 0) {
-          error.store(e);
-        }
-      }
-    };
-    std::vector<std::thread> helpers;
-    for (int i = 1; i < kReadStreams; ++i) helpers.emplace_back(worker);
-    worker();
-    for (auto& t : helpers) t.join();
-    return error.load();
-  }
-
-  bool all_resident(std::uint64_t offset, std::uint64_t bytes) const {
-    char* p = base() + offset;
-    bool resident = false;
-    return platform::pages_resident(page_start(p), bytes + page_slack(p), &resident) == 0 &&
-           resident;
-  }
   static std::uintptr_t page_mask() { return ~(platform::page_size_bytes() - 1); }
   static void* page_start(char* p) {
     return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) & page_mask());
@@ -135,11 +122,16 @@ class SpillFile final : public Storage {
   [[noreturn]] void fail(const char* what, int e, std::uint64_t bytes, std::uint64_t offset) const {
     throw IoError(e, std::string("spill: ") + what + " of " + std::to_string(bytes) +
                          " bytes at offset " + std::to_string(offset) + " of the spill file in " +
-                         info_.directory + " failed: " + std::strerror(e) +
-                         "; check the disk (dmesg) and its free space");
+                         info_.directory + " failed: " + std::strerror(e) + "; " +
+                         (e == EFBIG ? "the process's file size limit (ulimit -f) is below the "
+                                       "arena's capacity; raise it or lower capacity_bytes"
+                                     : "check the disk (dmesg) and its free space"),
+                  what[0] == 'w' ? IoOp::write : IoOp::read, offset, bytes);
   }
 
   int fd_;
+  int direct_fd_;
+  std::uint64_t direct_alignment_;
   bip::mapped_region mapping_;
   StorageInfo info_;
 };
@@ -148,7 +140,7 @@ class SpillFile final : public Storage {
 // Vetting the directory
 // ---------------------------------------------------------------------------------------------
 
-void check_directory(const std::string& dir) {
+void check_directory_or_throw(const std::string& dir) {
   const int e = platform::check_writable_directory(dir);
   if (e == 0) return;
   std::string why;
@@ -208,6 +200,24 @@ void preallocate_or_throw(int fd, const SpillFileOptions& o, const platform::Fil
           "ext4, xfs or btrfs");
 }
 
+// Note [Direct descriptor]
+// O_DIRECT is a property of an open file description, so the unnamed file is opened a second
+// time through /proc/self/fd with O_DIRECT: buffered and direct I/O then share one file, and the
+// mapping keeps working for the buffered mode.
+int open_direct_or_throw(int fd, const SpillFileOptions& o, const platform::FileSystemInfo& fs,
+                         std::uint64_t* alignment) {
+  int direct = -1;
+  const int e = platform::reopen_direct(fd, &direct, alignment);
+  if (e == 0 && *alignment <= platform::page_size_bytes()) return direct;
+  if (e == 0) platform::close_file(direct);
+  throw InvalidArgumentError(
+      "spill: ArenaOptions::io = direct, but the file system of '" + o.directory + "' (" +
+      fs.type_name + ") " +
+      (e != 0 ? std::string("refuses O_DIRECT (") + std::strerror(e) + ")"
+              : "needs " + std::to_string(*alignment) + "-byte direct I/O alignment") +
+      "; use IoMode::buffered or automatic, or a directory on ext4/xfs");
+}
+
 // Note [Mapping through /proc/self/fd]
 // The file has no name, so Boost.Interprocess's file_mapping opens it again through the
 // descriptor's magic link. The second descriptor closes as soon as the region is mapped.
@@ -225,7 +235,7 @@ bip::mapped_region map_file(int fd, const SpillFileOptions& o) {
 }  // namespace
 
 std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
-  check_directory(o.directory);
+  check_directory_or_throw(o.directory);
   const platform::FileSystemInfo fs = vet_file_system(o);
   int raw_fd = -1;
   bool used_tmpfile = false;
@@ -235,9 +245,37 @@ std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
   }
   FileDescriptor fd(raw_fd);
   preallocate_or_throw(fd.get(), o, fs);
+  FileDescriptor direct(-1);
+  std::uint64_t alignment = 0;
+  if (o.direct) direct = FileDescriptor(open_direct_or_throw(fd.get(), o, fs, &alignment));
   bip::mapped_region mapping = map_file(fd.get(), o);
   StorageInfo info{o.directory, fs.type_name, o.capacity_bytes, fs.free_bytes, used_tmpfile};
-  return std::make_unique<SpillFile>(fd.release(), std::move(mapping), std::move(info));
+  return std::make_unique<SpillFile>(fd.release(), direct.release(), alignment, std::move(mapping),
+                                     std::move(info));
+}
+
+void check_directory(const std::string& directory) { check_directory_or_throw(directory); }
+
+bool direct_io_supported(const std::string& directory, std::string* why) {
+  int raw_fd = -1;
+  bool used_tmpfile = false;
+  if (int e = platform::open_unnamed_file(directory, &raw_fd, &used_tmpfile); e != 0) {
+    *why = std::string("cannot create a file there: ") + std::strerror(e);
+    return false;
+  }
+  FileDescriptor fd(raw_fd);
+  int direct = -1;
+  std::uint64_t alignment = 0;
+  if (int e = platform::reopen_direct(fd.get(), &direct, &alignment); e != 0) {
+    *why = std::string("O_DIRECT is refused there: ") + std::strerror(e);
+    return false;
+  }
+  FileDescriptor closer(direct);
+  if (alignment > platform::page_size_bytes()) {
+    *why = "O_DIRECT needs " + std::to_string(alignment) + "-byte alignment, above the page size";
+    return false;
+  }
+  return true;
 }
 
 }  // namespace spill::detail

@@ -28,6 +28,18 @@ class Storage {
   virtual void start_writeback(std::uint64_t offset, std::uint64_t bytes) = 0;
   virtual void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) = 0;
   virtual void prefetch(std::uint64_t offset, std::uint64_t bytes) = 0;
+  // Removes this process's page-table entries for the range (the data stays in the file).
+  virtual void unmap_pages(std::uint64_t offset, std::uint64_t bytes) = 0;
+  // Bytes of the range whose pages are in memory (all of it for host memory).
+  virtual std::uint64_t resident_bytes(std::uint64_t offset, std::uint64_t bytes) const = 0;
+  bool resident(std::uint64_t offset, std::uint64_t bytes) const {
+    return resident_bytes(offset, bytes) >= bytes;
+  }
+  // Descriptors for the I/O engine: buffered, and O_DIRECT (-1 unless direct I/O was asked for
+  // and is supported), with the alignment O_DIRECT needs (0 when unknown: the page size does).
+  virtual int fd() const { return -1; }
+  virtual int direct_fd() const { return -1; }
+  virtual std::uint64_t direct_alignment() const { return 0; }
 };
 
 }  // namespace spill::detail

@@ -5,65 +5,13 @@
 #include <torch/torch.h>
 
 #include "spill/spill.h"
+#include "gpt_test_support.h"
 #include "test_support.h"
-#include "tiny_gpt.h"
 
 using spill_test::list_dir;
 using spill_test::ScratchDir;
+using namespace spill_test::gpt;
 
-namespace {
-
-spill::SpillArena make_arena(const std::string& dir, std::uint64_t capacity,
-                             spill::Backing backing = spill::Backing::disk) {
-  spill::ArenaOptions o;
-  o.directory = dir;
-  o.capacity_bytes = capacity;
-  o.backing = backing;
-  return spill::SpillArena(o);
-}
-
-struct Grads {
-  torch::Tensor input;
-  std::vector<torch::Tensor> params;
-  torch::Tensor loss;
-};
-
-// One forward + backward of a GPT block stack with dropout, from a fixed RNG seed.
-Grads gpt_step(torch::nn::Sequential& blocks, const std::shared_ptr<spill::TensorStash>& stash,
-               const torch::Tensor& x0) {
-  for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
-  torch::manual_seed(1234);
-  torch::Tensor x = x0.detach().clone().requires_grad_(true);
-  torch::Tensor y = spill::models::run_blocks(blocks, stash, x);
-  torch::Tensor loss = (y * y).mean() + torch::dropout(y, 0.2, true).sum() * 1e-3;
-  loss.backward();
-  Grads g{x.grad().clone(), {}, loss.detach()};
-  for (auto& p : blocks->parameters()) g.params.push_back(p.grad().clone());
-  return g;
-}
-
-void check_identical(const Grads& a, const Grads& b) {
-  CHECK(torch::equal(a.loss, b.loss));
-  CHECK(torch::equal(a.input, b.input));
-  REQUIRE(a.params.size() == b.params.size());
-  std::size_t equal = 0;
-  for (std::size_t i = 0; i < a.params.size(); ++i) equal += torch::equal(a.params[i], b.params[i]);
-  CHECK(equal == a.params.size());
-}
-
-torch::nn::Sequential gpt_blocks(int layers) {
-  torch::manual_seed(7);
-  spill::models::GptConfig cfg;
-  cfg.hidden = 64;
-  cfg.heads = 4;
-  cfg.dropout = 0.1;
-  torch::nn::Sequential blocks;
-  for (int i = 0; i < layers; ++i) blocks->push_back(spill::models::GptBlock(cfg));
-  blocks->train();
-  return blocks;
-}
-
-}  // namespace
 
 TEST_CASE("checkpoint: GPT block gradients are bit-identical in every mode, with dropout") {
   ScratchDir dir;

@@ -5,13 +5,15 @@
 //   options.capacity_bytes = 8ull << 30;            // required
 //   spill::SpillArena arena(options);
 //   spill::Region r = arena.allocate(64ull << 20);  // move-only; freed when it dies
-//   arena.write(r, src, 64ull << 20);               // pwrite into the file
-//   arena.prefetch(r);                              // readahead before you need it back
-//   arena.read(r, dst, 64ull << 20);
-//   spill::ArenaStats s = arena.stats();            // s.bytes_in_use, s.peak_bytes_in_use, ...
+//   r.write(src, 64ull << 20);                      // synchronous
+//   spill::Pending p = r.write_async(src, 64ull << 20);  // queued; src lives until p completes
+//   p.wait();                                       // throws spill::IoError on failure
+//   r.read(dst, 64ull << 20);
+//   spill::ArenaStats s = arena.stats();            // s.bytes_in_use, s.io_backend, ...
 //
 // Thread-safe: regions may be allocated, written, read and freed from any thread. Regions keep
-// the arena's storage alive, so a region may outlive the SpillArena object that made it.
+// the arena's storage alive, so a region may outlive the SpillArena object that made it; a
+// region is returned to the allocator only after every operation queued on it completed.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,7 @@
 #include <utility>
 
 #include "spill/error.h"
+#include "spill/io.h"
 
 namespace spill {
 
@@ -42,9 +45,26 @@ struct ArenaOptions {
   bool start_writeback_after_write = true;
   // When > 0, the arena keeps at most this many bytes of written regions in the page cache:
   // older ones are written back and dropped (POSIX_FADV_DONTNEED), oldest first. 0: the kernel
-  // decides. See Note [Bounded page cache].
+  // decides. See Note [Bounded page cache]. Buffered I/O only.
   std::uint64_t page_cache_limit_bytes = 0;
+  // How bytes reach the disk: see Note [Direct I/O and the staging pool]. automatic picks direct
+  // when capacity_bytes exceeds the memory this process may use (cgroup limit, MemAvailable).
+  IoMode io = IoMode::automatic;
+  IoBackend io_backend = IoBackend::automatic;
+  // Host memory for direct I/O's staging pool, allocated once (rounded to pages, at least one).
+  std::uint64_t staging_bytes = 64ull << 20;
+  // For spill::checkpoint (the arena stash): overlap spilling with compute; false spills and
+  // restores synchronously (the comparison point). See Note [Overlapped spilling].
+  bool asynchronous = true;
+  // In backward, reads of this many predecessors are queued when a layer's input is restored.
+  std::uint32_t prefetch_depth = 2;
+  // The inputs of the last layers stored are kept where they are, not spilled: their backward
+  // comes first, so spilling them would only cost time.
+  std::uint32_t keep_last = 1;
 };
+
+// Largest staging pool accepted (64 GiB), against unit mistakes.
+constexpr std::uint64_t kMaxStagingBytes = 64ull << 30;
 
 // Largest capacity accepted (1 PiB): larger values are taken for a unit mistake.
 constexpr std::uint64_t kMaxCapacityBytes = 1ull << 50;
@@ -63,6 +83,18 @@ struct ArenaStats {
   std::uint64_t high_water_bytes = 0;    // highest end offset ever handed out
   std::uint64_t bytes_written = 0;       // through write(), all time
   std::uint64_t bytes_read = 0;          // through read(), all time
+  // The I/O engine (disk backing). See Note [The I/O queue].
+  IoMode io_mode = IoMode::buffered;     // resolved: buffered or direct
+  IoBackend io_backend = IoBackend::thread_pool;
+  std::string io_note;                   // why this mode/backend (automatic choices, fallbacks)
+  std::uint64_t staging_bytes = 0;       // the staging pool (direct mode)
+  std::uint64_t staging_waits = 0;       // writes that found every staging slot busy
+  std::uint64_t staging_wait_ns = 0;
+  std::uint64_t restores = 0;            // stashed tensors given back (spill::checkpoint)
+  std::uint64_t restore_waits = 0;       // ... that had to wait for their I/O
+  std::uint64_t restore_wait_ns = 0;
+  std::uint64_t prefetches = 0;          // reads queued ahead of backward
+  std::uint64_t prefetch_hits = 0;       // ... whose tensor was ready when backward asked
 };
 
 // A move-only handle to one region of an arena. The region is freed when the handle dies (or on
@@ -79,34 +111,46 @@ class Region {
   std::uint64_t offset() const;           // byte offset in the spill file, page aligned
   std::uint64_t size() const;             // bytes reserved (rounded up to a size class)
   std::uint64_t requested_bytes() const;  // bytes asked for
-  void* data() const;                     // pointer into the mapping, page aligned
   bool valid() const { return core_ != nullptr; }
   explicit operator bool() const { return valid(); }
 
   // Copies bytes in and out. `offset_in_region + bytes` must be <= size().
   void write(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
   void read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0) const;
+  // Queued copies: they return before the bytes moved. `src`/`dst` must stay valid until the
+  // Pending completes (in direct mode a write has copied `src` into staging on return, but the
+  // contract is the same for both modes). A failure surfaces at Pending::wait, and at the next
+  // write_async/read_async of the arena. A direct-mode read lands in `dst` without a copy when
+  // `dst` is aligned to SpillArena::io_alignment().
+  Pending write_async(const void* src, std::uint64_t bytes);
+  Pending read_async(void* dst, std::uint64_t bytes);
   // Zero-copy read: the region's bytes in the mapping, counted in bytes_read. The caller reads
   // them in place (the checkpoint wrapper wraps them in a tensor); non-resident pages are read
   // ahead first. `bytes` must be <= size().
   const void* read_in_place(std::uint64_t bytes) const;
+  // Bytes of the region held in memory (page cache or host memory); resident(): all of them, so
+  // a restore will not wait for the disk.
+  std::uint64_t resident_bytes() const;
+  bool resident() const { return resident_bytes() >= size(); }
   // Hints: readahead of the region; writeback start; writeback, wait and drop from the cache.
   void prefetch() const;
   void start_writeback() const;
   void drop_cached_pages() const;
 
-  void release();  // frees the region now; the handle becomes empty
+  // Frees the region (after its queued operations completed); the handle becomes empty.
+  void release();
 
  private:
   friend class SpillArena;
   Region(std::shared_ptr<detail::ArenaCore> core, std::uint64_t offset, std::uint64_t size,
          std::uint64_t requested);
-  const detail::ArenaCore& core_or_throw() const;
+  detail::ArenaCore& core_or_throw() const;
 
   std::shared_ptr<detail::ArenaCore> core_;
   std::uint64_t offset_ = 0;
   std::uint64_t size_ = 0;
   std::uint64_t requested_ = 0;
+  Pending in_flight_;  // operations queued on this region, waited for before it is freed
 };
 
 class SpillArena {
@@ -131,12 +175,15 @@ class SpillArena {
   void read(const Region& region, void* dst, std::uint64_t bytes) const;
   void prefetch(const Region& region) const;
 
-  // {offset, bytes} of the most recent write, and a readahead hint for any range: the
-  // checkpoint wrapper prefetches, in backward, the region written just before the current one.
-  std::pair<std::uint64_t, std::uint64_t> last_written_range() const;
-  void prefetch_range(std::uint64_t offset, std::uint64_t bytes) const;
-
   ArenaStats stats() const;
+  const ArenaOptions& options() const;  // as resolved: directory, io mode, rounded sizes
+  const void* identity() const;         // the same for every handle to this arena
+  IoMode io_mode() const;               // resolved: buffered or direct
+  std::uint64_t io_alignment() const;   // alignment a direct read needs to skip staging
+  // For stashes: a stashed tensor was given back; `was_ready` when its I/O had completed,
+  // `waited_ns` spent waiting for it; `prefetched` when its read was queued ahead.
+  void record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) const;
+  void record_prefetch() const;
   Backing backing() const;
   const std::string& directory() const;         // "" for the RAM backing
   const std::string& file_system_type() const;  // "ext4", ... or "ram"

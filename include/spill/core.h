@@ -12,6 +12,7 @@
 #include "spill/arena.h"
 #include "spill/directory.h"
 #include "spill/error.h"
+#include "spill/io.h"
 #include "spill/process_memory.h"
 #include "spill/sizing.h"
 #include "spill/slab_allocator.h"

@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "spill/io.h"
+
 namespace spill {
 
 class Error : public std::runtime_error {
@@ -106,14 +108,23 @@ class MovedFromRegionError : public Error {
   using Error::Error;
 };
 
-// A read or write of region data failed (I/O error, out-of-range access).
+// A read or write of region data failed (I/O error, disk full, file too large). Errors from the
+// asynchronous engine also name the operation, the file offset and the byte count.
 class IoError : public Error {
  public:
-  IoError(int error_number, const std::string& message) : Error(message), errno_(error_number) {}
+  IoError(int error_number, const std::string& message, IoOp op = IoOp::write,
+          std::uint64_t offset = 0, std::uint64_t bytes = 0)
+      : Error(message), errno_(error_number), op_(op), offset_(offset), bytes_(bytes) {}
   int error_number() const { return errno_; }
+  IoOp op() const { return op_; }
+  std::uint64_t offset() const { return offset_; }
+  std::uint64_t bytes() const { return bytes_; }
 
  private:
   int errno_;
+  IoOp op_;
+  std::uint64_t offset_;
+  std::uint64_t bytes_;
 };
 
 // Misuse of the checkpoint wrapper, e.g. a second backward through the same graph.

@@ -18,4 +18,17 @@ std::uint64_t resident_anonymous_bytes();
 // For tools and benchmarks that report memory; no effect on other C libraries.
 void return_freed_memory_promptly(std::uint64_t threshold_bytes = 128 * 1024);
 
+// How much memory this process may use: its memory cgroup (v1 or v2) and the system's
+// MemAvailable. Fields are 0 where unknown (no cgroup limit, unreadable files).
+struct MemoryLimits {
+  int cgroup_version = 0;                  // 1, 2, or 0 when no memory cgroup was found
+  std::uint64_t cgroup_limit_bytes = 0;    // memory.limit_in_bytes / memory.max; 0: no limit
+  std::uint64_t cgroup_usage_bytes = 0;    // memory.usage_in_bytes / memory.current
+  std::uint64_t cgroup_peak_bytes = 0;     // memory.max_usage_in_bytes / memory.peak
+  std::uint64_t mem_available_bytes = 0;   // MemAvailable of /proc/meminfo
+  // What the process may still take: MemAvailable, capped by the cgroup's limit less its usage.
+  std::uint64_t usable_bytes() const;
+};
+MemoryLimits memory_limits();
+
 }  // namespace spill

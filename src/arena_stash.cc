@@ -1,0 +1,334 @@
+// The arena stash: layer inputs spilled to regions of a SpillArena, overlapped with compute.
+// See Note [Overlapped spilling].
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "device_copy.h"
+#include "spill/tensor_stash.h"
+
+namespace spill {
+namespace {
+
+// Note [Overlapped spilling]
+// store() keeps a reference to the input and returns. The input is spilled once keep_last newer
+// inputs were stored (the last layers' inputs are needed first in backward, so they stay where
+// they are): its region is allocated and its write queued; an accelerator tensor is first copied
+// to host memory on a side stream (Note [Accelerator copies]) and written once that copy is
+// done. The reference is dropped when the write completed, so until then restore() simply gives
+// the input back and no read can overtake the write. restore() of layer i first queues the reads
+// of its prefetch_depth predecessors — this stash's own chain of stored tensors, not the arena's
+// last write — then waits for its own bytes only. An input changed in place before it was
+// spilled would be spilled wrong, so its version counter is checked.
+
+std::string describe(const torch::Tensor& t) {
+  std::ostringstream text;
+  text << "layer input of shape " << t.sizes() << ", dtype " << t.dtype() << ", " << t.nbytes()
+       << " bytes";
+  return text.str();
+}
+
+std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now() - since)
+                                        .count());
+}
+
+struct Entry {
+  std::mutex mutex;  // guards the mutable fields below
+  torch::Tensor held;        // the input itself, until its write completed
+  std::int64_t version = 0;  // held's version counter at store()
+  std::optional<detail::DeviceCopy> to_host;    // accelerator: device -> host before the write
+  std::optional<detail::DeviceCopy> to_device;  // accelerator: host -> device after the read
+  torch::Tensor host;  // bytes being written, or the destination of the read
+  Region region;
+  Pending write;
+  Pending read;
+  bool spilled = false;
+  bool read_queued = false;
+  bool prefetched = false;
+  bool restored = false;
+  // Set at store(), then constant.
+  std::vector<int64_t> sizes;
+  torch::TensorOptions options;
+  std::weak_ptr<Entry> previous;  // what this stash stored just before
+};
+using EntryPtr = std::shared_ptr<Entry>;
+
+// What a stash and its stashed tensors share: the arena, the chain of stored tensors, and the
+// host -> device copies still reading their host buffers.
+class Chain {
+ public:
+  explicit Chain(const SpillArena& arena)
+      : arena_(arena.shared_handle()), options_(arena_.options()) {}
+
+  const SpillArena& arena() const { return arena_; }
+  const ArenaOptions& options() const { return options_; }
+
+  void stored(const EntryPtr& e);
+  void keep_until_done(detail::DeviceCopy copy);
+
+  void spill(Entry& e);        // caller holds e.mutex
+  void retire(Entry& e);       // caller holds e.mutex
+  void queue_read(Entry& e);   // caller holds e.mutex
+  torch::Tensor aligned_host_buffer(const Entry& e) const;
+
+ private:
+  void write(Entry& e, torch::Tensor host);
+
+  SpillArena arena_;
+  const ArenaOptions options_;
+  std::mutex mutex_;  // guards last_, unsafe_, copies_
+  std::weak_ptr<Entry> last_;
+  std::deque<std::weak_ptr<Entry>> unsafe_;  // stored, write not yet complete, oldest first
+  std::deque<detail::DeviceCopy> copies_;
+};
+
+void Chain::stored(const EntryPtr& e) {
+  std::vector<EntryPtr> alive;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    e->previous = last_;
+    last_ = e;
+    unsafe_.push_back(e);
+    std::deque<std::weak_ptr<Entry>> still;
+    for (auto& w : unsafe_) {
+      if (EntryPtr p = w.lock()) {
+        alive.push_back(p);
+        still.push_back(w);
+      }
+    }
+    unsafe_.swap(still);
+    for (auto& c : copies_) c.release_source_if_done();
+    while (!copies_.empty() && copies_.front().done()) copies_.pop_front();
+  }
+  const std::size_t keep = std::min<std::size_t>(options_.keep_last, alive.size());
+  for (std::size_t i = 0; i < alive.size(); ++i) {
+    std::lock_guard<std::mutex> lock(alive[i]->mutex);
+    if (i + keep < alive.size()) spill(*alive[i]);
+    retire(*alive[i]);
+  }
+}
+
+void Chain::keep_until_done(detail::DeviceCopy copy) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  copies_.push_back(std::move(copy));
+}
+
+void Chain::spill(Entry& e) {
+  if (e.spilled || e.restored || !e.held.defined()) return;
+  if (e.held._version() != e.version) {
+    throw CheckpointError("spill::checkpoint: a stashed " + describe(e.held) +
+                          " was modified in place before it was spilled; clone it before "
+                          "changing it, or do not modify layer inputs in place");
+  }
+  e.spilled = true;
+  const std::uint64_t bytes = e.held.nbytes();
+  if (bytes == 0) return;
+  try {
+    e.region = arena_.allocate(bytes);
+  } catch (const ArenaExhaustedError& x) {
+    throw ArenaExhaustedError(x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
+                              "spill::checkpoint: no room to stash the " + describe(e.held) +
+                                  ": " + x.what());
+  }
+  if (e.held.device().is_cpu()) return write(e, e.held);
+  e.to_host = detail::DeviceCopy::to_host(e.held);
+  if (!options_.asynchronous) e.to_host->synchronize();
+}
+
+void Chain::write(Entry& e, torch::Tensor host) {
+  e.host = std::move(host);
+  e.write = e.region.write_async(e.host.data_ptr(), e.host.nbytes());
+  if (!options_.asynchronous) e.write.wait();
+}
+
+void Chain::retire(Entry& e) {
+  if (e.to_host && (e.to_host->done() || !options_.asynchronous)) {
+    torch::Tensor host = e.to_host->result();
+    e.to_host.reset();
+    write(e, std::move(host));
+  }
+  if (e.spilled && !e.to_host && e.write.ready()) {
+    e.held = torch::Tensor();
+    if (!e.read_queued) e.host = torch::Tensor();
+  }
+}
+
+// Direct reads skip the staging pool when the destination is aligned: allocate with slack and
+// view the aligned part.
+torch::Tensor Chain::aligned_host_buffer(const Entry& e) const {
+  const auto align = static_cast<std::int64_t>(arena_.io_alignment());
+  const std::int64_t bytes = static_cast<std::int64_t>(e.region.requested_bytes());
+  auto host_options = torch::TensorOptions().dtype(torch::kUInt8);
+  if (!e.options.device().is_cpu()) host_options = host_options.pinned_memory(true);
+  torch::Tensor raw;
+  try {
+    raw = torch::empty({bytes + align}, host_options);
+  } catch (const c10::Error&) {
+    raw = torch::empty({bytes + align}, torch::TensorOptions().dtype(torch::kUInt8));
+  }
+  const auto address = reinterpret_cast<std::uintptr_t>(raw.data_ptr());
+  const auto pad = static_cast<std::int64_t>((align - address % align) % align);
+  return raw.narrow(0, pad, bytes).view(e.options.dtype().toScalarType()).view(e.sizes);
+}
+
+void Chain::queue_read(Entry& e) {
+  if (e.read_queued || !e.spilled || e.held.defined() || !e.region.valid()) return;
+  const bool zero_copy = e.options.device().is_cpu() && arena_.io_mode() == IoMode::buffered;
+  if (zero_copy) {
+    e.region.prefetch();  // readahead; restore() views the mapping
+  } else {
+    e.host = aligned_host_buffer(e);
+    e.read = e.region.read_async(e.host.data_ptr(), e.host.nbytes());
+  }
+  e.read_queued = true;
+}
+
+class ArenaStashed final : public StashedTensor {
+ public:
+  ArenaStashed(std::shared_ptr<Chain> chain, EntryPtr entry)
+      : chain_(std::move(chain)), entry_(std::move(entry)) {}
+
+  void prefetch() override {
+    std::lock_guard<std::mutex> lock(entry_->mutex);
+    prefetch_locked(*entry_);
+  }
+
+  torch::Tensor restore() override {
+    prefetch_predecessors();
+    std::lock_guard<std::mutex> lock(entry_->mutex);
+    Entry& e = *entry_;
+    if (e.restored) return torch::Tensor();
+    e.restored = true;
+    chain_->retire(e);
+    if (e.held.defined()) return give_back_held(e);
+    if (!e.region.valid()) return torch::empty(e.sizes, e.options);
+    chain_->queue_read(e);
+    const bool ready = e.options.device().is_cpu() && chain_->arena().io_mode() == IoMode::buffered
+                           ? e.region.resident()
+                           : e.read.ready();
+    const auto start = std::chrono::steady_clock::now();
+    torch::Tensor result = bring_back(e);
+    chain_->arena().record_restore(e.prefetched, ready, elapsed_ns(start));
+    return result;
+  }
+
+ private:
+  // A tensor still in memory (kept, or its write in flight) counts as prefetched: it will be
+  // ready when backward asks, which is what the counter measures.
+  void prefetch_locked(Entry& e) {
+    if (e.restored || e.prefetched) return;
+    e.prefetched = true;
+    chain_->arena().record_prefetch();
+    chain_->retire(e);
+    if (e.held.defined() || !e.region.valid()) return;
+    chain_->queue_read(e);
+  }
+
+  void prefetch_predecessors() {
+    EntryPtr p = entry_->previous.lock();
+    for (std::uint32_t i = 0; p && i < chain_->options().prefetch_depth; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(p->mutex);
+        prefetch_locked(*p);
+        if (!p->options.device().is_cpu() && p->read_queued && !p->to_device && p->read.ready()) {
+          p->to_device = detail::DeviceCopy::to_device(p->host, p->options.device());
+        }
+      }
+      p = p->previous.lock();
+    }
+  }
+
+  torch::Tensor give_back_held(Entry& e) {
+    if (e.held._version() != e.version) {
+      throw CheckpointError("spill::checkpoint: a stashed " + describe(e.held) +
+                            " was modified in place between forward and backward; clone it "
+                            "before changing it");
+    }
+    chain_->arena().record_restore(e.prefetched, true, 0);
+    return std::exchange(e.held, torch::Tensor());
+  }
+
+  // Note [Zero-copy restore]
+  // In buffered mode a CPU tensor is restored as a view of its region in the mapping (from_blob),
+  // not copied out: the recomputation reads the page cache directly, no anonymous memory is
+  // allocated, and the region is freed when the last reference to that tensor dies (normally at
+  // the end of this layer's backward). Direct mode and accelerators read into a host buffer and
+  // free the region at once.
+  torch::Tensor bring_back(Entry& e) {
+    if (e.options.device().is_cpu() && chain_->arena().io_mode() == IoMode::buffered) {
+      e.write.wait();
+      auto region = std::make_shared<Region>(std::move(e.region));
+      const std::uint64_t bytes = region->requested_bytes();
+      return torch::from_blob(const_cast<void*>(region->read_in_place(bytes)), e.sizes,
+                              [region](void*) mutable { region.reset(); }, e.options);
+    }
+    e.read.wait();
+    e.region.release();
+    torch::Tensor host = std::exchange(e.host, torch::Tensor());
+    if (e.options.device().is_cpu()) return host;
+    if (!e.to_device) e.to_device = detail::DeviceCopy::to_device(host, e.options.device());
+    e.to_device->order_current_stream();
+    torch::Tensor result = e.to_device->result();
+    chain_->keep_until_done(std::move(*e.to_device));  // keeps the host buffer alive
+    e.to_device.reset();
+    return result;
+  }
+
+  std::shared_ptr<Chain> chain_;
+  EntryPtr entry_;
+};
+
+class ArenaStash final : public TensorStash {
+ public:
+  explicit ArenaStash(const SpillArena& arena) : chain_(std::make_shared<Chain>(arena)) {}
+
+  std::unique_ptr<StashedTensor> store(const torch::Tensor& tensor) override {
+    auto e = std::make_shared<Entry>();
+    e->held = tensor.detach().contiguous();
+    e->version = e->held._version();
+    e->sizes = tensor.sizes().vec();
+    e->options = tensor.options();
+    chain_->stored(e);
+    return std::make_unique<ArenaStashed>(chain_, std::move(e));
+  }
+
+  std::string name() const override {
+    return chain_->arena().backing() == Backing::disk ? "disk" : "ram";
+  }
+
+ private:
+  std::shared_ptr<Chain> chain_;
+};
+
+}  // namespace
+
+std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena) {
+  return std::make_shared<ArenaStash>(arena);
+}
+
+// One stash per arena while it is in use: a registry of weak references, keyed by the arena's
+// identity. Checkpoint nodes own the stash; when the last graph dies, so does the stash.
+std::shared_ptr<TensorStash> shared_arena_stash(const SpillArena& arena) {
+  static std::mutex mutex;
+  static std::map<const void*, std::weak_ptr<TensorStash>> stashes;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = stashes.begin(); it != stashes.end();) {
+    it = it->second.expired() ? stashes.erase(it) : std::next(it);
+  }
+  std::weak_ptr<TensorStash>& slot = stashes[arena.identity()];
+  std::shared_ptr<TensorStash> stash = slot.lock();
+  if (!stash) {
+    stash = make_arena_stash(arena);
+    slot = stash;
+  }
+  return stash;
+}
+
+}  // namespace spill

@@ -1,0 +1,157 @@
+#include "io_queue.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "platform.h"
+#include "spill/error.h"
+
+namespace spill {
+
+// Note [The I/O queue]
+// Every transfer between memory and the spill file is a queued operation with a completion:
+// the training thread submits and goes on computing; a worker (io_uring's kernel side, or one
+// of a few pool threads) moves the bytes; whoever needs the result waits on its ticket. The
+// pool exists because containers often forbid io_uring (seccomp, io_uring_disabled); the
+// automatic choice probes io_uring_setup once per arena and says which one runs
+// (ArenaStats::io_backend). No thread is ever created per operation.
+
+const char* to_string(IoMode mode) {
+  switch (mode) {
+    case IoMode::buffered: return "buffered";
+    case IoMode::direct: return "direct";
+    case IoMode::automatic: return "automatic";
+  }
+  return "?";
+}
+
+const char* to_string(IoBackend backend) {
+  switch (backend) {
+    case IoBackend::automatic: return "automatic";
+    case IoBackend::io_uring: return "io_uring";
+    case IoBackend::thread_pool: return "thread_pool";
+  }
+  return "?";
+}
+
+const char* to_string(IoOp op) {
+  switch (op) {
+    case IoOp::write: return "write";
+    case IoOp::read: return "read";
+    case IoOp::writeback: return "writeback";
+    case IoOp::drop: return "drop";
+    case IoOp::prefetch: return "prefetch";
+  }
+  return "?";
+}
+
+Pending::Pending(std::vector<std::shared_ptr<detail::Completion>> parts)
+    : parts_(std::move(parts)) {}
+
+bool Pending::ready() const {
+  for (const auto& p : parts_) {
+    if (!p->done()) return false;
+  }
+  return true;
+}
+
+void Pending::wait() const {
+  for (const auto& p : parts_) {
+    const IoStatus s = p->wait();
+    if (s.error_number != 0) detail::throw_io_error(s);
+  }
+}
+
+void Pending::settle() const noexcept {
+  for (const auto& p : parts_) p->wait();
+}
+
+void Pending::add(const Pending& other) {
+  parts_.erase(std::remove_if(parts_.begin(), parts_.end(), [](const auto& p) { return p->done(); }),
+               parts_.end());
+  parts_.insert(parts_.end(), other.parts_.begin(), other.parts_.end());
+}
+
+namespace detail {
+
+void Completion::finish(const IoStatus& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    status_ = status;
+    done_ = true;
+  }
+  finished_.notify_all();
+}
+
+bool Completion::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+IoStatus Completion::wait() const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  finished_.wait(lock, [this] { return done_; });
+  return status_;
+}
+
+// EFBIG (a file size limit, ulimit -f) is not a disk problem; every other errno is.
+void throw_io_error(const IoStatus& s) {
+  const std::string fix = s.error_number == EFBIG
+                              ? "the process's file size limit (ulimit -f) is below the arena's "
+                                "capacity; raise it or lower capacity_bytes"
+                              : "check the disk (dmesg) and its free space";
+  throw IoError(s.error_number,
+                std::string("spill: asynchronous ") + to_string(s.op) + " of " +
+                    std::to_string(s.bytes) + " bytes at offset " + std::to_string(s.offset) +
+                    " of the spill file failed: " + std::strerror(s.error_number) + "; " + fix,
+                s.op, s.offset, s.bytes);
+}
+
+namespace {
+std::mutex hook_mutex;
+std::function<int(IoOp)> hook_for_new_queues;  // guarded by hook_mutex
+}  // namespace
+
+void set_io_test_hook(std::function<int(IoOp)> hook) {
+  std::lock_guard<std::mutex> lock(hook_mutex);
+  hook_for_new_queues = std::move(hook);
+}
+
+IoQueue::IoQueue() {
+  std::lock_guard<std::mutex> lock(hook_mutex);
+  hook_ = hook_for_new_queues;
+}
+
+IoStatus run_request(const IoRequest& r) {
+  IoStatus s{0, r.op, r.offset, r.bytes};
+  switch (r.op) {
+    case IoOp::write: s.error_number = platform::write_at(r.fd, r.buffer, r.bytes, r.offset); break;
+    case IoOp::read: s.error_number = platform::read_at(r.fd, r.buffer, r.bytes, r.offset); break;
+    case IoOp::writeback: s.error_number = platform::start_writeback(r.fd, r.offset, r.bytes); break;
+    case IoOp::drop: s.error_number = platform::drop_cached_pages(r.fd, r.offset, r.bytes); break;
+    case IoOp::prefetch: s.error_number = platform::prefetch_range(r.fd, r.offset, r.bytes); break;
+  }
+  return s;
+}
+
+std::unique_ptr<IoQueue> make_io_queue(IoBackend backend, std::string* why) {
+  constexpr unsigned kRingEntries = 128;
+  constexpr int kPoolThreads = 4;
+  why->clear();
+  if (backend == IoBackend::thread_pool) return make_thread_pool_queue(kPoolThreads);
+  int e = 0;
+  if (auto ring = make_io_uring_queue(kRingEntries, &e)) return ring;
+  if (backend == IoBackend::io_uring) {
+    throw IoError(e, std::string("spill: ArenaOptions::io_backend = io_uring, but io_uring cannot "
+                                 "be set up here: ") +
+                         std::strerror(e) +
+                         " (containers often forbid it); use IoBackend::automatic or thread_pool");
+  }
+  *why = std::string("io_uring unavailable: ") + std::strerror(e);
+  return make_thread_pool_queue(kPoolThreads);
+}
+
+}  // namespace detail
+}  // namespace spill

@@ -1,0 +1,84 @@
+// IoQueue: the submit/complete split every spill transfer goes through. submit(request) returns
+// a ticket at once; wait(ticket) blocks until the operation finished and returns its status.
+// Two backends behind one interface: io_uring (io_uring_queue.cc) and a small thread pool
+// (thread_pool_queue.cc). See Note [The I/O queue].
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "spill/io.h"
+
+namespace spill::detail {
+
+// One operation's completion, shared by the queue, the ticket and any Pending made from it.
+class Completion {
+ public:
+  void finish(const IoStatus& status);
+  bool done() const;
+  IoStatus wait() const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable finished_;
+  bool done_ = false;
+  IoStatus status_;
+};
+using Ticket = std::shared_ptr<Completion>;
+
+struct IoRequest {
+  IoOp op = IoOp::write;
+  int fd = -1;
+  void* buffer = nullptr;  // source for write, destination for read; unused by hints
+  std::uint64_t bytes = 0;
+  std::uint64_t offset = 0;
+  // Runs on the completing thread before waiters wake (releases staging slots, copies out).
+  std::function<void(const IoStatus&)> on_complete;
+};
+
+class IoQueue {
+ public:
+  virtual ~IoQueue() = default;
+  virtual Ticket submit(IoRequest request) = 0;
+  virtual IoBackend backend() const = 0;
+  // Blocks until every submitted operation has completed.
+  virtual void drain() = 0;
+
+  static IoStatus wait(const Ticket& ticket) { return ticket->wait(); }
+
+ protected:
+  IoQueue();
+  // The test hook's verdict for an operation about to run (thread pool) or complete (io_uring):
+  // 0, or an errno to fail it with. See set_io_test_hook.
+  int test_hook(IoOp op) const { return hook_ ? hook_(op) : 0; }
+
+ private:
+  std::function<int(IoOp)> hook_;
+};
+
+// Test-only: queues created afterwards call `hook` on their worker thread for every read and
+// write, before it runs (thread pool) or before its completion is delivered (io_uring). The hook
+// may sleep (to shuffle timings) and returns 0, or an errno that fails the operation (to inject
+// EIO, ENOSPC). An empty function removes it.
+void set_io_test_hook(std::function<int(IoOp)> hook);
+
+// Throws the spill::IoError for a failed operation: op, offset, bytes, errno and the fix.
+[[noreturn]] void throw_io_error(const IoStatus& status);
+
+// Runs a request synchronously with pread/pwrite/... and returns its status (thread-pool body,
+// and the io_uring backend's fallback for hint operations).
+IoStatus run_request(const IoRequest& request);
+
+// IoBackend::automatic: io_uring where it can be set up, else the thread pool. *why says why
+// io_uring was not used ("" when it was). Throws spill::IoError when io_uring was asked for
+// explicitly and cannot be set up.
+std::unique_ptr<IoQueue> make_io_queue(IoBackend backend, std::string* why);
+
+std::unique_ptr<IoQueue> make_thread_pool_queue(int threads);
+// nullptr with *error_number set when io_uring cannot be set up (ENOSYS, EPERM in containers).
+std::unique_ptr<IoQueue> make_io_uring_queue(unsigned entries, int* error_number);
+
+}  // namespace spill::detail

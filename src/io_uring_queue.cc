@@ -1,0 +1,172 @@
+// The io_uring backend of IoQueue (liburing). Reads and writes go to the kernel's ring; one
+// completion thread reaps them. Page-cache hints (writeback, drop, readahead) block in ways the
+// ring cannot chain cheaply, so they run on one helper thread. See Note [The I/O queue].
+#include "io_queue.h"
+
+#ifdef SPILLARENA_HAVE_LIBURING
+
+#include <errno.h>
+#include <liburing.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace spill::detail {
+namespace {
+
+// io_uring lengths are 32-bit; larger transfers go in pieces of this size.
+constexpr std::uint64_t kMaxPieceBytes = 1ull << 30;
+
+struct Operation {
+  IoRequest request;
+  Ticket ticket;
+  std::uint64_t done_bytes = 0;
+};
+
+class IoUringQueue final : public IoQueue {
+ public:
+  // init_error() != 0: the ring could not be set up and the object must be discarded.
+  explicit IoUringQueue(unsigned entries) {
+    const int r = io_uring_queue_init(entries, &ring_, 0);
+    if (r < 0) {
+      init_error_ = -r;
+      return;
+    }
+    hints_ = make_thread_pool_queue(1);
+    reaper_ = std::thread([this] { reap(); });
+  }
+  int init_error() const { return init_error_; }
+
+  ~IoUringQueue() override {
+    if (init_error_ != 0) return;
+    drain();
+    {
+      std::lock_guard<std::mutex> lock(submit_mutex_);
+      io_uring_sqe* sqe = next_sqe();
+      io_uring_prep_nop(sqe);
+      io_uring_sqe_set_data(sqe, nullptr);  // the reaper's stop signal
+      io_uring_submit(&ring_);
+    }
+    reaper_.join();
+    io_uring_queue_exit(&ring_);
+  }
+
+  Ticket submit(IoRequest request) override {
+    if (request.op != IoOp::write && request.op != IoOp::read) {
+      return hints_->submit(std::move(request));
+    }
+    auto op = new Operation{std::move(request), std::make_shared<Completion>(), 0};
+    Ticket ticket = op->ticket;
+    {
+      std::lock_guard<std::mutex> lock(count_mutex_);
+      ++in_flight_;
+    }
+    enqueue(op);
+    return ticket;
+  }
+
+  IoBackend backend() const override { return IoBackend::io_uring; }
+
+  void drain() override {
+    {
+      std::unique_lock<std::mutex> lock(count_mutex_);
+      idle_.wait(lock, [this] { return in_flight_ == 0; });
+    }
+    hints_->drain();
+  }
+
+ private:
+  io_uring_sqe* next_sqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    while (sqe == nullptr) {  // submission ring full: hand what is there to the kernel
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+
+  // Submits the next piece of `op`: what is left, at most kMaxPieceBytes.
+  void enqueue(Operation* op) {
+    const IoRequest& r = op->request;
+    const std::uint64_t at = op->done_bytes;
+    const auto piece = static_cast<unsigned>(std::min(r.bytes - at, kMaxPieceBytes));
+    char* buffer = static_cast<char*>(r.buffer) + at;
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    io_uring_sqe* sqe = next_sqe();
+    if (r.op == IoOp::write) {
+      io_uring_prep_write(sqe, r.fd, buffer, piece, r.offset + at);
+    } else {
+      io_uring_prep_read(sqe, r.fd, buffer, piece, r.offset + at);
+    }
+    io_uring_sqe_set_data(sqe, op);
+    io_uring_submit(&ring_);
+  }
+
+  void reap() {
+    for (;;) {
+      io_uring_cqe* cqe = nullptr;
+      if (io_uring_wait_cqe(&ring_, &cqe) != 0) continue;  // EINTR
+      auto* op = static_cast<Operation*>(io_uring_cqe_get_data(cqe));
+      const int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      if (op == nullptr) return;
+      advance(op, res);
+    }
+  }
+
+  // A completion: resubmit the rest after a short transfer or an interruption, else finish.
+  void advance(Operation* op, int res) {
+    if (res == -EINTR || res == -EAGAIN) return enqueue(op);
+    int error = res < 0 ? -res : 0;
+    if (res == 0 && op->request.bytes > op->done_bytes) error = EIO;  // no progress
+    if (error == 0) {
+      op->done_bytes += static_cast<std::uint64_t>(res);
+      if (op->done_bytes < op->request.bytes) return enqueue(op);
+    }
+    finish(op, IoStatus{error, op->request.op, op->request.offset, op->request.bytes});
+  }
+
+  void finish(Operation* op, IoStatus status) {
+    if (int injected = test_hook(status.op); injected != 0 && status.error_number == 0) {
+      status.error_number = injected;
+    }
+    if (op->request.on_complete) op->request.on_complete(status);
+    op->ticket->finish(status);
+    delete op;
+    std::lock_guard<std::mutex> lock(count_mutex_);
+    if (--in_flight_ == 0) idle_.notify_all();
+  }
+
+  io_uring ring_{};
+  int init_error_ = 0;
+  std::mutex submit_mutex_;  // guards the submission side of ring_
+  std::mutex count_mutex_;   // guards in_flight_
+  std::condition_variable idle_;
+  std::uint64_t in_flight_ = 0;
+  std::unique_ptr<IoQueue> hints_;
+  std::thread reaper_;  // the only reader of the completion side of ring_
+};
+
+}  // namespace
+
+std::unique_ptr<IoQueue> make_io_uring_queue(unsigned entries, int* error_number) {
+  auto queue = std::make_unique<IoUringQueue>(entries);
+  *error_number = queue->init_error();
+  if (*error_number != 0) return nullptr;
+  return queue;
+}
+
+}  // namespace spill::detail
+
+#else  // built without liburing
+
+#include <errno.h>
+
+namespace spill::detail {
+std::unique_ptr<IoQueue> make_io_uring_queue(unsigned, int* error_number) {
+  *error_number = ENOSYS;
+  return nullptr;
+}
+}  // namespace spill::detail
+
+#endif

@@ -1,0 +1,91 @@
+// The thread-pool backend of IoQueue: a fixed set of workers doing pread/pwrite/hints, for
+// machines and containers where io_uring is not available. See Note [The I/O queue].
+#include <deque>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "io_queue.h"
+
+namespace spill::detail {
+namespace {
+
+class ThreadPoolQueue final : public IoQueue {
+ public:
+  explicit ThreadPoolQueue(int threads) {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { run(); });
+  }
+
+  ~ThreadPoolQueue() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    work_.notify_all();
+    for (auto& t : workers_) t.join();  // workers finish the queue before they stop
+  }
+
+  Ticket submit(IoRequest request) override {
+    auto ticket = std::make_shared<Completion>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(Job{std::move(request), ticket});
+      ++in_flight_;
+    }
+    work_.notify_one();
+    return ticket;
+  }
+
+  IoBackend backend() const override { return IoBackend::thread_pool; }
+
+  void drain() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait(lock, [this] { return in_flight_ == 0; });
+  }
+
+ private:
+  struct Job {
+    IoRequest request;
+    Ticket ticket;
+  };
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      execute(job);
+      lock.lock();
+      if (--in_flight_ == 0) idle_.notify_all();
+    }
+  }
+
+  void execute(Job& job) {
+    const IoRequest& r = job.request;
+    const bool data = r.op == IoOp::write || r.op == IoOp::read;
+    const int injected = data ? test_hook(r.op) : 0;
+    const IoStatus status =
+        injected != 0 ? IoStatus{injected, r.op, r.offset, r.bytes} : run_request(r);
+    if (job.request.on_complete) job.request.on_complete(status);
+    job.ticket->finish(status);
+  }
+
+  std::mutex mutex_;  // guards queue_, in_flight_, stopping_
+  std::condition_variable work_;
+  std::condition_variable idle_;
+  std::deque<Job> queue_;
+  std::uint64_t in_flight_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;  // last: started after the state above exists
+};
+
+}  // namespace
+
+std::unique_ptr<IoQueue> make_thread_pool_queue(int threads) {
+  return std::make_unique<ThreadPoolQueue>(threads);
+}
+
+}  // namespace spill::detail

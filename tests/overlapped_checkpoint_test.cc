@@ -1,0 +1,237 @@
+// spill::checkpoint over the asynchronous engine: every I/O mode and backend, keep_last,
+// prefetching, autocast replay, in-place changes, injected failures and random delays.
+#include <ATen/autocast_mode.h>
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "gpt_test_support.h"
+#include "io_queue.h"
+#include "test_support.h"
+
+using spill_test::ScratchDir;
+using namespace spill_test::gpt;
+
+namespace {
+
+spill::ArenaOptions engine_options(const std::string& dir, spill::IoMode io, bool asynchronous,
+                                   spill::IoBackend backend, std::uint32_t keep_last) {
+  spill::ArenaOptions o;
+  o.directory = dir;
+  o.capacity_bytes = 16 * spill::MiB;
+  o.io = io;
+  o.asynchronous = asynchronous;
+  o.io_backend = backend;
+  o.keep_last = keep_last;
+  o.staging_bytes = spill::MiB;
+  return o;
+}
+
+struct HookScope {
+  explicit HookScope(std::function<int(spill::IoOp)> hook) {
+    spill::detail::set_io_test_hook(std::move(hook));
+  }
+  ~HookScope() { spill::detail::set_io_test_hook({}); }
+};
+
+// CPU autocast to bfloat16 for its lifetime, as torch.autocast("cpu") sets it.
+struct CpuAutocast {
+  CpuAutocast() {
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~CpuAutocast() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("overlap: gradients are bit-identical in every I/O mode, backend and keep_last") {
+  ScratchDir dir;
+  auto blocks = gpt_blocks(4);
+  torch::manual_seed(99);
+  const torch::Tensor x0 = torch::randn({2, 32, 64});
+  const Grads reference = gpt_step(blocks, nullptr, x0);
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    for (bool asynchronous : {false, true}) {
+      for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
+        for (std::uint32_t keep_last : {0u, 1u, 2u}) {
+          CAPTURE(spill::to_string(io));
+          CAPTURE(asynchronous);
+          CAPTURE(spill::to_string(backend));
+          CAPTURE(keep_last);
+          spill::SpillArena arena(engine_options(dir.path(), io, asynchronous, backend, keep_last));
+          check_identical(reference, gpt_step(blocks, spill::make_arena_stash(arena), x0));
+          CHECK(arena.stats().bytes_in_use == 0);
+          CHECK(arena.stats().allocations == 4 - keep_last);
+          CHECK(arena.stats().restores == 4);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("overlap: backward queues the reads of the stash's own predecessors") {
+  ScratchDir dir;
+  auto blocks = gpt_blocks(6);
+  const torch::Tensor x0 = torch::randn({1, 16, 64});
+  for (std::uint32_t depth : {0u, 1u, 2u}) {
+    auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::automatic, 0);
+    o.prefetch_depth = depth;
+    spill::SpillArena arena(o);
+    auto stash = spill::make_arena_stash(arena);
+    spill::SpillArena other(o);  // a second chain in between must not confuse the first
+    auto other_stash = spill::make_arena_stash(other);
+    torch::Tensor noise = torch::randn({8, 8}, torch::TensorOptions().requires_grad(true));
+    torch::Tensor side = spill::checkpoint(*other_stash, [](const torch::Tensor& t) { return t * 2; }, noise);
+    gpt_step(blocks, stash, x0);
+    const spill::ArenaStats s = arena.stats();
+    CAPTURE(depth);
+    CHECK(s.restores == 6);
+    CHECK(s.prefetches == (depth == 0 ? 0u : 5u));  // every layer but the first has a successor
+    CHECK(s.prefetch_hits <= s.prefetches);
+    CHECK(other.stats().prefetches == 0);
+    side.sum().backward();
+  }
+}
+
+TEST_CASE("overlap: keep_last keeps the last inputs where they are and spills the rest") {
+  ScratchDir dir;
+  auto blocks = gpt_blocks(5);
+  const torch::Tensor x0 = torch::randn({1, 16, 64});
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, true, spill::IoBackend::automatic, 2);
+  spill::SpillArena arena(o);
+  gpt_step(blocks, spill::make_arena_stash(arena), x0);
+  CHECK(arena.stats().allocations == 3);
+  CHECK(arena.stats().bytes_written == 3 * 16 * 64 * 4);
+}
+
+TEST_CASE("overlap: spill::checkpoint(arena, ...) chains consecutive layers in one stash") {
+  ScratchDir dir;
+  auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::automatic, 1);
+  spill::SpillArena arena(o);
+  torch::Tensor x = torch::randn({64, 64}, torch::TensorOptions().requires_grad(true));
+  torch::Tensor h = x;
+  for (int i = 0; i < 5; ++i) {
+    h = spill::checkpoint(arena, [](const torch::Tensor& t) { return torch::tanh(t) * 1.5; }, h);
+  }
+  h.sum().backward();
+  const spill::ArenaStats s = arena.stats();
+  CHECK(s.allocations == 4);  // keep_last = 1 holds the last input
+  CHECK(s.prefetches == 4);  // each spilled input, queued by a successor's restore
+  CHECK(s.bytes_in_use == 0);
+}
+
+TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
+  ScratchDir dir;
+  auto blocks = gpt_blocks(3);
+  torch::manual_seed(11);
+  const torch::Tensor x0 = torch::randn({2, 16, 64});
+  const Grads full_precision = gpt_step(blocks, nullptr, x0);
+  Grads reference;
+  {
+    CpuAutocast autocast;
+    reference = gpt_step(blocks, nullptr, x0);
+  }
+  // Autocast changes the numbers, so a recomputation in full precision would be caught.
+  CHECK_FALSE(torch::equal(reference.input, full_precision.input));
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    spill::SpillArena arena(
+        engine_options(dir.path(), io, true, spill::IoBackend::automatic, 0));
+    Grads spilled;
+    {
+      CpuAutocast autocast;  // forward under autocast; backward runs inside too, as users do
+      spilled = gpt_step(blocks, spill::make_arena_stash(arena), x0);
+    }
+    check_identical(reference, spilled);
+  }
+  // Backward outside the autocast region (the common pattern): the replay restores it.
+  spill::SpillArena arena(
+      engine_options(dir.path(), spill::IoMode::buffered, true, spill::IoBackend::automatic, 0));
+  auto run = [&](const std::shared_ptr<spill::TensorStash>& stash) {
+    for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
+    torch::manual_seed(1234);
+    torch::Tensor x = x0.clone().requires_grad_(true);
+    torch::Tensor loss;
+    {
+      CpuAutocast autocast;
+      loss = spill::models::run_blocks(blocks, stash, x).to(torch::kFloat).pow(2).mean();
+    }
+    loss.backward();
+    Grads g{x.grad().clone(), {}, loss.detach()};
+    for (auto& p : blocks->parameters()) g.params.push_back(p.grad().clone());
+    return g;
+  };
+  check_identical(run(nullptr), run(spill::make_arena_stash(arena)));
+}
+
+TEST_CASE("overlap: an input changed in place before it was spilled is a clear error") {
+  ScratchDir dir;
+  spill::SpillArena arena(
+      engine_options(dir.path(), spill::IoMode::buffered, true, spill::IoBackend::automatic, 1));
+  auto stash = spill::make_arena_stash(arena);
+  torch::Tensor x = torch::randn({16, 16}, torch::TensorOptions().requires_grad(true));
+  torch::Tensor h = x * 1;
+  torch::Tensor y = spill::checkpoint(*stash, [](const torch::Tensor& t) { return t * 2; }, h);
+  {
+    torch::NoGradGuard no_grad;
+    h.add_(1);  // h is held (keep_last), not yet spilled
+  }
+  CHECK_THROWS_WITH_AS(spill::checkpoint(*stash, [](const torch::Tensor& t) { return t * 2; }, y),
+                       doctest::Contains("modified in place"), spill::CheckpointError);
+}
+
+TEST_CASE("overlap: a failed asynchronous write surfaces as spill::IoError, never a hang") {
+  ScratchDir dir;
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
+      CAPTURE(spill::to_string(io));
+      CAPTURE(spill::to_string(backend));
+      HookScope fail([](spill::IoOp op) { return op == spill::IoOp::write ? EIO : 0; });
+      spill::SpillArena arena(engine_options(dir.path(), io, true, backend, 0));
+      auto blocks = gpt_blocks(3);
+      const torch::Tensor x0 = torch::randn({1, 16, 64});
+      try {
+        gpt_step(blocks, spill::make_arena_stash(arena), x0);
+        FAIL("the injected EIO was lost");
+      } catch (const spill::IoError& e) {
+        CHECK(e.error_number() == EIO);
+        CHECK(e.op() == spill::IoOp::write);
+        CHECK(e.bytes() > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("overlap: random delays in the queue over many steps keep gradients identical") {
+  ScratchDir dir;
+  std::atomic<unsigned> seed{7};
+  HookScope jitter([&](spill::IoOp) {
+    std::minstd_rand rng(seed.fetch_add(1));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    return 0;
+  });
+  auto blocks = gpt_blocks(4);
+  torch::manual_seed(21);
+  const torch::Tensor x0 = torch::randn({2, 16, 64});
+  const Grads reference = gpt_step(blocks, nullptr, x0);
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
+      CAPTURE(spill::to_string(io));
+      CAPTURE(spill::to_string(backend));
+      spill::SpillArena arena(engine_options(dir.path(), io, true, backend, 1));
+      auto stash = spill::make_arena_stash(arena);
+      for (int step = 0; step < 12; ++step) check_identical(reference, gpt_step(blocks, stash, x0));
+      CHECK(arena.stats().bytes_in_use == 0);
+      CHECK(arena.stats().live_regions == 0);
+    }
+  }
+}
