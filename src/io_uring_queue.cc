@@ -109,6 +109,10 @@ class IoUringQueue final : public IoQueue {
       auto* op = static_cast<Operation*>(io_uring_cqe_get_data(cqe));
       const int res = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
+      // The submitter wrote *op before handing it to the kernel under submit_mutex_; taking the
+      // mutex here makes that ordering visible to the memory model (and ThreadSanitizer), which
+      // cannot see through the ring.
+      { std::lock_guard<std::mutex> ordered(submit_mutex_); }
       if (op == nullptr) return;
       advance(op, res);
     }
