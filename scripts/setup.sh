@@ -31,4 +31,11 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+
   # An exact pin: a looser spec would pull a multi-GB CUDA build.
   .venv/bin/pip install -q "torch==$TORCH_VERSION"
 fi
+# The Python package's build and test tools. torch is named with its exact pin in the same
+# command, so pip can never swap it for another build.
+PYTHON_TEST_PACKAGES=(scikit-build-core pytest "transformers==5.23.0" accelerate)
+if ! .venv/bin/python -c "import scikit_build_core, pytest, accelerate, transformers, sys; sys.exit(transformers.__version__ != '5.23.0')" 2>/dev/null; then
+  echo "setup: installing ${PYTHON_TEST_PACKAGES[*]} into .venv"
+  .venv/bin/pip install -q "torch==$TORCH_VERSION" "${PYTHON_TEST_PACKAGES[@]}"
+fi
 echo "setup: ok (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null))"

@@ -1,0 +1,94 @@
+"""spillarena: gradient checkpointing whose saved layer inputs live in one preallocated spill file.
+
+    import spillarena, torch
+    arena = spillarena.SpillArena(
+        spillarena.bytes_for_layer_inputs(32, (1, 8192, 4096), torch.bfloat16), "/mnt/nvme")
+    spillarena.enable(model, arena)                   # any transformers PreTrainedModel
+    # or, in a plain loop:
+    h = spillarena.checkpoint(block, h, arena=arena)  # like torch.utils.checkpoint.checkpoint
+    print(arena.stats()["peak_bytes_in_use"])
+
+The arena, its allocator and its I/O are C++ (spillarena._C); Python holds no spilled bytes.
+"""
+
+import torch
+
+from . import _build_info
+from .errors import (
+    ArenaExhaustedError,
+    CheckpointError,
+    DirectoryError,
+    Error,
+    InsufficientSpaceError,
+    InvalidArgumentError,
+    IoError,
+    MovedFromRegionError,
+    PreallocationError,
+    RamBackedDirectoryError,
+)
+
+__version__ = _build_info.SPILLARENA_VERSION
+
+
+def _check_torch_version(running: str, built: str) -> None:
+    # Note [Build against the installed torch] (python/CMakeLists.txt): importing _C under another
+    # torch fails with undefined c10 symbols, or worse, loads and misbehaves. Say so plainly.
+    if running != built:
+        raise ImportError(
+            f"spillarena was built against torch {built}, but torch {running} is installed; its "
+            "C++ extension only works with the torch it was compiled with. Rebuild it against "
+            "this torch: pip install --no-build-isolation --force-reinstall --no-deps "
+            "<path to the spillarena source>"
+        )
+
+
+_check_torch_version(torch.__version__, _build_info.TORCH_VERSION)
+
+from . import _C  # noqa: E402  (after the version check, on purpose)
+from ._C import (  # noqa: E402
+    ARENA_OPTIONS,
+    ARENA_STATS,
+    MAX_CAPACITY_BYTES,
+    MAX_STAGING_BYTES,
+    SpillArena,
+    StashedTensor,
+    TensorStash,
+    default_spill_directory,
+    make_arena_stash,
+    make_in_memory_stash,
+    make_per_file_stash,
+    shared_arena_stash,
+)
+from .checkpoint import checkpoint  # noqa: E402
+from .hf import disable, enable  # noqa: E402
+from .sizing import bytes_for_layer_input, bytes_for_layer_inputs  # noqa: E402
+
+__all__ = [
+    "ARENA_OPTIONS",
+    "ARENA_STATS",
+    "MAX_CAPACITY_BYTES",
+    "MAX_STAGING_BYTES",
+    "SpillArena",
+    "StashedTensor",
+    "TensorStash",
+    "bytes_for_layer_input",
+    "bytes_for_layer_inputs",
+    "checkpoint",
+    "default_spill_directory",
+    "disable",
+    "enable",
+    "make_arena_stash",
+    "make_in_memory_stash",
+    "make_per_file_stash",
+    "shared_arena_stash",
+    "Error",
+    "InvalidArgumentError",
+    "DirectoryError",
+    "RamBackedDirectoryError",
+    "InsufficientSpaceError",
+    "PreallocationError",
+    "ArenaExhaustedError",
+    "MovedFromRegionError",
+    "IoError",
+    "CheckpointError",
+]

@@ -1,0 +1,258 @@
+"""spillarena.checkpoint: torch.utils.checkpoint.checkpoint whose saved layer input is spilled.
+
+    arena = spillarena.SpillArena(capacity_bytes, "/mnt/nvme/spill")
+    h = x
+    for block in blocks:
+        h = spillarena.checkpoint(block, h, mask, arena=arena)
+    loss_fn(h).backward()        # each input read back, the block recomputed, its region freed
+
+Transformers calls it as ``fn(functools.partial(layer.forward, layer, **kwargs), *args)``;
+tensors may come positionally or inside the partial, and get their gradients either way.
+
+Forward stores the layer input (the first positional tensor, else the first tensor inside the
+partial) through the C++ stash, runs the layer without grad and keeps nothing else of it but
+references to the other tensor arguments. Backward restores the input, replays the RNG states
+(CPU and every device among the tensors) and the autocast state the forward saw, recomputes the
+layer with grad and backpropagates. Gradients are bit-identical to no checkpointing.
+"""
+
+import contextlib
+import functools
+from collections import defaultdict
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils.checkpoint import get_device_states, set_device_states
+
+from . import _C
+from .errors import CheckpointError, InvalidArgumentError
+
+# Arguments of torch.utils.checkpoint.checkpoint that only mean something to its own
+# implementation. Accepted so callers can switch functions; a non-default context_fn is refused.
+_TORCH_ONLY_ARGUMENTS = ("determinism_check", "debug", "early_stop")
+
+# Stands for a tensor in the output template (a layer may return None itself).
+_TENSOR = object()
+
+
+def _stash_for(arena):
+    if isinstance(arena, _C.TensorStash):
+        return arena
+    if isinstance(arena, _C.SpillArena):
+        return _C.shared_arena_stash(arena)
+    raise InvalidArgumentError(
+        "spillarena.checkpoint: arena= must be a spillarena.SpillArena (or a TensorStash), got "
+        f"{type(arena).__name__}"
+    )
+
+
+def _unwrap(function):
+    # functools.partial flattens nested partials itself, so one level is all there is.
+    if isinstance(function, functools.partial):
+        return function.func, tuple(function.args), dict(function.keywords)
+    return function, (), {}
+
+
+def _describe(value) -> str:
+    return type(value).__name__ if value is not None else "None"
+
+
+def _device_rng_states(device_type, device_ids):
+    module = torch.get_device_module(device_type)
+    states = []
+    for device_id in device_ids:
+        with module.device(device_id):
+            states.append(module.get_rng_state())
+    return states
+
+
+class _Job:
+    """One checkpointed call: how to rebuild the call from its tensors, and what forward saw.
+
+    Holds no tensor of the call itself (the input is in the stash, the others in ctx)."""
+
+    def __init__(self, func, structure, stash, preserve_rng_state):
+        leaves, self.spec = tree_flatten(structure)
+        self.func = func
+        self.positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+        self.template = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        self.stash = stash
+        self.preserve_rng_state = preserve_rng_state
+        self.stashed = None
+        self.spill_index = None  # among the tensors
+        self.needs_grad = []
+        self.cpu_rng = None
+        self.device_rng = {}  # device type -> (device ids, states)
+        self.autocast = {}  # device type -> (enabled, dtype, cache_enabled)
+        self.output_spec = None
+        self.output_template = None
+
+    def tensors_of(self, structure):
+        leaves, _ = tree_flatten(structure)
+        return [leaves[i] for i in self.positions]
+
+    def run(self, tensors):
+        leaves = list(self.template)
+        for position, tensor in zip(self.positions, tensors):
+            leaves[position] = tensor
+        prefix, args, kwargs = tree_unflatten(leaves, self.spec)
+        return self.func(*prefix, *args, **kwargs)
+
+    def capture_state(self, tensors):
+        device_types = {"cpu"}
+        by_type = defaultdict(list)
+        for t in tensors:
+            if t.device.type not in ("cpu", "meta"):
+                by_type[t.device.type].append(t)
+                device_types.add(t.device.type)
+        if self.preserve_rng_state:
+            self.cpu_rng = torch.get_rng_state()
+            for device_type, group in by_type.items():
+                self.device_rng[device_type] = get_device_states(*group)
+        cache = torch.is_autocast_cache_enabled()
+        for device_type in device_types:
+            self.autocast[device_type] = (
+                torch.is_autocast_enabled(device_type),
+                torch.get_autocast_dtype(device_type),
+                cache,
+            )
+
+    @contextlib.contextmanager
+    def replay(self):
+        """The RNG and autocast state of forward, for the recomputation; the RNG states found
+        are put back afterwards, so the rest of backward draws what it would have drawn."""
+        with contextlib.ExitStack() as stack:
+            if self.preserve_rng_state:
+                cpu_now = torch.get_rng_state()
+                devices_now = {
+                    device_type: (ids, _device_rng_states(device_type, ids))
+                    for device_type, (ids, _) in self.device_rng.items()
+                }
+
+                def put_back():
+                    torch.set_rng_state(cpu_now)
+                    for device_type, (ids, states) in devices_now.items():
+                        set_device_states(ids, states, device_type=device_type)
+
+                stack.callback(put_back)
+                torch.set_rng_state(self.cpu_rng)
+                for device_type, (ids, states) in self.device_rng.items():
+                    set_device_states(ids, states, device_type=device_type)
+            for device_type, (enabled, dtype, cache) in self.autocast.items():
+                stack.enter_context(
+                    torch.autocast(device_type=device_type, enabled=enabled, dtype=dtype, cache_enabled=cache)
+                )
+            yield
+
+
+class _SpillCheckpoint(torch.autograd.Function):
+    # `anchor` is an empty tensor that requires grad, so the node joins the graph even when no
+    # tensor argument does (frozen embeddings under PEFT/LoRA): the layer's parameters still
+    # need their gradients. The C++ spill::checkpoint does the same.
+    @staticmethod
+    def forward(ctx, job, anchor, *tensors):
+        job.capture_state(tensors)
+        job.needs_grad = [t.requires_grad for t in tensors]
+        job.stashed = job.stash.store(tensors[job.spill_index])
+        outputs = job.run(tensors)  # autograd.Function.forward runs without grad
+        leaves, job.output_spec = tree_flatten(outputs)
+        job.output_template = [_TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        out_tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        if not out_tensors:
+            job.stashed.release()
+            raise InvalidArgumentError(
+                "spillarena.checkpoint: the layer returned no tensor; a checkpointed layer must "
+                "return a tensor (or a tuple, list or dict holding tensors)"
+            )
+        ctx.job = job
+        ctx.save_for_backward(*[None if i == job.spill_index else t for i, t in enumerate(tensors)])
+        return tuple(out_tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        job = ctx.job
+        if not torch.autograd._is_checkpoint_valid():
+            raise CheckpointError(
+                "spillarena.checkpoint is not compatible with torch.autograd.grad() or with "
+                "backward(inputs=...): use loss.backward()"
+            )
+        if job.stashed is None:
+            raise CheckpointError(
+                "spillarena.checkpoint: backward ran twice through the same checkpointed layer; "
+                "its stashed input was consumed and freed by the first backward. Run forward "
+                "again for a new graph (retain_graph is not supported with spilled inputs)"
+            )
+        stashed, job.stashed = job.stashed, None
+        restored = stashed.restore()  # queues the reads of the layers before it
+        stashed.release()
+        saved = ctx.saved_tensors
+        inputs = []
+        for i, tensor in enumerate(saved):
+            source = restored if i == job.spill_index else tensor
+            inputs.append(source.detach().requires_grad_(job.needs_grad[i]))
+        del restored, saved
+        with job.replay(), torch.enable_grad():
+            outputs = job.run(inputs)
+        out_tensors = [leaf for leaf in tree_flatten(outputs)[0] if isinstance(leaf, torch.Tensor)]
+        if len(out_tensors) != len(grads):
+            raise CheckpointError(
+                f"spillarena.checkpoint: the recomputed layer returned {len(out_tensors)} tensors, "
+                f"forward returned {len(grads)}; a checkpointed layer must be deterministic in "
+                "what it returns"
+            )
+        pairs = [(o, g) for o, g in zip(out_tensors, grads) if o.requires_grad and g is not None]
+        del outputs, out_tensors
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        del pairs
+        input_grads = tuple(t.grad if need else None for t, need in zip(inputs, job.needs_grad))
+        return (None, None) + input_grads
+
+
+def _pick_spilled(args, prefix, keywords):
+    """Index, among all tensor arguments in call order, of the one to spill."""
+    if args:
+        if not isinstance(args[0], torch.Tensor):
+            raise InvalidArgumentError(
+                "spillarena.checkpoint: the first argument after the function is the layer input "
+                f"to spill and must be a torch.Tensor, got {_describe(args[0])}"
+            )
+        return sum(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(prefix)[0])
+    leaves = tree_flatten((prefix, keywords))[0]
+    for i, leaf in enumerate(t for t in leaves if isinstance(t, torch.Tensor)):
+        return i
+    raise InvalidArgumentError(
+        "spillarena.checkpoint: no tensor among the arguments; pass the layer input (a "
+        "torch.Tensor) first"
+    )
+
+
+def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_state=True,
+               context_fn=None, **kwargs):
+    """Checkpoints ``function(*args, **kwargs)`` with its layer input spilled to ``arena``.
+
+    The contract of torch.utils.checkpoint.checkpoint, as transformers calls it:
+    ``function`` may be a functools.partial holding keyword arguments (tensors included), and
+    ``use_reentrant`` is accepted and ignored (both modes mean the same here). ``arena`` is a
+    SpillArena, or any TensorStash (make_in_memory_stash(): classic checkpointing, no spill).
+    Raises InvalidArgumentError for a non-tensor layer input, ArenaExhaustedError when the
+    arena has no room (nothing is left allocated), CheckpointError for a second backward.
+    Backward must be ``loss.backward()`` (not ``torch.autograd.grad``).
+    """
+    if context_fn is not None:
+        raise InvalidArgumentError("spillarena.checkpoint: context_fn is not supported")
+    for name in _TORCH_ONLY_ARGUMENTS:
+        kwargs.pop(name, None)
+    stash = _stash_for(arena)
+    func, prefix, keywords = _unwrap(function)
+    keywords.update(kwargs)
+    spill_index = _pick_spilled(args, prefix, keywords)
+    if not torch.is_grad_enabled():
+        return function(*args, **kwargs)  # no backward will come: nothing to keep
+    job = _Job(func, (prefix, args, keywords), stash, preserve_rng_state)
+    job.spill_index = spill_index
+    tensors = job.tensors_of((prefix, args, keywords))
+    anchor = torch.empty(0, requires_grad=True)
+    out_tensors = iter(_SpillCheckpoint.apply(job, anchor, *tensors))
+    leaves = [next(out_tensors) if leaf is _TENSOR else leaf for leaf in job.output_template]
+    return tree_unflatten(leaves, job.output_spec)

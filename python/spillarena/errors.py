@@ -1,0 +1,68 @@
+"""The exceptions of spillarena: one class per C++ ``spill::Error`` type, same names, same messages.
+
+The C++ extension raises these (see Note [Exception classes live in Python] in
+python/src/errors_binding.cc) and sets the numbers each C++ error carries as attributes::
+
+    try:
+        arena = spillarena.SpillArena(64 << 30, "/mnt/nvme")
+    except spillarena.InsufficientSpaceError as e:
+        print(e, e.needed_bytes, e.available_bytes)
+    except spillarena.Error as e:          # any other spillarena problem
+        print(e)
+"""
+
+
+class Error(RuntimeError):
+    """spill::Error: the base of every spillarena error."""
+
+
+class InvalidArgumentError(Error, ValueError):
+    """An option or argument out of range (capacity 0, a non-tensor layer input, ...)."""
+
+
+class DirectoryError(Error):
+    """The spill directory is missing, not a directory or not writable (``path``, ``errno``)."""
+
+
+class RamBackedDirectoryError(Error):
+    """The spill directory lives in RAM (tmpfs, ...) (``path``, ``file_system_type``)."""
+
+
+class InsufficientSpaceError(Error):
+    """Less room than the capacity asked (``path``, ``needed_bytes``, ``available_bytes``)."""
+
+
+class PreallocationError(Error):
+    """The file system cannot preallocate, or the mapping failed (``path``, ``errno``)."""
+
+
+class ArenaExhaustedError(Error):
+    """No free block is large enough (``requested_bytes``, ``free_bytes``, ``largest_free_block``).
+
+    The arena is unchanged and stays usable."""
+
+
+class MovedFromRegionError(Error):
+    """A region handle was used after it was moved from or released."""
+
+
+class IoError(Error):
+    """A read or write of region data failed (``errno``)."""
+
+
+class CheckpointError(Error):
+    """Misuse of the checkpoint wrapper, e.g. a second backward through the same graph."""
+
+
+__all__ = [
+    "Error",
+    "InvalidArgumentError",
+    "DirectoryError",
+    "RamBackedDirectoryError",
+    "InsufficientSpaceError",
+    "PreallocationError",
+    "ArenaExhaustedError",
+    "MovedFromRegionError",
+    "IoError",
+    "CheckpointError",
+]

@@ -1,0 +1,81 @@
+// The tensor stash of spill::checkpoint: spillarena.checkpoint keeps each layer input here
+// between forward and backward. Only handles cross into Python; the bytes stay in the arena.
+#include <torch/extension.h>
+
+#include <memory>
+#include <utility>
+
+#include "binding.h"
+#include "spill/tensor_stash.h"
+
+namespace spillarena_python {
+namespace {
+
+// One stored tensor, as Python holds it. restore() may run once (a second backward through the
+// same graph must fail, not read a freed region); release() frees an unrestored region at once.
+class Stashed {
+ public:
+  explicit Stashed(std::unique_ptr<spill::StashedTensor> inner) : inner_(std::move(inner)) {}
+
+  torch::Tensor restore() {
+    if (restored_ || !inner_) {
+      throw spill::CheckpointError(
+          "spillarena: this stashed tensor was already restored (or released); its region was "
+          "consumed. Run forward again for a new graph (retain_graph is not supported with "
+          "spilled inputs)");
+    }
+    restored_ = true;
+    return inner_->restore();
+  }
+  void prefetch() {
+    if (inner_ && !restored_) inner_->prefetch();
+  }
+  void release() { inner_.reset(); }
+  bool restored() const { return restored_; }
+
+ private:
+  std::unique_ptr<spill::StashedTensor> inner_;
+  bool restored_ = false;
+};
+
+}  // namespace
+
+void bind_stash(py::module_& m) {
+  using Release = py::call_guard<py::gil_scoped_release>;
+
+  py::class_<Stashed>(m, "StashedTensor", "A tensor held by a stash; restore() gives it back once.")
+      .def("restore", &Stashed::restore, Release(),
+           "The stored tensor (same values, shape, dtype, device; contiguous). Once only.")
+      .def("prefetch", &Stashed::prefetch, Release(),
+           "Starts bringing the tensor back without waiting; restore() then finds it ready.")
+      .def("release", &Stashed::release, Release(), "Free the stored bytes now.")
+      .def_property_readonly("restored", &Stashed::restored);
+
+  py::class_<spill::TensorStash, std::shared_ptr<spill::TensorStash>>(
+      m, "TensorStash", "Where spillarena.checkpoint keeps layer inputs between forward and backward.")
+      .def(
+          "store",
+          [](spill::TensorStash& stash, const torch::Tensor& tensor) {
+            return Stashed(stash.store(tensor));
+          },
+          py::arg("tensor"), Release(),
+          "Copies the tensor into the stash; raises ArenaExhaustedError when there is no room.")
+      .def_property_readonly("name", &spill::TensorStash::name);
+
+  m.def(
+      "make_arena_stash",
+      [](const spill::SpillArena& arena) { return spill::make_arena_stash(arena); },
+      py::arg("arena"), "A stash of its own in the regions of `arena` (it keeps the arena alive).");
+  m.def(
+      "shared_arena_stash",
+      [](const spill::SpillArena& arena) { return spill::shared_arena_stash(arena); },
+      py::arg("arena"),
+      "The arena's shared stash, as spill::checkpoint uses it: consecutive layers form one "
+      "chain for prefetching and keep_last.");
+  m.def("make_in_memory_stash", &spill::make_in_memory_stash,
+        "Keeps a reference to the input: classic gradient checkpointing, nothing spilled.");
+  m.def("make_per_file_stash", &spill::make_per_file_stash, py::arg("directory"),
+        "One torch.save file per tensor: the baseline spillarena replaces.");
+}
+
+}  // namespace spillarena_python

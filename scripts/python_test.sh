@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The Python package's tests (a ctest entry, so `scripts/test.sh` still ends with ctest's summary):
+# builds and installs the package into .venv against its torch (--no-build-isolation; build-python/
+# keeps the CMake tree, so reruns are incremental), then runs pytest. Exit 77 (skipped) when .venv
+# lacks the test tools (scripts/setup.sh installs them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=.venv/bin/python
+if ! "$py" -c "import scikit_build_core, pytest, transformers, accelerate" 2>/dev/null; then
+  echo "skipped: .venv lacks scikit-build-core/pytest/transformers/accelerate; run scripts/setup.sh"
+  exit 77
+fi
+"$py" -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-python .
+"$py" -m pytest -q -p no:cacheprovider tests/python

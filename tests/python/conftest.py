@@ -1,0 +1,54 @@
+"""Shared fixtures of the spillarena Python tests (CPU only, tiny models, nothing downloaded)."""
+
+import os
+import pathlib
+import shutil
+import tempfile
+
+import pytest
+import torch
+
+import spillarena
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BUNDLED_TEXT = REPO / "data" / "kjv-genesis-exodus.txt"
+
+# Two cores on the CI machine; more threads only contend.
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture
+def spill_dir():
+    """A fresh directory on disk (never tmpfs); the test fails if anything is left in it."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix="spillarena-pytest-", dir=spillarena.default_spill_directory()))
+    yield path
+    leftovers = sorted(p.name for p in path.iterdir())
+    shutil.rmtree(path, ignore_errors=True)
+    assert leftovers == [], f"files left in the spill directory: {leftovers}"
+
+
+@pytest.fixture
+def arena(spill_dir):
+    """A 64 MiB disk arena that spills every layer input (keep_last=0), drained at the end."""
+    a = spillarena.SpillArena(64 << 20, spill_dir, keep_last=0)
+    yield a
+    assert_drained(a)
+
+
+def assert_drained(arena):
+    stats = arena.stats()
+    assert stats["live_regions"] == 0, stats
+    assert stats["bytes_in_use"] == 0, stats
+    assert stats["allocations"] == stats["frees"], stats
+
+
+def bundled_text_ids(max_bytes=None):
+    """The bundled corpus as byte ids (a 256-symbol vocabulary: no tokenizer to download)."""
+    data = BUNDLED_TEXT.read_bytes()
+    if max_bytes is not None:
+        data = data[:max_bytes]
+    return torch.tensor(list(data), dtype=torch.long)
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))

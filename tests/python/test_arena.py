@@ -1,0 +1,168 @@
+"""SpillArena from Python: options, stats, sizing, typed errors, the import-time torch check."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import spillarena
+from conftest import assert_drained, open_fds
+
+
+def test_stats_are_keyed_by_arena_stats_fields(spill_dir):
+    arena = spillarena.SpillArena(4 << 20, spill_dir)
+    stats = arena.stats()
+    assert tuple(stats) == spillarena.ARENA_STATS
+    for key in ("allocations", "bytes_in_use", "bytes_written", "bytes_read", "peak_bytes_in_use",
+                "live_regions", "reuse_hits", "largest_free_block"):
+        assert key in stats
+    assert stats["capacity_bytes"] == 4 << 20 == arena.capacity_bytes
+    assert arena.backing == "disk"
+    assert pathlib.Path(arena.directory) == spill_dir
+    assert arena.file_system_type not in ("tmpfs", "ramfs")
+    assert repr(arena).startswith("<spillarena.SpillArena capacity_bytes=4194304")
+
+
+def test_options_map_to_arena_options(spill_dir):
+    arena = spillarena.SpillArena(4 << 20, directory=str(spill_dir), start_writeback_after_write=False,
+                                  page_cache_limit_bytes=1 << 20)
+    options = arena.options()
+    assert tuple(options) == spillarena.ARENA_OPTIONS
+    assert options["start_writeback_after_write"] is False
+    assert options["page_cache_limit_bytes"] == 1 << 20
+    ram = spillarena.SpillArena(1 << 20, backing="ram")
+    assert ram.backing == "ram" and ram.stats()["capacity_bytes"] == 1 << 20
+
+
+def test_bytes_for_layer_inputs_matches_the_arena():
+    per_input = 1 * 64 * 128 * 2
+    assert spillarena.bytes_for_layer_inputs(4, (1, 64, 128), torch.bfloat16) == 4 * per_input
+    assert spillarena.bytes_for_layer_inputs(4, (1, 64, 128), 2) == 4 * per_input
+    assert spillarena.bytes_for_layer_input((1, 64, 128), torch.float32) == 2 * per_input
+    with pytest.raises(spillarena.InvalidArgumentError, match="is 0"):
+        spillarena.bytes_for_layer_inputs(0, (1, 64, 128), torch.float32)
+    with pytest.raises(spillarena.InvalidArgumentError, match="batch"):
+        spillarena.bytes_for_layer_inputs(1, (-1, 64, 128), torch.float32)
+    with pytest.raises(spillarena.InvalidArgumentError):
+        spillarena.bytes_for_layer_inputs(1, (1, 64), torch.float32)
+
+
+@pytest.mark.parametrize("capacity", [0, -1, 2.5, True, "1G", spillarena.MAX_CAPACITY_BYTES * 2])
+def test_a_bad_capacity_is_an_invalid_argument(capacity, spill_dir):
+    with pytest.raises(spillarena.InvalidArgumentError) as caught:
+        spillarena.SpillArena(capacity, spill_dir)
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize("options", [{"no_such_option": 1}, {"backing": "tape"}, {"io": 3},
+                                     {"start_writeback_after_write": 1}, {"keep_last": -1}])
+def test_a_bad_option_is_an_invalid_argument(options, spill_dir):
+    with pytest.raises(spillarena.InvalidArgumentError):
+        spillarena.SpillArena(1 << 20, spill_dir, **options)
+
+
+def test_capacity_given_twice_is_a_type_error_as_in_python(spill_dir):
+    with pytest.raises(TypeError):
+        spillarena.SpillArena(1 << 20, spill_dir, capacity_bytes=5)
+
+
+def ram_backed_directory():
+    with open("/proc/mounts") as mounts:
+        for line in mounts:
+            _, mount_point, fs_type = line.split()[:3]
+            if fs_type == "tmpfs" and os.access(mount_point, os.W_OK):
+                return mount_point
+    return None
+
+
+def test_a_tmpfs_directory_is_refused_and_leaks_nothing():
+    directory = ram_backed_directory()
+    if directory is None:
+        pytest.skip("no writable tmpfs mount")
+    before_files, before_fds = set(os.listdir(directory)), open_fds()
+    with pytest.raises(spillarena.RamBackedDirectoryError) as caught:
+        spillarena.SpillArena(1 << 20, directory)
+    assert caught.value.path == directory and caught.value.file_system_type == "tmpfs"
+    assert "saves no memory" in str(caught.value)
+    assert set(os.listdir(directory)) == before_files and open_fds() == before_fds
+    arena = spillarena.SpillArena(1 << 20, directory, allow_ram_backed_directory=True)
+    assert arena.file_system_type == "tmpfs"
+
+
+def test_too_large_a_capacity_is_insufficient_space_and_leaks_nothing(spill_dir):
+    before = open_fds()
+    with pytest.raises(spillarena.InsufficientSpaceError) as caught:
+        spillarena.SpillArena(spillarena.MAX_CAPACITY_BYTES // 2, spill_dir)
+    e = caught.value
+    assert e.needed_bytes == spillarena.MAX_CAPACITY_BYTES // 2 and 0 < e.available_bytes < e.needed_bytes
+    assert str(e.needed_bytes) in str(e)
+    assert open_fds() == before
+
+
+def test_a_missing_directory_is_a_directory_error(spill_dir):
+    with pytest.raises(spillarena.DirectoryError) as caught:
+        spillarena.SpillArena(1 << 20, spill_dir / "missing")
+    assert caught.value.errno != 0
+
+
+def test_an_exhausted_arena_raises_and_stays_usable(spill_dir):
+    arena = spillarena.SpillArena(1 << 20, spill_dir, keep_last=0)
+    layer = torch.nn.Linear(1024, 1024)
+    big = torch.randn(512, 1024, requires_grad=True)  # 2 MiB
+    with pytest.raises(spillarena.ArenaExhaustedError) as caught:
+        spillarena.checkpoint(layer, big, arena=arena)
+    assert caught.value.requested_bytes == big.nbytes
+    assert caught.value.free_bytes == 1 << 20
+    assert "[512, 1024]" in str(caught.value)
+    assert_drained(arena)
+    small = torch.randn(4, 1024, requires_grad=True)
+    spillarena.checkpoint(layer, small, arena=arena).sum().backward()
+    assert small.grad is not None
+    assert_drained(arena)
+
+
+@pytest.mark.parametrize("first", [None, 3, [torch.ones(2)], "hidden"])
+def test_a_non_tensor_first_argument_is_an_invalid_argument(first, arena):
+    with pytest.raises(spillarena.InvalidArgumentError, match="must be a torch.Tensor"):
+        spillarena.checkpoint(torch.nn.Identity(), first, arena=arena)
+    with pytest.raises(spillarena.InvalidArgumentError, match="arena"):
+        spillarena.checkpoint(torch.nn.Identity(), torch.ones(2), arena=None)
+    assert arena.stats()["allocations"] == 0
+
+
+ERROR_FIELDS = {
+    "Error": {},
+    "InvalidArgumentError": {},
+    "DirectoryError": {"path": "/nowhere", "errno": 2},
+    "RamBackedDirectoryError": {"path": "/dev/shm", "file_system_type": "tmpfs"},
+    "InsufficientSpaceError": {"path": "/spill", "needed_bytes": 2048, "available_bytes": 1024},
+    "PreallocationError": {"path": "/spill", "errno": 95},
+    "ArenaExhaustedError": {"requested_bytes": 4096, "free_bytes": 1024, "largest_free_block": 512},
+    "MovedFromRegionError": {},
+    "IoError": {"errno": 5, "op": "read", "offset": 4096, "bytes": 8192},
+    "CheckpointError": {},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERROR_FIELDS))
+def test_every_cpp_error_becomes_its_python_class_with_message_and_fields(name):
+    cls = getattr(spillarena, name)
+    assert issubclass(cls, spillarena.Error) and issubclass(cls, RuntimeError)
+    with pytest.raises(cls) as caught:
+        spillarena._C._throw(name, f"spill: the message of {name}")
+    assert type(caught.value) is cls
+    assert str(caught.value) == f"spill: the message of {name}"
+    for field, value in ERROR_FIELDS[name].items():
+        assert getattr(caught.value, field) == value
+
+
+def test_import_fails_clearly_under_another_torch():
+    code = "import torch; torch.__version__ = '2.4.0'; import spillarena"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "ImportError" in result.stderr
+    assert "spillarena was built against torch" in result.stderr and "2.4.0" in result.stderr
+    assert "--no-build-isolation" in result.stderr

@@ -1,0 +1,224 @@
+"""spillarena.checkpoint in plain PyTorch: the contract of torch.utils.checkpoint.checkpoint."""
+
+import functools
+
+import pytest
+import torch
+
+import spillarena
+from conftest import assert_drained
+
+
+def encoder_stack(layers=3, width=32):
+    torch.manual_seed(0)
+    return torch.nn.ModuleList(
+        torch.nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=64, dropout=0.2, batch_first=True)
+        for _ in range(layers)
+    ).train()
+
+
+def grads_of(module):
+    return [p.grad.clone() for p in module.parameters()]
+
+
+def test_transformer_encoder_stack_in_a_plain_loop_is_bit_identical(arena):
+    stack = encoder_stack()
+    x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))
+
+    def run(checkpointed):
+        stack.zero_grad(set_to_none=True)
+        h = x.clone().requires_grad_(True)
+        start = h
+        torch.manual_seed(5)
+        for layer in stack:
+            h = spillarena.checkpoint(layer, h, arena=arena, use_reentrant=False) if checkpointed else layer(h)
+        loss = h.pow(2).mean()
+        loss.backward()
+        return loss.detach(), grads_of(stack), start.grad
+
+    ref_loss, ref_grads, ref_input_grad = run(False)
+    loss, grads, input_grad = run(True)
+    assert torch.equal(loss, ref_loss)
+    assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
+    assert torch.equal(input_grad, ref_input_grad)
+    assert arena.stats()["allocations"] == len(stack)
+    assert_drained(arena)
+
+
+def test_tensors_inside_a_partial_and_in_kwargs_get_their_gradients(arena):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(8, 8)
+
+    def layer(h, scale, *, bias, mask=None, tag="x"):
+        assert tag == "kept"
+        return torch.nn.functional.dropout(linear(h) * scale + bias, 0.3) * mask, None, {"aux": h.sum()}
+
+    def make_inputs():
+        g = torch.Generator().manual_seed(2)
+        return (torch.randn(4, 8, generator=g, requires_grad=True), torch.randn(8, generator=g, requires_grad=True),
+                torch.randn(8, generator=g, requires_grad=True), (torch.rand(4, 8, generator=g) > 0.2).float())
+
+    def run(checkpointed):
+        linear.zero_grad(set_to_none=True)
+        h, scale, bias, mask = make_inputs()
+        fn = functools.partial(layer, bias=bias, tag="kept")
+        torch.manual_seed(9)
+        if checkpointed:
+            out, nothing, extra = spillarena.checkpoint(fn, h, scale, arena=arena, mask=mask)
+        else:
+            out, nothing, extra = fn(h, scale, mask=mask)
+        assert nothing is None
+        (out.sum() + extra["aux"]).backward()
+        return [h.grad, scale.grad, bias.grad, linear.weight.grad, linear.bias.grad]
+
+    ref = run(False)
+    got = run(True)
+    assert all(g is not None for g in got)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    assert_drained(arena)
+
+
+def test_a_layer_input_passed_only_inside_the_partial_is_spilled(arena):
+    linear = torch.nn.Linear(8, 8)
+    h = torch.randn(4, 8, requires_grad=True)
+    out = spillarena.checkpoint(functools.partial(linear.forward, input=h), arena=arena)
+    assert arena.stats()["live_regions"] == 1
+    out.sum().backward()
+    assert h.grad is not None and linear.weight.grad is not None
+    assert_drained(arena)
+
+
+def test_autocast_state_is_replayed_in_the_recomputation(arena):
+    stack = encoder_stack(layers=2)
+    x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(3))
+
+    def run(checkpointed):
+        stack.zero_grad(set_to_none=True)
+        torch.manual_seed(4)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = x
+            for layer in stack:
+                h = spillarena.checkpoint(layer, h, arena=arena) if checkpointed else layer(h)
+            loss = h.float().pow(2).mean()
+        loss.backward()  # outside autocast, as training loops do
+        return loss.detach(), grads_of(stack)
+
+    ref_loss, ref_grads = run(False)
+    loss, grads = run(True)
+    assert torch.equal(loss, ref_loss)
+    assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
+    assert_drained(arena)
+
+
+def test_the_rng_stream_after_backward_is_the_one_without_checkpointing(arena):
+    layer = torch.nn.Dropout(0.5)
+
+    def run(checkpointed):
+        torch.manual_seed(11)
+        x = torch.randn(64, requires_grad=True)
+        y = spillarena.checkpoint(layer, x, arena=arena) if checkpointed else layer(x)
+        y.sum().backward()
+        return torch.rand(4)
+
+    assert torch.equal(run(True), run(False))
+
+
+def test_frozen_input_still_trains_the_layer(arena):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(8, 8)
+    x = torch.randn(2, 8)  # requires no grad: the anchor keeps the node in the graph
+    spillarena.checkpoint(linear, x, arena=arena).sum().backward()
+    ref = linear.weight.grad.clone()
+    linear.zero_grad(set_to_none=True)
+    linear(x).sum().backward()
+    assert torch.equal(ref, linear.weight.grad)
+
+
+def test_without_grad_nothing_is_stored(arena):
+    linear = torch.nn.Linear(8, 8)
+    with torch.no_grad():
+        y = spillarena.checkpoint(linear, torch.randn(2, 8), arena=arena)
+    assert not y.requires_grad
+    assert arena.stats()["allocations"] == 0
+
+
+def test_an_unused_forward_frees_its_region(arena):
+    linear = torch.nn.Linear(8, 8)
+    y = spillarena.checkpoint(linear, torch.randn(2, 8, requires_grad=True), arena=arena)
+    assert arena.stats()["live_regions"] == 1
+    del y  # the graph dies without backward
+    assert_drained(arena)
+
+
+def test_in_memory_stash_is_plain_checkpointing():
+    linear = torch.nn.Linear(8, 8)
+    x = torch.randn(2, 8, requires_grad=True)
+    spillarena.checkpoint(linear, x, arena=spillarena.make_in_memory_stash()).sum().backward()
+    assert x.grad is not None
+
+
+def test_a_second_backward_raises_checkpoint_error(arena):
+    linear = torch.nn.Linear(8, 8)
+    y = spillarena.checkpoint(linear, torch.randn(2, 8, requires_grad=True), arena=arena).sum()
+    y.backward(retain_graph=True)
+    with pytest.raises(spillarena.CheckpointError, match="backward ran twice"):
+        y.backward()
+    assert_drained(arena)
+
+
+def test_autograd_grad_is_refused_with_a_clear_error(arena):
+    linear = torch.nn.Linear(8, 8)
+    x = torch.randn(2, 8, requires_grad=True)
+    y = spillarena.checkpoint(linear, x, arena=arena).sum()
+    with pytest.raises(spillarena.CheckpointError, match="torch.autograd.grad"):
+        torch.autograd.grad(y, x)
+    del y
+    assert_drained(arena)
+
+
+def test_stash_round_trip_through_the_arena(arena):
+    stash = spillarena.make_arena_stash(arena)
+    assert stash.name == "disk"
+    t = torch.randn(3, 5, 7)
+    stashed = stash.store(t)
+    assert arena.stats()["live_regions"] == 1
+    stashed.prefetch()
+    back = stashed.restore()
+    assert torch.equal(back, t) and back.dtype == t.dtype and back.shape == t.shape
+    with pytest.raises(spillarena.CheckpointError):
+        stashed.restore()
+    del back, stashed
+    assert_drained(arena)
+
+
+@pytest.mark.parametrize("options", [
+    {"io": "buffered"}, {"io": "direct", "staging_bytes": 1 << 20}, {"asynchronous": False},
+    {"io_backend": "thread_pool", "prefetch_depth": 0}, {"keep_last": 2}, {"backing": "ram"},
+], ids=["buffered", "direct", "synchronous", "thread_pool", "keep_last_2", "ram"])
+def test_every_arena_configuration_gives_the_same_gradients(options, spill_dir):
+    arena = spillarena.SpillArena(16 << 20, None if options.get("backing") == "ram" else spill_dir, **options)
+    stack = encoder_stack()
+    x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))
+
+    def run(checkpointed):
+        stack.zero_grad(set_to_none=True)
+        torch.manual_seed(5)
+        h = x
+        for layer in stack:
+            h = spillarena.checkpoint(layer, h, arena=arena) if checkpointed else layer(h)
+        h.pow(2).mean().backward()
+        return grads_of(stack)
+
+    ref = run(False)
+    assert all(torch.equal(a, b) for a, b in zip(run(True), ref))
+    resolved = arena.options()
+    for key, value in options.items():
+        if key != "io":  # automatic/buffered/direct: resolved, may say why in io_note
+            assert resolved[key] == value, key
+    stats = arena.stats()
+    if "io" in options and options.get("backing") != "ram":
+        assert stats["io_mode"] == options["io"], stats["io_note"]
+    # The last keep_last inputs (default 1) stay where they are; every layer is restored.
+    assert stats["allocations"] == len(stack) - options.get("keep_last", 1)
+    assert stats["restores"] == len(stack)
+    assert_drained(arena)

@@ -1,0 +1,114 @@
+"""Two ranks on CPU (gloo), each with its own arena: DDP (and FSDP2) through spillarena."""
+
+import os
+import pathlib
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import spillarena
+
+transformers = pytest.importorskip("transformers")
+
+WORLD = 2
+
+
+def tiny_llama():
+    torch.manual_seed(0)  # the same weights on every rank
+    config = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.2)
+    config._attn_implementation = "eager"
+    return transformers.LlamaForCausalLM(config).train()
+
+
+def one_step(model, rank):
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(100 + rank))
+    torch.manual_seed(10 + rank)  # each rank its own dropout masks
+    model(input_ids=ids, labels=ids).loss.backward()
+
+
+def gradients(module):
+    return {n: p.grad.detach().clone() for n, p in module.named_parameters() if p.grad is not None}
+
+
+def run_rank(rank, init_file, spill_root, out_dir, wrap):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    try:
+        spill_dir = pathlib.Path(spill_root) / f"rank{rank}"
+        spill_dir.mkdir()
+        arena = spillarena.SpillArena(8 << 20, spill_dir, keep_last=0)  # one arena per rank
+
+        plain = tiny_llama()
+        wrapped = wrap(plain)
+        one_step(wrapped, rank)
+        reference = gradients(plain)
+
+        checkpointed = tiny_llama()
+        spillarena.enable(checkpointed, arena)
+        wrapped = wrap(checkpointed)
+        one_step(wrapped, rank)
+        result = gradients(checkpointed)
+
+        stats = arena.stats()
+        torch.save({"reference": {n: full(g) for n, g in reference.items()},
+                    "result": {n: full(g) for n, g in result.items()},
+                    "stats": stats, "files": sorted(os.listdir(spill_dir))},
+                   pathlib.Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def full(grad):
+    # FSDP2 gradients are DTensor shards; gather them for the comparison.
+    return grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+
+
+def ddp(model):
+    return torch.nn.parallel.DistributedDataParallel(model)
+
+
+def fsdp2(model):
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.model.layers:
+        fully_shard(layer)
+    return fully_shard(model)
+
+
+def spawn(tmp_path, wrap):
+    spill_root = pathlib.Path(spillarena.default_spill_directory()) / f"spillarena-dist-{os.getpid()}"
+    spill_root.mkdir()
+    try:
+        mp.spawn(run_rank, args=(str(tmp_path / "init"), str(spill_root), str(tmp_path), wrap),
+                 nprocs=WORLD, join=True)
+        assert sorted(p.name for p in spill_root.iterdir()) == ["rank0", "rank1"]
+    finally:
+        for rank_dir in spill_root.iterdir():
+            rank_dir.rmdir()  # fails if a rank left a file
+        spill_root.rmdir()
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+
+
+def check(results):
+    for rank, out in enumerate(results):
+        assert out["files"] == [], f"rank {rank} left files"
+        assert out["reference"].keys() == out["result"].keys() and out["result"]
+        for name, grad in out["reference"].items():
+            assert torch.equal(out["result"][name], grad), (rank, name)
+        assert out["stats"]["allocations"] == 2 and out["stats"]["live_regions"] == 0
+    # After the all-reduce every rank holds the same gradients.
+    for name, grad in results[0]["result"].items():
+        assert torch.equal(results[1]["result"][name], grad), name
+
+
+def test_ddp_gradients_after_all_reduce_are_bit_identical(tmp_path):
+    check(spawn(tmp_path, ddp))
+
+
+def test_fsdp2_gradients_are_bit_identical(tmp_path):
+    pytest.importorskip("torch.distributed.fsdp")
+    check(spawn(tmp_path, fsdp2))

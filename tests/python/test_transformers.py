@@ -1,0 +1,140 @@
+"""spillarena with Hugging Face transformers models built from tiny configs (random weights)."""
+
+import pytest
+import torch
+
+import spillarena
+from conftest import assert_drained
+
+transformers = pytest.importorskip("transformers")
+
+LAYERS = 3
+BATCH, SEQ = 2, 16
+
+
+def tiny_llama():
+    config = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        attention_dropout=0.2, tie_word_embeddings=False)
+    config._attn_implementation = "eager"
+    return transformers.LlamaForCausalLM(config)
+
+
+def tiny_gpt2():
+    config = transformers.GPT2Config(
+        vocab_size=256, n_positions=64, n_embd=64, n_layer=LAYERS, n_head=4,
+        attn_pdrop=0.2, resid_pdrop=0.1, embd_pdrop=0.1)
+    config._attn_implementation = "eager"
+    return transformers.GPT2LMHeadModel(config)
+
+
+def tiny_qwen2():
+    config = transformers.Qwen2Config(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        attention_dropout=0.2, use_sliding_window=False)
+    config._attn_implementation = "sdpa"
+    return transformers.Qwen2ForCausalLM(config)
+
+
+def step(model, seed):
+    """One training step's loss and every parameter gradient, under a fixed RNG seed."""
+    model.zero_grad(set_to_none=True)
+    generator = torch.Generator().manual_seed(1234)
+    ids = torch.randint(0, 256, (BATCH, SEQ), generator=generator)
+    torch.manual_seed(seed)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2, tiny_qwen2], ids=["llama", "gpt2", "qwen2-sdpa"])
+def test_loss_and_every_gradient_are_bit_identical_to_no_checkpointing(build, spill_dir):
+    torch.manual_seed(0)
+    model = build().train()
+    ref_loss, ref_grads = step(model, seed=7)
+
+    arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
+    spillarena.enable(model, arena)
+    assert model.is_activation_checkpointing
+    before = arena.stats()
+    loss, grads = step(model, seed=7)
+    after = arena.stats()
+
+    assert torch.equal(loss, ref_loss)
+    assert grads.keys() == ref_grads.keys()
+    assert len(grads) == len(list(model.parameters()))
+    for name in ref_grads:
+        assert torch.equal(grads[name], ref_grads[name]), name
+    # Every decoder layer stored its input in the arena and restored it in backward.
+    hidden_bytes = BATCH * SEQ * 64 * 4
+    assert after["allocations"] - before["allocations"] == LAYERS
+    assert after["restores"] - before["restores"] == LAYERS
+    assert after["bytes_written"] - before["bytes_written"] == LAYERS * hidden_bytes
+    assert after["peak_bytes_in_use"] >= LAYERS * hidden_bytes
+    assert_drained(arena)
+
+    # Dropout really was on: another seed gives another loss.
+    other_loss, _ = step(model, seed=8)
+    assert not torch.equal(other_loss, ref_loss)
+    spillarena.disable(model)
+    assert not model.is_activation_checkpointing
+    assert_drained(arena)
+
+
+def test_every_n_layers_spills_only_those_layers(spill_dir):
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64,
+                                 num_hidden_layers=4, num_attention_heads=2)).train()
+    arena = spillarena.SpillArena(8 << 20, spill_dir, keep_last=0)
+    spillarena.enable(model, arena, every_n_layers=2)
+    step(model, seed=1)
+    assert arena.stats()["allocations"] == 2
+    assert_drained(arena)
+
+
+def test_lora_style_frozen_base_still_gets_adapter_gradients(spill_dir):
+    # PEFT/LoRA: the base (embeddings included) is frozen, only small adapters train. The layer
+    # inputs then do not require grad; the adapters must still get the gradients they get
+    # without checkpointing.
+    torch.manual_seed(0)
+    model = tiny_llama().train()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    adapters = [layer.self_attn.q_proj for layer in model.model.layers]
+    for proj in adapters:
+        proj.weight.requires_grad_(True)
+    ref_loss, ref_grads = step(model, seed=3)
+
+    arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
+    spillarena.enable(model, arena)
+    loss, grads = step(model, seed=3)
+    assert torch.equal(loss, ref_loss)
+    assert grads.keys() == ref_grads.keys() and len(grads) == len(adapters)
+    for name in ref_grads:
+        assert torch.equal(grads[name], ref_grads[name]), name
+    assert_drained(arena)
+
+
+def test_enable_refuses_a_model_without_gradient_checkpointing(spill_dir):
+    arena = spillarena.SpillArena(1 << 20, spill_dir)
+
+    class NoCheckpointing(transformers.PreTrainedModel):
+        config_class = transformers.PretrainedConfig
+        supports_gradient_checkpointing = False
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.linear = torch.nn.Linear(4, 4)
+
+    model = NoCheckpointing(transformers.PretrainedConfig())
+    with pytest.raises(spillarena.InvalidArgumentError, match="does not support gradient checkpointing"):
+        spillarena.enable(model, arena)
+    with pytest.raises(ValueError):  # InvalidArgumentError is a ValueError too
+        spillarena.enable(torch.nn.Linear(2, 2), arena)
+    with pytest.raises(spillarena.InvalidArgumentError, match="arena"):
+        spillarena.enable(tiny_llama(), arena="not an arena")
+    with pytest.raises(spillarena.InvalidArgumentError, match="every_n_layers"):
+        spillarena.enable(tiny_llama(), arena, every_n_layers=0)
