@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "io_queue.h"
+#include "io_test_support.h"
 #include "spill/core.h"
 #include "test_support.h"
 
+using spill_test::HookScope;
 using spill_test::ScratchDir;
 
 namespace {
@@ -35,13 +37,6 @@ std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
-// Installs a test hook for the queues made while it lives.
-struct HookScope {
-  explicit HookScope(std::function<int(spill::IoOp)> hook) {
-    spill::detail::set_io_test_hook(std::move(hook));
-  }
-  ~HookScope() { spill::detail::set_io_test_hook({}); }
-};
 
 std::vector<spill::IoBackend> backends() {
   return {spill::IoBackend::thread_pool, spill::IoBackend::automatic};
@@ -186,12 +181,7 @@ TEST_CASE("io engine: a real file-size limit (EFBIG) names ulimit, not the file 
 
 TEST_CASE("io engine: many threads writing and reading with random delays lose nothing") {
   ScratchDir dir;
-  std::atomic<unsigned> seed{1};
-  HookScope jitter([&](spill::IoOp) {
-    std::minstd_rand rng(seed.fetch_add(1));
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
-    return 0;
-  });
+  HookScope jitter(spill_test::random_delays(1, 2000));
   for (auto mode : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (auto backend : backends()) {
       spill::SpillArena arena(options_in(dir.path(), 64 * spill::MiB, mode, backend));

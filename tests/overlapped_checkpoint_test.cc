@@ -12,8 +12,10 @@
 
 #include "gpt_test_support.h"
 #include "io_queue.h"
+#include "io_test_support.h"
 #include "test_support.h"
 
+using spill_test::HookScope;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
 
@@ -32,12 +34,6 @@ spill::ArenaOptions engine_options(const std::string& dir, spill::IoMode io, boo
   return o;
 }
 
-struct HookScope {
-  explicit HookScope(std::function<int(spill::IoOp)> hook) {
-    spill::detail::set_io_test_hook(std::move(hook));
-  }
-  ~HookScope() { spill::detail::set_io_test_hook({}); }
-};
 
 // CPU autocast to bfloat16 for its lifetime, as torch.autocast("cpu") sets it.
 struct CpuAutocast {
@@ -213,12 +209,7 @@ TEST_CASE("overlap: a failed asynchronous write surfaces as spill::IoError, neve
 
 TEST_CASE("overlap: random delays in the queue over many steps keep gradients identical") {
   ScratchDir dir;
-  std::atomic<unsigned> seed{7};
-  HookScope jitter([&](spill::IoOp) {
-    std::minstd_rand rng(seed.fetch_add(1));
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
-    return 0;
-  });
+  HookScope jitter(spill_test::random_delays(7, 3000));
   auto blocks = gpt_blocks(4);
   torch::manual_seed(21);
   const torch::Tensor x0 = torch::randn({2, 16, 64});
