@@ -1,5 +1,6 @@
 // The arena stash: layer inputs spilled to regions of a SpillArena, overlapped with compute.
 // See Note [Overlapped spilling].
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -108,11 +109,20 @@ void Chain::stored(const EntryPtr& e) {
     while (!copies_.empty() && copies_.front().done()) copies_.pop_front();
   }
   const std::size_t keep = std::min<std::size_t>(options_.keep_last, alive.size());
+  std::vector<const Entry*> safe;  // written: no longer needs this chain's attention
   for (std::size_t i = 0; i < alive.size(); ++i) {
     std::lock_guard<std::mutex> lock(alive[i]->mutex);
     if (i + keep < alive.size()) spill(*alive[i]);
     retire(*alive[i]);
+    if (!alive[i]->held.defined() && !alive[i]->to_host) safe.push_back(alive[i].get());
   }
+  std::lock_guard<std::mutex> lock(mutex_);
+  unsafe_.erase(std::remove_if(unsafe_.begin(), unsafe_.end(),
+                               [&](const std::weak_ptr<Entry>& w) {
+                                 const EntryPtr p = w.lock();
+                                 return !p || std::find(safe.begin(), safe.end(), p.get()) != safe.end();
+                               }),
+                unsafe_.end());
 }
 
 void Chain::keep_until_done(detail::DeviceCopy copy) {
