@@ -7,8 +7,13 @@ const std::vector<std::string>& mode_names() {
   return names;
 }
 
+ModeSetup make_mode(const std::string& mode, std::uint64_t capacity_bytes,
+                    const std::string& directory, bool eager_writeback, IoMode io) {
+  return make_mode(mode, capacity_bytes, directory, ArenaTuning{eager_writeback, io, 0});
+}
+
 ModeSetup make_mode(const std::string& mode_in, std::uint64_t capacity_bytes,
-                    const std::string& directory, bool eager_writeback) {
+                    const std::string& directory, const ArenaTuning& tuning) {
   ModeSetup m;
   m.mode = mode_in == "per-file" ? "per_file" : mode_in;
   if (m.mode == "none") return m;
@@ -19,7 +24,9 @@ ModeSetup make_mode(const std::string& mode_in, std::uint64_t capacity_bytes,
     o.directory = directory;
     o.capacity_bytes = capacity_bytes;
     o.backing = m.mode == "ram" ? Backing::ram : Backing::disk;
-    o.start_writeback_after_write = eager_writeback;
+    o.start_writeback_after_write = tuning.eager_writeback;
+    o.io = tuning.io;
+    if (tuning.staging_bytes > 0) o.staging_bytes = tuning.staging_bytes;
     m.arena = std::make_unique<SpillArena>(o);
     m.stash = make_arena_stash(*m.arena);
   } else if (m.mode == "per_file") {

@@ -26,10 +26,21 @@ struct ModeSetup {
   std::shared_ptr<TensorStash> stash;  // nullptr for none
 };
 
+// Arena settings of the ram and disk modes beyond capacity and directory.
+struct ArenaTuning {
+  bool eager_writeback = true;        // ArenaOptions::start_writeback_after_write
+  IoMode io = IoMode::automatic;      // ArenaOptions::io
+  std::uint64_t staging_bytes = 0;    // ArenaOptions::staging_bytes; 0: the arena's default
+};
+
 // Throws spill::InvalidArgumentError for an unknown mode (naming the valid ones) and the arena's
 // errors for a bad directory or capacity. "per-file" is accepted for "per_file".
-// eager_writeback sets ArenaOptions::start_writeback_after_write for the disk mode.
+// eager_writeback sets ArenaOptions::start_writeback_after_write and `io` ArenaOptions::io for
+// the disk mode.
 ModeSetup make_mode(const std::string& mode, std::uint64_t capacity_bytes,
-                    const std::string& directory, bool eager_writeback = true);
+                    const std::string& directory, bool eager_writeback = true,
+                    IoMode io = IoMode::automatic);
+ModeSetup make_mode(const std::string& mode, std::uint64_t capacity_bytes,
+                    const std::string& directory, const ArenaTuning& tuning);
 
 }  // namespace spill::models

@@ -1,12 +1,12 @@
 #include "tiny_gpt.h"
 
-#include <cmath>
 
 #include "spill/checkpoint.h"
 
 namespace spill::models {
 
-GptBlockImpl::GptBlockImpl(const GptConfig& cfg) : heads_(cfg.heads), dropout_(cfg.dropout) {
+GptBlockImpl::GptBlockImpl(const GptConfig& cfg)
+    : heads_(cfg.heads), dropout_(cfg.dropout), attention_dropout_(cfg.attention_dropout) {
   TORCH_CHECK(cfg.hidden % cfg.heads == 0, "hidden (", cfg.hidden, ") must be a multiple of heads (",
               cfg.heads, ")");
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
@@ -17,16 +17,19 @@ GptBlockImpl::GptBlockImpl(const GptConfig& cfg) : heads_(cfg.heads), dropout_(c
   fc2_ = register_module("fc2", torch::nn::Linear(4 * cfg.hidden, cfg.hidden));
 }
 
+// Note [Attention without T x T]
+// scaled_dot_product_attention runs a fused kernel (flash attention on CPU and CUDA) that never
+// materialises the seq x seq score matrix, so a block's working set is a few layer inputs, as in
+// real models. LibTorch's CPU kernel has no dropout: with attention_dropout > 0 it falls back to
+// the math kernel, which builds the scores again. Hence dropout on attention weights is off by
+// default (as in Llama and Mistral) and the residual branches carry the dropout.
 torch::Tensor GptBlockImpl::attention(const torch::Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads_;
   auto qkv = qkv_->forward(x).view({b, t, 3, heads_, d}).permute({2, 0, 3, 1, 4});
-  auto q = qkv[0], k = qkv[1], v = qkv[2];
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
-  auto causal = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(x.device()))
-                    .triu(1);
-  scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
-  auto weights = torch::dropout(torch::softmax(scores, -1), dropout_, is_training());
-  auto out = torch::matmul(weights, v).transpose(1, 2).reshape({b, t, c});
+  const double p = is_training() ? attention_dropout_ : 0.0;
+  auto out = torch::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{}, p,
+                                                 /*is_causal=*/true);
+  out = out.transpose(1, 2).reshape({b, t, c});
   return torch::dropout(proj_->forward(out), dropout_, is_training());
 }
 

@@ -23,7 +23,8 @@ struct GptConfig {
   int64_t heads = 4;
   int64_t layers = 4;
   int64_t max_seq = 256;
-  double dropout = 0.1;
+  double dropout = 0.1;            // embeddings and residual branches
+  double attention_dropout = 0.0;  // on attention weights; see Note [Attention without T x T]
 };
 
 class GptBlockImpl : public torch::nn::Module {
@@ -35,6 +36,7 @@ class GptBlockImpl : public torch::nn::Module {
   torch::Tensor attention(const torch::Tensor& x);
   int64_t heads_;
   double dropout_;
+  double attention_dropout_;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc1_{nullptr}, fc2_{nullptr};
 };

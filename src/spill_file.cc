@@ -192,6 +192,14 @@ void preallocate_or_throw(int fd, const SpillFileOptions& o, const platform::Fil
             "' failed: " + std::strerror(e) + " (the file system reported " +
             bytes_with_units(fs.free_bytes) + " free); free space there or lower capacity_bytes");
   }
+  if (e == EFBIG) {
+    throw PreallocationError(
+        o.directory, e,
+        "spill: the spill file of " + bytes_with_units(o.capacity_bytes) + " in '" + o.directory +
+            "' would be larger than this process may write (fallocate: " + std::strerror(e) +
+            ": the file size limit, ulimit -f, or the file system's largest file); raise the "
+            "limit or lower capacity_bytes");
+  }
   throw PreallocationError(
       o.directory, e,
       "spill: the file system of '" + o.directory + "' (" + fs.type_name +

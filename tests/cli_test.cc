@@ -2,8 +2,10 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "test_support.h"
@@ -18,18 +20,21 @@ struct Run {
   std::string output;  // stdout and stderr together
 };
 
-// Runs the command; `merge_stderr` folds error messages into the output.
-Run capture(const std::string& args, bool merge_stderr) {
-  const std::string cmd = std::string(SPILLARENA_CLI) + " " + args + (merge_stderr ? " 2>&1" : "");
+// Runs a shell command line; `merge_stderr` folds error messages into the output.
+Run capture_shell(const std::string& cmd, bool merge_stderr) {
   Run r;
-  FILE* pipe = popen(cmd.c_str(), "r");
+  FILE* pipe = popen((cmd + (merge_stderr ? " 2>&1" : "")).c_str(), "r");
   REQUIRE(pipe != nullptr);
   char buffer[4096];
   std::size_t n;
   while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
   const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+Run capture(const std::string& args, bool merge_stderr) {
+  return capture_shell(std::string(SPILLARENA_CLI) + " " + args, merge_stderr);
 }
 
 Run run(const std::string& args) { return capture(args, true); }
@@ -40,15 +45,22 @@ Run run_json(const std::string& args, nlohmann::json* out) {
   return r;
 }
 
+bool one_line(const std::string& text) {
+  return !text.empty() && text.find('\n') == text.size() - 1;
+}
+
 const char* kTiny = "--layers 2 --hidden 32 --heads 2 --seq 32 --batch 4 --sample-chars 8";
+const char* kPlan = "plan --layers 4 --batch 2 --seq 128 --hidden 64 --dtype fp32";
 
 }  // namespace
 
-// A usage error: exit code 2 and a message that names `mentions`.
+// A usage error: exit code 2 and one line that names `mentions`.
 void check_usage_error(const std::string& args, const std::string& mentions) {
   CAPTURE(args);
   Run r = run(args);
+  CAPTURE(r.output);
   CHECK(r.exit_code == 2);
+  CHECK(one_line(r.output));
   CHECK(r.output.find(mentions) != std::string::npos);
 }
 
@@ -118,9 +130,12 @@ TEST_CASE("cli: train reports the arena and the loss falls") {
                        dir.path(), &j).exit_code == 0);
   CHECK(j["final_loss"].get<double>() < j["first_loss"].get<double>() - 1.0);
   CHECK(j["arena"]["bytes_in_use"] == 0);
-  CHECK(j["arena"]["bytes_written"] == 25ull * 2 * 4 * 32 * 32 * 4);
-  CHECK(j["arena"]["bytes_read"] == j["arena"]["bytes_written"]);
-  CHECK(j["spilled_bytes_per_step"] == 2 * 4 * 32 * 32 * 4);
+  const std::uint64_t spilled_layers = 2 - spill::ArenaOptions{}.keep_last;  // the last stays
+  CHECK(j["arena"]["bytes_written"] == 25ull * spilled_layers * 4 * 32 * 32 * 4);
+  // A restore whose write is still in flight gives the held input back without a read.
+  CHECK(j["arena"]["bytes_read"].get<std::uint64_t>() <= j["arena"]["bytes_written"].get<std::uint64_t>());
+  CHECK(j["arena"]["restores"] == 25 * 2);
+  CHECK(j["spilled_bytes_per_step"] == spilled_layers * 4 * 32 * 32 * 4);
   CHECK(j["sample"].get<std::string>().rfind("And God said", 0) == 0);
 }
 
@@ -155,4 +170,161 @@ TEST_CASE("cli: plan on a RAM-backed or too small directory says so and exits 1"
   CHECK(big.exit_code == 1);
   CHECK(big.output.find("fits         no") != std::string::npos);
   CHECK(big.output.find("free space there") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile and careless input, one class per case (issue 9)
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("cli: numbers longer than 64 bits are usage errors, not aborts") {
+  const std::string huge = "123456789012345678901234567890";
+  check_usage_error("train --layers " + huge, "--layers");
+  check_usage_error("train --seed " + huge, "too large");
+  check_usage_error("train --capacity " + huge + "GiB", "--capacity");
+  check_usage_error(std::string(kPlan) + " --probe-bytes 99999999999999999999KiB", "too large");
+  check_usage_error("train --seed " + std::string(5000, '9'), "(5000 characters)");
+  check_usage_error("train --seed 18446744073709551616", "too large");  // 2^64
+  check_usage_error("plan --layers 1048576 --batch 16777216 --seq 16777216 --hidden 1048576",
+                    "more bytes than can be counted");
+}
+
+TEST_CASE("cli: negative sizes and counts are usage errors, and nothing is written") {
+  ScratchDir dir;
+  check_usage_error(std::string(kPlan) + " --probe-bytes -1 --dir " + dir.path(),
+                    "--probe-bytes cannot be negative");
+  check_usage_error(std::string("train ") + kTiny + " --capacity -1 --dir " + dir.path(),
+                    "--capacity cannot be negative");
+  check_usage_error("train --steps -5", "--steps cannot be negative");
+  check_usage_error("train --seed -1", "--seed cannot be negative");
+  check_usage_error("train --capacity 12 parsecs", "parsecs");
+  check_usage_error("train --capacity 12XB", "'12XB'");
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: NaN, infinite, huge and out-of-range doubles are usage errors") {
+  for (const char* v : {"nan", "NaN", "inf", "-inf", "1e400", "", "0.1x", "1.5"}) {
+    check_usage_error(std::string("train --dropout '") + v + "'", "--dropout");
+  }
+  for (const char* v : {"nan", "inf", "1e300", "0", "-3"}) {
+    check_usage_error(std::string(kPlan) + " --layer-ms " + v, "--layer-ms");
+  }
+  for (const char* v : {"nan", "inf", "0", "-1e-3", "1e999"}) {
+    check_usage_error(std::string("train --lr ") + v, "--lr");
+  }
+  check_usage_error("train --attention-dropout 1", "[0, 1)");
+}
+
+TEST_CASE("cli: plan's bandwidth probe fits sizes the allocator rounds up") {
+  ScratchDir dir;
+  for (const char* size : {"9MiB", "25MiB", "41MiB", "1MiB"}) {
+    CAPTURE(size);
+    nlohmann::json j;
+    Run r = run_json(std::string(kPlan) + " --json --probe-bytes " + size + " --dir " + dir.path(),
+                     &j);
+    CHECK(r.exit_code == 0);
+    CHECK(j["probe"]["write_GBps"].get<double>() > 0);
+    CHECK(j["problems"].empty());
+  }
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: a file size limit is a runtime error that names the limit, not the file system") {
+  ScratchDir dir;
+  const std::string limit = "ulimit -f 1024 && ";  // far below the 64 MiB asked for
+  Run train = capture_shell(limit + SPILLARENA_CLI + " train " + kTiny +
+                                " --steps 1 --capacity 64MiB --dir " + dir.path(), true);
+  CAPTURE(train.output);
+  CHECK(train.exit_code == 1);
+  CHECK(one_line(train.output));
+  CHECK(train.output.find("ulimit -f") != std::string::npos);
+  CHECK(train.output.find("ext4, xfs or btrfs") == std::string::npos);
+  Run plan = capture_shell(limit + SPILLARENA_CLI + " plan --layers 4096 --batch 2 --seq 128 "
+                               "--hidden 64 --dir " + dir.path(), true);
+  CAPTURE(plan.output);
+  CHECK(plan.exit_code == 1);
+  CHECK(plan.output.find("fits         no") != std::string::npos);
+  CHECK(plan.output.find("ulimit -f") != std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: plan says no for a file system that cannot preallocate") {
+  spill_test::LoopMount ext2(32, "mkfs.ext2");
+  if (!ext2.ok()) {
+    MESSAGE("skipped: " << ext2.reason());
+    return;
+  }
+  nlohmann::json j;
+  Run r = run_json(std::string(kPlan) + " --json --probe-bytes 0 --dir " + ext2.path(), &j);
+  CHECK(r.exit_code == 1);
+  CHECK(j["fits"] == false);
+  CHECK(j["problems"].dump().find("cannot preallocate") != std::string::npos);
+  CHECK(list_dir(ext2.path()) == std::set<std::string>{"lost+found"});
+}
+
+TEST_CASE("cli: a diverging run stops at the first non-finite loss with exit 1") {
+  Run text = run(std::string("train ") + kTiny + " --mode none --steps 50 --lr 1e30");
+  CAPTURE(text.output);
+  CHECK(text.exit_code == 1);
+  CHECK(text.output.find("training diverged") != std::string::npos);
+  CHECK(text.output.find("lower --lr") != std::string::npos);
+  nlohmann::json j;
+  Run json = run_json(std::string("train ") + kTiny + " --mode none --steps 50 --lr 1e30 --json", &j);
+  CHECK(json.exit_code == 1);
+  CHECK(j["diverged_at_step"].get<int>() >= 1);
+  CHECK(j["steps_run"].get<int>() < 50);
+  CHECK(j["losses"].back().is_null());  // NaN or inf, written as null
+}
+
+TEST_CASE("cli: an endless or missing corpus is a runtime error, read no further than the cap") {
+  Run endless = run(std::string("train ") + kTiny + " --steps 1 --corpus /dev/zero");
+  CAPTURE(endless.output);
+  CHECK(endless.exit_code == 1);
+  CHECK(one_line(endless.output));
+  CHECK(endless.output.find("larger than") != std::string::npos);
+  Run missing = run(std::string("train ") + kTiny + " --steps 1 --corpus /nonexistent/text");
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.output.find("--corpus") != std::string::npos);
+}
+
+TEST_CASE("cli: output that cannot be written is a runtime error") {
+  for (const std::string& args :
+       {std::string("train ") + kTiny + " --mode none --steps 2", std::string("train ") + kTiny +
+            " --mode none --steps 2 --json", std::string(kPlan) + " --probe-bytes 0",
+        std::string("--help")}) {
+    CAPTURE(args);
+    Run r = capture_shell(std::string(SPILLARENA_CLI) + " " + args + " 2>&1 >/dev/full", false);
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(one_line(r.output));
+    CHECK(r.output.find("standard output") != std::string::npos);
+  }
+}
+
+TEST_CASE("cli: attention dropout is replayed: identical losses with and without spilling") {
+  ScratchDir dir;
+  const std::string args = std::string("train ") + kTiny + " --steps 2 --json --dropout 0.2 "
+                           "--attention-dropout 0.3 --dir " + dir.path() + " --mode ";
+  nlohmann::json none, disk;
+  REQUIRE(run_json(args + "none", &none).exit_code == 0);
+  REQUIRE(run_json(args + "disk", &disk).exit_code == 0);
+  CHECK(disk["losses"] == none["losses"]);
+}
+
+TEST_CASE("cli: train and plan report memory: RssAnon, the cgroup, in RAM vs the disk path") {
+  ScratchDir dir;
+  nlohmann::json t;
+  REQUIRE(run_json(std::string("train ") + kTiny + " --steps 2 --json --dir " + dir.path(), &t)
+              .exit_code == 0);
+  CHECK(t["memory"]["returns_freed_memory"] == true);
+  CHECK(t["memory"]["peak_rss_anon_bytes"].get<std::uint64_t>() > 0);
+  CHECK(t["memory"].contains("cgroup_limit_bytes"));
+  CHECK(t["memory"].contains("cgroup_peak_bytes"));
+  nlohmann::json p;
+  REQUIRE(run_json(std::string(kPlan) + " --json --probe-bytes 0 --dir " + dir.path(), &p)
+              .exit_code == 0);
+  CHECK(p["memory"]["ram_checkpointing_bytes"] == p["capacity_bytes"]);
+  CHECK(p["memory"]["disk_path_bytes"].get<std::uint64_t>() > 0);
+  CHECK(p["memory"]["ram_checkpointing_fits"] == true);
+  Run text = run(std::string(kPlan) + " --probe-bytes 0 --dir " + dir.path());
+  CHECK(text.output.find("disk path") != std::string::npos);
 }

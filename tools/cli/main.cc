@@ -4,38 +4,42 @@
 //   spillarena train                       # small GPT on an embedded text, blocks spilled to disk
 //   spillarena train --mode recompute --steps 50 --json
 //
-// Exit codes: 0 success, 1 runtime problem (directory, disk space, capacity), 2 usage error.
+// Exit codes: 0 success, 1 runtime problem (directory, disk space, capacity, a diverging run, a
+// failed write of the output), 2 usage error. Every failure is one line on stderr.
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include <csignal>
 #include <iostream>
 
+#include "failures.h"
+#include "options.h"
 #include "plan_command.h"
+#include "spill/arena.h"
 #include "spill/error.h"
 #include "train_command.h"
 
 namespace {
 
+using spill::cli::add_count;
+using spill::cli::add_real;
+using spill::cli::add_size;
 using spill::cli::PlanRequest;
 using spill::cli::TrainRequest;
 
-// Whole numbers >= 1, with a message that names the value.
-const CLI::Validator kPositive(
-    [](std::string& value) -> std::string {
-      const bool digits = !value.empty() && value.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits || std::stoull(value) == 0) {
-        return "must be a whole number of at least 1, got '" + value + "'";
-      }
-      return "";
-    },
-    "POSITIVE");
+// Note [Bounds of the numeric options]
+// Every number has an upper bound, so no product of them overflows before the arena's own
+// checks run and no typo (a stray digit, a unit mistake) turns into a 16 EiB request. The plan
+// bounds are wide (it only does arithmetic); the train bounds are what one CPU process can run.
+constexpr std::uint64_t kMaxProbeBytes = 16ull << 30;
+constexpr std::uint64_t kMaxSteps = 1'000'000'000;
 
 void add_plan(CLI::App& app, PlanRequest& r) {
   auto* plan = app.add_subcommand("plan", "Size an arena for a model and check a spill directory");
-  plan->add_option("--layers", r.layers, "Checkpointed layers")->required()->check(kPositive);
-  plan->add_option("--batch", r.batch, "Batch size")->required()->check(kPositive);
-  plan->add_option("--seq", r.seq, "Sequence length")->required()->check(kPositive);
-  plan->add_option("--hidden", r.hidden, "Hidden size")->required()->check(kPositive);
+  add_count(*plan, "--layers", r.layers, {1, 1ull << 20}, "Checkpointed layers")->required();
+  add_count(*plan, "--batch", r.batch, {1, 1ull << 24}, "Batch size")->required();
+  add_count(*plan, "--seq", r.seq, {1, 1ull << 24}, "Sequence length")->required();
+  add_count(*plan, "--hidden", r.hidden, {1, 1ull << 20}, "Hidden size")->required();
   plan->add_option("--dtype", r.dtype, "Activation dtype: fp32, fp16, bf16, fp64")
       ->capture_default_str()
       ->check(CLI::Validator(
@@ -45,12 +49,23 @@ void add_plan(CLI::App& app, PlanRequest& r) {
           },
           "DTYPE"));
   plan->add_option("--dir", r.directory, "Spill directory (default: $SPILL_DIR, else temp dir)");
-  plan->add_option("--layer-ms", r.layer_ms, "Forward time of one layer on your hardware (ms)")
-      ->check(CLI::PositiveNumber);
-  plan->add_option("--probe-bytes", r.probe_bytes, "Bytes for the bandwidth probe (0: skip)")
-      ->capture_default_str()
-      ->transform(CLI::AsSizeValue(false));
+  add_real(*plan, "--layer-ms", r.layer_ms, {0.0, 1e7, false, true},
+           "Forward time of one layer on your hardware (ms)");
+  add_size(*plan, "--probe-bytes", r.probe_bytes, {0, kMaxProbeBytes},
+           "Bytes for the bandwidth probe, e.g. 64MiB (0: skip)");
   plan->add_flag("--json", r.json, "Print one JSON object");
+}
+
+void add_train_model(CLI::App& train, TrainRequest& r) {
+  add_count(train, "--layers", r.layers, {1, 4096}, "Transformer blocks");
+  add_count(train, "--hidden", r.hidden, {1, 65536}, "Hidden size");
+  add_count(train, "--heads", r.heads, {1, 4096}, "Attention heads");
+  add_count(train, "--seq", r.seq, {1, 1ull << 20}, "Sequence length");
+  add_count(train, "--batch", r.batch, {1, 1ull << 20}, "Batch size");
+  add_real(train, "--dropout", r.dropout, {0.0, 1.0, true, false},
+           "Dropout probability (embeddings, residual branches)");
+  add_real(train, "--attention-dropout", r.attention_dropout, {0.0, 1.0, true, false},
+           "Dropout on attention weights; above 0, CPU attention materialises seq x seq scores");
 }
 
 void add_train(CLI::App& app, TrainRequest& r) {
@@ -58,33 +73,46 @@ void add_train(CLI::App& app, TrainRequest& r) {
   train->add_option("--mode", r.mode, "disk, ram, recompute, none or per-file")
       ->capture_default_str()
       ->check(CLI::IsMember({"disk", "ram", "recompute", "none", "per-file", "per_file"}));
-  train->add_option("--layers", r.layers, "Transformer blocks")->capture_default_str()->check(kPositive);
-  train->add_option("--hidden", r.hidden, "Hidden size")->capture_default_str()->check(kPositive);
-  train->add_option("--heads", r.heads, "Attention heads")->capture_default_str()->check(kPositive);
-  train->add_option("--seq", r.seq, "Sequence length")->capture_default_str()->check(kPositive);
-  train->add_option("--batch", r.batch, "Batch size")->capture_default_str()->check(kPositive);
-  train->add_option("--steps", r.steps, "Training steps")->capture_default_str()->check(kPositive);
-  train->add_option("--lr", r.lr, "AdamW learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  train->add_option("--seed", r.seed, "Random seed (same seed, same losses in every mode)")
-      ->capture_default_str();
+  train->add_option("--io", r.io, "Disk mode I/O: auto (direct when the arena exceeds usable "
+                    "memory), buffered or direct")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "buffered", "direct"}));
+  add_train_model(*train, r);
+  add_count(*train, "--steps", r.steps, {1, kMaxSteps}, "Training steps");
+  add_real(*train, "--lr", r.lr, {0.0, 1e300, false, true},
+           "AdamW learning rate (a run whose loss stops being finite ends with exit 1)");
+  add_count(*train, "--seed", r.seed, {0, UINT64_MAX},
+            "Random seed (same seed, same losses in every mode)");
   train->add_option("--dir", r.directory, "Spill directory (default: $SPILL_DIR, else temp dir)");
-  train->add_option("--capacity", r.capacity, "Arena bytes, e.g. 512MiB (default: from the model)")
-      ->transform(CLI::AsSizeValue(false));
-  train->add_option("--dropout", r.dropout, "Dropout probability")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.99));
+  add_size(*train, "--capacity", r.capacity, {0, spill::kMaxCapacityBytes},
+           "Arena bytes, e.g. 512MiB (0: from the model)");
   train->add_option("--corpus", r.corpus, "Train on this text file instead of the embedded one");
-  train->add_option("--sample-chars", r.sample_chars, "Characters to generate at the end")
-      ->capture_default_str()
-      ->check(kPositive);
+  add_count(*train, "--sample-chars", r.sample_chars, {0, 100000},
+            "Characters to generate at the end (0: none)");
+  train->add_flag("--keep-freed-memory", r.keep_freed_memory,
+                  "Leave glibc's malloc thresholds alone (freed memory may stay in the process)");
   train->add_flag("--json", r.json, "Print the summary as one JSON object");
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+int run_command(const CLI::App& app, const PlanRequest& plan, const TrainRequest& train) {
+  if (app.got_subcommand("plan")) {
+    if (const std::string problem = spill::cli::check_plan_request(plan); !problem.empty()) {
+      return spill::cli::report_usage_error(problem);
+    }
+    return spill::cli::run_plan(plan, std::cout);
+  }
+  if (const std::string problem = spill::cli::check_train_request(train); !problem.empty()) {
+    return spill::cli::report_usage_error(problem);
+  }
+  return spill::cli::run_train(train, std::cout);
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Note [SIGXFSZ]: over a file size limit (ulimit -f) the kernel would kill the process; with
+  // the signal ignored, fallocate and write fail with EFBIG, which becomes a typed error.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"spillarena: gradient checkpointing that spills layer inputs to one file on disk"};
   app.require_subcommand(1);
   PlanRequest plan;
@@ -94,24 +122,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::cerr << "spillarena: " << e.what() << " (see spillarena --help)\n";
-    return 2;
+    if (e.get_exit_code() == 0) return spill::cli::finish_output(app.exit(e));  // --help
+    return spill::cli::report_usage_error(std::string(e.what()) + " (see spillarena --help)");
   }
-  try {
-    if (app.got_subcommand("plan")) return spill::cli::run_plan(plan, std::cout);
-    if (const std::string problem = spill::cli::check_train_request(train); !problem.empty()) {
-      std::cerr << "spillarena: " << problem << "\n";
-      return 2;
-    }
-    spill::cli::run_train(train, std::cout);
-    return 0;
-  } catch (const spill::Error& e) {
-    std::cerr << "spillarena: " << e.what() << "\n";
-  } catch (const c10::Error& e) {
-    std::cerr << "spillarena: " << first_line(e.what_without_backtrace()) << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << "spillarena: " << e.what() << "\n";
-  }
-  return 1;
+  return spill::cli::finish_output(spill::cli::run_guarded([&] {
+    return run_command(app, plan, train);
+  }));
 }

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "clock.h"
+#include "failures.h"
+#include "memory_budget.h"
 #include "spill/core.h"
 
 namespace spill::cli {
@@ -22,19 +24,32 @@ struct Probe {
   double read_gbps = 0;
 };
 
+constexpr std::uint64_t kProbeChunkBytes = 16ull << 20;
+
+// Note [Sizing the probe arena]
+// The allocator rounds each request up to its size class (a 9 MiB tail takes 10 MiB), so an
+// arena of exactly `bytes` runs out on the last chunk. Its capacity is the sum of the rounded
+// chunks, computed with the allocator's own rounding.
+std::uint64_t probe_capacity(std::uint64_t bytes) {
+  const std::uint64_t full = bytes / kProbeChunkBytes;
+  const std::uint64_t tail = bytes % kProbeChunkBytes;
+  return full * SlabAllocator::rounded_size(kProbeChunkBytes) +
+         (tail ? SlabAllocator::rounded_size(tail) : 0);
+}
+
 // Writes `bytes` through a real arena in 16 MiB regions, waits until they are on disk and out of
 // the page cache, then reads them back: the disk's rates as the spill path sees them.
 Probe probe_bandwidth(const std::string& dir, std::uint64_t bytes) {
-  constexpr std::uint64_t kChunk = 16ull << 20;
   ArenaOptions o;
   o.directory = dir;
-  o.capacity_bytes = bytes;
+  o.capacity_bytes = probe_capacity(bytes);
+  o.io = IoMode::buffered;  // the page-cache path drop_cached_pages measures
   SpillArena arena(o);
-  std::vector<char> buffer(kChunk, 'x');
+  std::vector<char> buffer(kProbeChunkBytes, 'x');
   std::vector<Region> regions;
   auto t0 = Clock::now();
-  for (std::uint64_t done = 0; done < bytes; done += kChunk) {
-    regions.push_back(arena.allocate(std::min(kChunk, bytes - done)));
+  for (std::uint64_t done = 0; done < bytes; done += kProbeChunkBytes) {
+    regions.push_back(arena.allocate(std::min(kProbeChunkBytes, bytes - done)));
     regions.back().write(buffer.data(), regions.back().requested_bytes());
   }
   for (auto& r : regions) r.drop_cached_pages();  // waits for writeback: the disk's write rate
@@ -63,7 +78,29 @@ struct Plan {
   double io_ms_per_layer = 0;
   bool keeps_up = false;
   std::uint64_t spillable_layers = 0;
+  MemoryVerdict memory;
 };
+
+// Note [Plan tries the file system]
+// Free space is not enough: some file systems cannot preallocate (fallocate fails with
+// EOPNOTSUPP) and a file size limit (ulimit -f) stops a large file. Plan makes a real arena of
+// up to kTrialBytes there, so "fits" means an arena could be made, not only that statfs agreed.
+// It stops short of the full capacity so that planning never takes a disk's free space away
+// from other writers, even for a moment.
+constexpr std::uint64_t kTrialBytes = 64ull << 20;
+
+void try_preallocation(Plan& p) {
+  ArenaOptions o;
+  o.directory = p.dir.path;
+  o.capacity_bytes = std::min(p.capacity, kTrialBytes);
+  o.io = IoMode::buffered;
+  try {
+    SpillArena trial(o);
+  } catch (const spill::Error& e) {
+    p.fits = false;
+    p.problems.push_back(explain(e));
+  }
+}
 
 void assess(Plan& p) {
   const DirectoryInfo& d = p.dir;
@@ -79,6 +116,13 @@ void assess(Plan& p) {
                          "' has " + bytes_with_units(d.free_bytes) +
                          " free; free space there or pass another --dir");
   }
+  if (p.fits) try_preallocation(p);
+  if (!p.memory.disk_path_fits) {
+    p.problems.push_back("even the disk path holds " +
+                         bytes_with_units(p.memory.disk_path_bytes) + " in RAM but only " +
+                         bytes_with_units(p.memory.limits.usable_bytes()) +
+                         " is usable; use a smaller --batch or --seq");
+  }
 }
 
 void estimate_speed(Plan& p) {
@@ -86,8 +130,23 @@ void estimate_speed(Plan& p) {
   p.io_ms_per_layer = static_cast<double>(p.bytes_per_layer) / (slowest * 1e9) * 1e3;
   p.keeps_up = p.io_ms_per_layer <= p.request.layer_ms;
   const double budget_ms = p.request.layer_ms * static_cast<double>(p.request.layers);
-  p.spillable_layers = std::min<std::uint64_t>(
-      p.request.layers, static_cast<std::uint64_t>(std::floor(budget_ms / p.io_ms_per_layer)));
+  const double layers = static_cast<double>(p.request.layers);
+  const double spillable = p.io_ms_per_layer > 0 ? std::floor(budget_ms / p.io_ms_per_layer) : layers;
+  p.spillable_layers = static_cast<std::uint64_t>(std::min(layers, spillable));  // bounded first
+}
+
+void run_probe(Plan& p) {
+  const std::uint64_t probe_bytes =
+      std::min(p.request.probe_bytes, p.dir.free_bytes / 2) / (1 << 20) * (1 << 20);
+  if (!p.fits || probe_bytes == 0) return;
+  try {
+    p.probe = probe_bandwidth(p.dir.path, probe_bytes);
+    p.probed = true;
+  } catch (const spill::Error& e) {
+    p.problems.push_back("the bandwidth probe failed: " + explain(e));
+    return;
+  }
+  if (p.request.layer_ms > 0) estimate_speed(p);
 }
 
 nlohmann::json to_json(const Plan& p) {
@@ -109,6 +168,7 @@ nlohmann::json to_json(const Plan& p) {
     j["keeps_up"] = p.keeps_up;
     j["spillable_layers"] = p.spillable_layers;
   }
+  j["memory"] = to_json(p.memory);
   return j;
 }
 
@@ -126,6 +186,7 @@ void print_text(const Plan& p, std::ostream& out) {
         << human_bytes(p.dir.free_bytes) << " free";
   }
   out << "\nfits         " << (p.fits ? "yes" : "no") << "\n";
+  print_text(p.memory, out);
   if (p.probed) {
     out << "bandwidth    write " << p.probe.write_gbps << " GB/s, read " << p.probe.read_gbps
         << " GB/s (" << human_bytes(p.probe.bytes) << " through an arena, read back from disk)\n";
@@ -138,6 +199,8 @@ void print_text(const Plan& p, std::ostream& out) {
   for (const auto& problem : p.problems) out << "problem      " << problem << "\n";
 }
 
+ActivationShape shape_of(const PlanRequest& r) { return {r.batch, r.seq, r.hidden}; }
+
 }  // namespace
 
 std::uint64_t element_size_of(const std::string& dtype) {
@@ -149,23 +212,28 @@ std::uint64_t element_size_of(const std::string& dtype) {
   return it == sizes.end() ? 0 : it->second;
 }
 
+std::string check_plan_request(const PlanRequest& r) {
+  try {
+    bytes_for_layer_inputs(r.layers, shape_of(r), element_size_of(r.dtype));
+  } catch (const spill::InvalidArgumentError&) {
+    return std::to_string(r.layers) + " layers of [" + std::to_string(r.batch) + ", " +
+           std::to_string(r.seq) + ", " + std::to_string(r.hidden) + "] " + r.dtype +
+           " inputs are more bytes than can be counted; check --layers, --batch, --seq and --hidden";
+  }
+  return "";
+}
+
 int run_plan(const PlanRequest& request, std::ostream& out) {
   Plan p;
   p.request = request;
   if (p.request.directory.empty()) p.request.directory = default_spill_directory();
   p.element_size = element_size_of(request.dtype);
-  const ActivationShape shape{request.batch, request.seq, request.hidden};
-  p.bytes_per_layer = bytes_for_layer_input(shape, p.element_size);
-  p.capacity = bytes_for_layer_inputs(request.layers, shape, p.element_size);
+  p.bytes_per_layer = bytes_for_layer_input(shape_of(request), p.element_size);
+  p.capacity = bytes_for_layer_inputs(request.layers, shape_of(request), p.element_size);
+  p.memory = judge_memory(p.capacity, p.bytes_per_layer);
   p.dir = inspect_directory(p.request.directory);
   assess(p);
-  const std::uint64_t probe_bytes =
-      std::min(request.probe_bytes, p.dir.free_bytes / 2) / (1 << 20) * (1 << 20);
-  if (p.dir.usable && !p.dir.ram_backed && probe_bytes > 0) {
-    p.probe = probe_bandwidth(p.request.directory, probe_bytes);
-    p.probed = true;
-    if (request.layer_ms > 0) estimate_speed(p);
-  }
+  run_probe(p);
   if (request.json) {
     out << to_json(p).dump(2) << "\n";
   } else {

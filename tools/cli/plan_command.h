@@ -23,8 +23,13 @@ struct PlanRequest {
 // Bytes per element of a dtype name (fp32, fp16, bf16, fp64 and spellings); 0 when unknown.
 std::uint64_t element_size_of(const std::string& dtype);
 
+// Checks what the option bounds cannot: the arena's size must be countable (no overflow).
+// Returns "" or the problem (a usage error).
+std::string check_plan_request(const PlanRequest& request);
+
 // Prints the plan (text or JSON) to `out`. Returns 0, or 1 when the directory cannot hold the
-// arena (missing, unwritable, RAM-backed, too small); the reason is in the report.
+// arena (missing, unwritable, RAM-backed, too small, cannot preallocate); the reason is in the
+// report. The memory verdicts (in-RAM checkpointing, the disk path) are reported, not failed on.
 int run_plan(const PlanRequest& request, std::ostream& out);
 
 }  // namespace spill::cli

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iomanip>
 #include <iterator>
@@ -16,20 +17,33 @@
 
 #include "clock.h"
 #include "corpus.h"
+#include "memory_budget.h"
 #include "modes.h"
 #include "platform.h"
 #include "progress.h"
 #include "spill/spill.h"
 #include "tiny_gpt.h"
+#include "train_summary.h"
 
 namespace spill::cli {
 namespace {
 
+// Reads at most kMaxCorpusBytes + 1 bytes, so an endless file (/dev/zero) is refused instead of
+// read until memory runs out.
 std::string load_corpus(const std::string& path) {
   if (path.empty()) return std::string(embedded_corpus());
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InvalidArgumentError("cannot read --corpus '" + path + "'; check the path");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::string text(kMaxCorpusBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw InvalidArgumentError("cannot read --corpus '" + path + "'; is it a file?");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxCorpusBytes) {
+    throw InvalidArgumentError("--corpus '" + path + "' is larger than " +
+                               bytes_with_units(kMaxCorpusBytes) +
+                               "; pass a smaller text file (or an excerpt of it)");
+  }
+  return text;
 }
 
 // Random windows of seq + 1 bytes: inputs and next-byte targets. Its own generator, so the
@@ -97,80 +111,6 @@ std::string generate(models::TinyGpt& model, const std::string& prompt, std::int
   return text;
 }
 
-struct StepRecord {
-  double loss = 0;
-  double seconds = 0;
-  std::uint64_t io_bytes = 0;
-};
-
-std::string progress_text(const TrainRequest& r, std::int64_t step, const StepRecord& s,
-                          double mean_s, const SpillArena* arena) {
-  std::ostringstream t;
-  t << std::fixed << std::setprecision(3) << "step " << step << "/" << r.steps << "  loss "
-    << s.loss << std::setprecision(0) << "  "
-    << static_cast<double>(r.batch * r.seq) / s.seconds << " tok/s";
-  if (arena) {
-    const ArenaStats a = arena->stats();
-    t << "  arena " << human_bytes(a.bytes_in_use) << " / peak " << human_bytes(a.peak_bytes_in_use);
-  }
-  t << std::setprecision(2) << "  spill " << static_cast<double>(s.io_bytes) / s.seconds / 1e9
-    << " GB/s  ETA " << std::setprecision(0) << mean_s * static_cast<double>(r.steps - step)
-    << " s";
-  return t.str();
-}
-
-nlohmann::json arena_json(const ArenaStats& a) {
-  return {{"capacity_bytes", a.capacity_bytes},       {"peak_bytes_in_use", a.peak_bytes_in_use},
-          {"bytes_in_use", a.bytes_in_use},           {"allocations", a.allocations},
-          {"frees", a.frees},                         {"reuse_hits", a.reuse_hits},
-          {"bytes_written", a.bytes_written},         {"bytes_read", a.bytes_read},
-          {"largest_free_block", a.largest_free_block}};
-}
-
-struct Summary {
-  std::vector<double> losses;
-  double step_ms_mean = 0;
-  double tokens_per_s = 0;
-  std::uint64_t peak_rss_anon = 0;
-  std::uint64_t spilled_per_step = 0;
-  std::string sample;
-};
-
-void print_summary(const TrainRequest& r, const Summary& s, const SpillArena* arena,
-                   std::ostream& out) {
-  if (r.json) {
-    nlohmann::json j = {{"mode", r.mode},
-                        {"steps", r.steps},
-                        {"threads", torch::get_num_threads()},
-                        {"losses", s.losses},
-                        {"first_loss", s.losses.front()},
-                        {"final_loss", s.losses.back()},
-                        {"step_ms_mean", s.step_ms_mean},
-                        {"tokens_per_s", s.tokens_per_s},
-                        {"peak_rss_anon_bytes", s.peak_rss_anon},
-                        {"spilled_bytes_per_step", s.spilled_per_step},
-                        {"sample", s.sample}};
-    j["arena"] = arena ? arena_json(arena->stats()) : nlohmann::json(nullptr);
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    return;
-  }
-  out << std::fixed << std::setprecision(3) << "\nsummary (" << r.mode << ", "
-      << torch::get_num_threads() << " LibTorch threads)\n"
-      << "  loss            " << s.losses.front() << " -> " << s.losses.back() << "\n"
-      << std::setprecision(1) << "  time per step   " << s.step_ms_mean << " ms ("
-      << std::setprecision(0) << s.tokens_per_s << " tokens/s)\n"
-      << "  peak RssAnon    " << human_bytes(s.peak_rss_anon) << "\n"
-      << "  spilled / step  " << human_bytes(s.spilled_per_step) << "\n";
-  if (arena) {
-    const ArenaStats a = arena->stats();
-    out << "  arena           capacity " << human_bytes(a.capacity_bytes) << ", peak in use "
-        << human_bytes(a.peak_bytes_in_use) << ", " << a.allocations << " allocations, "
-        << a.reuse_hits << " reuse hits, written " << human_bytes(a.bytes_written) << ", read "
-        << human_bytes(a.bytes_read) << "\n";
-  }
-  out << "  sample          " << s.sample << "\n";
-}
-
 }  // namespace
 
 std::string check_train_request(const TrainRequest& r) {
@@ -178,71 +118,150 @@ std::string check_train_request(const TrainRequest& r) {
     return "--hidden " + std::to_string(r.hidden) + " is not a multiple of --heads " +
            std::to_string(r.heads) + "; choose a hidden size divisible by the head count";
   }
-  if (!(r.lr > 0)) return "--lr must be positive, e.g. --lr 3e-3";
-  if (r.dropout < 0 || r.dropout >= 1) {
-    return "--dropout must be in [0, 1), got " + std::to_string(r.dropout);
+  try {
+    needed_capacity(r);
+  } catch (const spill::InvalidArgumentError&) {
+    return "the layer inputs of --layers " + std::to_string(r.layers) + " x [--batch " +
+           std::to_string(r.batch) + ", --seq " + std::to_string(r.seq) + ", --hidden " +
+           std::to_string(r.hidden) + "] are more bytes than can be counted; use a smaller model";
   }
   return "";
 }
 
-void run_train(const TrainRequest& request, std::ostream& out) {
-  TrainRequest r = request;
+namespace {
+
+IoMode io_mode_of(const std::string& name) {
+  if (name == "buffered") return IoMode::buffered;
+  if (name == "direct") return IoMode::direct;
+  return IoMode::automatic;
+}
+
+double check_finite_loss(const TrainRequest& r, std::int64_t step, const torch::Tensor& loss) {
+  const double value = loss.item<double>();
+  if (std::isfinite(value)) return value;
+  std::ostringstream m;
+  m << "training diverged: the loss is " << value << " at step " << step << " of " << r.steps
+    << " (--lr " << r.lr << "); lower --lr (the default is " << TrainRequest{}.lr << ")";
+  throw TrainingDivergedError(step, value, m.str());
+}
+
+void check_output(std::ostream& out) {
+  if (!out) {
+    throw spill::Error("cannot write the progress to standard output; send it to a file system "
+                       "with free space (or drop the redirection)");
+  }
+}
+
+struct Trainer {
+  TrainRequest r;
+  models::ModeSetup mode;
+  models::TinyGpt model{nullptr};
+  std::unique_ptr<torch::optim::AdamW> opt;
+  Summary summary;
+
+  std::uint64_t io_bytes() const {
+    return mode.arena ? mode.arena->stats().bytes_written + mode.arena->stats().bytes_read : 0;
+  }
+  void sample_rss() {
+    summary.peak_rss_anon = std::max(summary.peak_rss_anon, resident_anonymous_bytes());
+  }
+
+  // One optimizer step; the loss is checked before backward, so a diverged run stops there.
+  StepRecord step(std::int64_t n, BatchSampler& sampler) {
+    const std::uint64_t io_before = io_bytes();
+    const auto t0 = Clock::now();
+    auto [inputs, targets] = sampler.next();
+    opt->zero_grad();
+    torch::Tensor loss = models::next_token_loss(model->forward(inputs, mode.stash), targets);
+    sample_rss();
+    const double value = check_finite_loss(r, n, loss);
+    loss.backward();
+    sample_rss();
+    torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+    opt->step();
+    return StepRecord{value, seconds_since(t0), io_bytes() - io_before};
+  }
+
+  void finish_summary(double total_s) {
+    const auto steps = static_cast<double>(summary.losses.size());
+    summary.step_ms_mean = total_s / steps * 1e3;
+    summary.tokens_per_s =
+        total_s > 0 ? static_cast<double>(r.batch * r.seq) * steps / total_s : 0;
+    summary.spilled_per_step =
+        mode.arena ? mode.arena->stats().bytes_written / summary.losses.size() : 0;
+    summary.memory = memory_limits();
+    summary.rss_anon_at_end = resident_anonymous_bytes();
+  }
+};
+
+void train_loop(Trainer& t, BatchSampler& sampler, std::ostream& out) {
+  const TrainRequest& r = t.r;
+  ProgressLine progress(out, !r.json && platform::stdout_is_terminal());
+  double total_s = 0;
+  const std::int64_t every = std::max<std::int64_t>(1, r.steps / 10);
+  for (std::int64_t n = 1; n <= r.steps; ++n) {
+    StepRecord rec;
+    try {
+      rec = t.step(n, sampler);
+    } catch (const TrainingDivergedError& e) {
+      progress.finish();
+      t.summary.diverged_at_step = n;
+      t.summary.losses.push_back(e.loss());
+      if (r.json) {
+        t.finish_summary(total_s);
+        print_summary(r, t.summary, t.mode.arena.get(), out);
+      }
+      throw;
+    }
+    t.summary.losses.push_back(rec.loss);
+    total_s += rec.seconds;
+    if (r.json) continue;
+    const bool milestone = n == 1 || n % every == 0 || n == r.steps;
+    progress.update(progress_text(r, n, rec, total_s / static_cast<double>(n), t.mode.arena.get()),
+                    milestone);
+    check_output(out);
+  }
+  progress.finish();
+  t.finish_summary(total_s);
+}
+
+}  // namespace
+
+int run_train(const TrainRequest& request, std::ostream& out) {
+  Trainer t;
+  t.r = request;
+  TrainRequest& r = t.r;
   if (r.mode == "per-file") r.mode = "per_file";
+  // Note [Returning freed memory] in the README: without it glibc keeps freed tensor memory and
+  // RssAnon (what a memory cgroup kills on) follows malloc's high-water mark, not live memory.
+  if (!r.keep_freed_memory) return_freed_memory_promptly();
+  t.summary.returns_freed_memory = !r.keep_freed_memory;
   torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const std::string text = load_corpus(r.corpus);
-  if (static_cast<std::int64_t>(text.size()) < r.seq + 2) {
+  if (text.size() < static_cast<std::uint64_t>(r.seq) + 2) {
     throw InvalidArgumentError("the corpus has " + std::to_string(text.size()) +
                                " bytes, fewer than --seq + 2; use a longer text or a smaller --seq");
   }
-  const std::uint64_t capacity = checked_capacity(r);
-  models::ModeSetup mode = models::make_mode(r.mode, capacity, r.directory);
+  const std::uint64_t per_layer = needed_capacity(r) / static_cast<std::uint64_t>(r.layers);
+  t.mode = models::make_mode(r.mode, checked_capacity(r), r.directory,
+                             {true, io_mode_of(r.io), staging_bytes_for_layer(per_layer)});
 
   torch::manual_seed(r.seed);
-  models::GptConfig cfg{256, r.hidden, r.heads, r.layers, r.seq, r.dropout};
-  models::TinyGpt model(cfg);
-  model->train();
-  torch::optim::AdamW opt(model->parameters(),
-                          torch::optim::AdamWOptions(r.lr).weight_decay(0.01));
+  models::GptConfig cfg{256, r.hidden, r.heads, r.layers, r.seq, r.dropout, r.attention_dropout};
+  t.model = models::TinyGpt(cfg);
+  t.model->train();
+  t.opt = std::make_unique<torch::optim::AdamW>(
+      t.model->parameters(), torch::optim::AdamWOptions(r.lr).weight_decay(0.01));
   torch::Tensor data =
       torch::from_blob(const_cast<char*>(text.data()), {static_cast<std::int64_t>(text.size())},
                        torch::kUInt8).to(torch::kLong);
   BatchSampler sampler(data, r.batch, r.seq, r.seed);
-
-  ProgressLine progress(out, !r.json && platform::stdout_is_terminal());
-  Summary summary;
-  double total_s = 0;
-  const std::int64_t every = std::max<std::int64_t>(1, r.steps / 10);
-  for (std::int64_t step = 1; step <= r.steps; ++step) {
-    const std::uint64_t io_before =
-        mode.arena ? mode.arena->stats().bytes_written + mode.arena->stats().bytes_read : 0;
-    const auto t0 = Clock::now();
-    auto [inputs, targets] = sampler.next();
-    opt.zero_grad();
-    torch::Tensor loss = models::next_token_loss(model->forward(inputs, mode.stash), targets);
-    summary.peak_rss_anon = std::max(summary.peak_rss_anon, resident_anonymous_bytes());
-    loss.backward();
-    torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-    opt.step();
-    StepRecord rec{loss.item<double>(), seconds_since(t0), 0};
-    rec.io_bytes = mode.arena
-                       ? mode.arena->stats().bytes_written + mode.arena->stats().bytes_read - io_before
-                       : 0;
-    summary.losses.push_back(rec.loss);
-    total_s += rec.seconds;
-    if (!r.json) {
-      const bool milestone = step == 1 || step % every == 0 || step == r.steps;
-      progress.update(progress_text(r, step, rec, total_s / static_cast<double>(step), mode.arena.get()),
-                      milestone);
-    }
-  }
-  progress.finish();
-  summary.step_ms_mean = total_s / static_cast<double>(r.steps) * 1e3;
-  summary.tokens_per_s = static_cast<double>(r.batch * r.seq * r.steps) / total_s;
-  summary.spilled_per_step =
-      mode.arena ? mode.arena->stats().bytes_written / static_cast<std::uint64_t>(r.steps) : 0;
+  train_loop(t, sampler, out);
   torch::manual_seed(r.seed);
-  summary.sample = generate(model, "And God said", r.sample_chars, r.seq);
-  print_summary(r, summary, mode.arena.get(), out);
+  if (r.sample_chars > 0) t.summary.sample = generate(t.model, "And God said", r.sample_chars, r.seq);
+  print_summary(r, t.summary, t.mode.arena.get(), out);
+  check_output(out);
+  return 0;
 }
 
 }  // namespace spill::cli

@@ -6,7 +6,25 @@
 #include <iosfwd>
 #include <string>
 
+#include "spill/error.h"
+
 namespace spill::cli {
+
+// The loss stopped being finite (a learning rate far too high): training stops at that step.
+class TrainingDivergedError : public spill::Error {
+ public:
+  TrainingDivergedError(std::int64_t step, double loss, const std::string& message)
+      : Error(message), step_(step), loss_(loss) {}
+  std::int64_t step() const { return step_; }
+  double loss() const { return loss_; }
+
+ private:
+  std::int64_t step_;
+  double loss_;
+};
+
+// Largest --corpus read (64 MiB): the whole text is held in memory as training data.
+constexpr std::uint64_t kMaxCorpusBytes = 64ull << 20;
 
 struct TrainRequest {
   std::string mode = "disk";      // none | recompute | ram | disk | per-file
@@ -20,17 +38,23 @@ struct TrainRequest {
   std::uint64_t seed = 1;
   std::string directory;          // "" -> the default spill directory
   std::uint64_t capacity = 0;     // 0 -> computed from the model
+  std::string io = "auto";         // auto | buffered | direct (disk mode)
   double dropout = 0.1;
+  double attention_dropout = 0.0;
   bool json = false;
+  bool keep_freed_memory = false;  // true: leave glibc's malloc thresholds as they are
   std::string corpus;             // "" -> the embedded text
-  std::int64_t sample_chars = 200;
+  std::int64_t sample_chars = 200;  // 0: no sample
 };
 
-// Checks what the argument parser cannot (heads divide hidden, ...). Returns "" or the problem.
+// Checks what the option bounds cannot (heads divide hidden, the arena's size can be counted).
+// Returns "" or the problem.
 std::string check_train_request(const TrainRequest& request);
 
-// Trains and prints progress and a summary (text or JSON) to `out`. Throws spill::Error (or
-// c10::Error) on a runtime failure: bad directory, capacity too small, unreadable corpus.
-void run_train(const TrainRequest& request, std::ostream& out);
+// Trains and prints progress and a summary (text or JSON) to `out`; returns 0. Throws
+// spill::Error (or c10::Error) on a runtime failure: bad directory, capacity too small,
+// unreadable or oversized corpus, TrainingDivergedError (after printing the --json summary of
+// the steps run), a failed write to `out`.
+int run_train(const TrainRequest& request, std::ostream& out);
 
 }  // namespace spill::cli

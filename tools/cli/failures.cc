@@ -1,0 +1,77 @@
+#include "failures.h"
+
+#include <c10/util/Exception.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <new>
+#include <utility>
+
+namespace spill::cli {
+namespace {
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+bool error_printed = false;  // one line per run: a later failure does not add a second
+
+void print_error(const std::string& message) {
+  if (std::exchange(error_printed, true)) return;
+  std::cerr << "spillarena: " << first_line(message) << "\n" << std::flush;
+}
+
+// Note [EFBIG is a size limit, not a file system]
+// fallocate or write past RLIMIT_FSIZE (ulimit -f), or past the file system's largest file,
+// fails with EFBIG (SIGXFSZ is ignored in main). The library's advice for a failed
+// preallocation, another file system, would not help: the limit has to rise or the arena shrink.
+std::string file_too_large(const std::string& where) {
+  return "the spill file" + where + " would be larger than this process may write (" +
+         std::strerror(EFBIG) + ": the file size limit, ulimit -f, or the file system's largest "
+         "file); raise the limit (ulimit -f unlimited) or use a smaller arena (--capacity, or a "
+         "smaller model)";
+}
+
+}  // namespace
+
+std::string explain(const spill::Error& error) {
+  if (const auto* e = dynamic_cast<const PreallocationError*>(&error);
+      e && e->error_number() == EFBIG) {
+    return file_too_large(" in '" + e->path() + "'");
+  }
+  if (const auto* e = dynamic_cast<const IoError*>(&error); e && e->error_number() == EFBIG) {
+    return file_too_large("");
+  }
+  return error.what();
+}
+
+int report_usage_error(const std::string& problem) {
+  print_error(problem);
+  return 2;
+}
+
+int run_guarded(const std::function<int()>& command) {
+  try {
+    return command();
+  } catch (const spill::Error& e) {
+    print_error(explain(e));
+  } catch (const c10::Error& e) {
+    print_error(e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    print_error("out of memory; use a smaller model (--batch, --seq, --hidden, --layers)");
+  } catch (const std::exception& e) {
+    print_error(e.what());
+  }
+  return 1;
+}
+
+int finish_output(int exit_code) {
+  errno = 0;
+  std::cout.flush();
+  if (std::cout.good()) return exit_code;
+  const int e = errno;
+  print_error(std::string("cannot write to standard output") + (e ? ": " + std::string(std::strerror(e)) : "") +
+              "; send it to a file system with free space (or drop the redirection)");
+  return 1;
+}
+
+}  // namespace spill::cli

@@ -1,0 +1,32 @@
+// How `spillarena` ends: every failure is one line on stderr and an exit code (2 usage, 1
+// runtime), and a run whose output could not be written (stdout on a full disk) does not exit 0.
+//
+//   int main(int argc, char** argv) {
+//     std::signal(SIGXFSZ, SIG_IGN);                        // EFBIG instead of a kill
+//     if (bad_options) return report_usage_error("--x must be ...");
+//     return finish_output(run_guarded([&] { return run(); }));
+//   }
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "spill/error.h"
+
+namespace spill::cli {
+
+// The message for a library error, reworded where the library's advice does not fit the CLI
+// (a file size limit is not a file system that cannot preallocate).
+std::string explain(const spill::Error& error);
+
+// Prints "spillarena: <problem>" on stderr and returns 2.
+int report_usage_error(const std::string& problem);
+
+// Runs `command`; any exception becomes one line on stderr and exit code 1.
+int run_guarded(const std::function<int()>& command);
+
+// Flushes stdout. Returns `exit_code`, or 1 (with one line on stderr) when the output could not
+// be written.
+int finish_output(int exit_code);
+
+}  // namespace spill::cli
