@@ -2,6 +2,7 @@
 #include <spill/spill.h>
 
 #include <iostream>
+#include <vector>
 
 int main(int argc, char** argv) {
   spill::ArenaOptions options;
@@ -9,7 +10,11 @@ int main(int argc, char** argv) {
   options.capacity_bytes = 256ull << 20;
   spill::SpillArena arena(options);
   spill::Region r = arena.allocate(64ull << 20);
-  std::cout << "region at " << r.offset() << ", " << r.size() << " bytes, data " << r.data() << "\n";
+  std::vector<float> src(1024, 1.5f);
+  spill::Pending w = r.write_async(src.data(), src.size() * sizeof(float));  // queued
+  w.wait();
+  std::cout << "region at " << r.offset() << ", " << r.size() << " bytes, "
+            << spill::to_string(arena.stats().io_backend) << "\n";
 
   torch::nn::Sequential layers(torch::nn::Linear(64, 64), torch::nn::Linear(64, 64));
   torch::Tensor h = torch::randn({8, 64}, torch::requires_grad());
