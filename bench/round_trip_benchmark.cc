@@ -93,13 +93,18 @@ void round_trip_stash(benchmark::State& state, spill::Backing backing) {
   time_stash_round_trip(state, *spill::make_arena_stash(arena));
 }
 
-void round_trip_arena_evicted(benchmark::State& state) {
-  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
+// A disk arena of exactly `bytes` in the spill directory, with the given I/O mode.
+spill::SpillArena disk_arena(std::uint64_t bytes, spill::IoMode io) {
   spill::ArenaOptions o;
   o.capacity_bytes = bytes;
   o.directory = spill_dir();
-  o.io = spill::IoMode::buffered;
-  spill::SpillArena arena(o);
+  o.io = io;
+  return spill::SpillArena(o);
+}
+
+void round_trip_arena_evicted(benchmark::State& state) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
+  spill::SpillArena arena = disk_arena(bytes, spill::IoMode::buffered);
   const torch::Tensor src = payload(bytes);
   torch::Tensor back = torch::empty_like(src);
   PhaseTimes t;
@@ -123,11 +128,7 @@ void round_trip_arena_evicted(benchmark::State& state) {
 
 void round_trip_arena_direct(benchmark::State& state) {
   const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
-  spill::ArenaOptions o;
-  o.capacity_bytes = bytes;
-  o.directory = spill_dir();
-  o.io = spill::IoMode::direct;
-  spill::SpillArena arena(o);
+  spill::SpillArena arena = disk_arena(bytes, spill::IoMode::direct);
   const torch::Tensor src = payload(bytes);
   torch::Tensor raw = torch::empty({static_cast<int64_t>(bytes + arena.io_alignment())}, torch::kUInt8);
   const auto pad = (arena.io_alignment() - reinterpret_cast<std::uintptr_t>(raw.data_ptr()) %

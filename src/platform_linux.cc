@@ -239,33 +239,28 @@ std::uint64_t physical_memory_bytes() {
   return static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * page_size_bytes();
 }
 
-std::uint64_t resident_anonymous_bytes() {
-  std::ifstream status("/proc/self/status");
+namespace {
+
+// The "Key:  N kB" field of a /proc file, in bytes (0 when absent or unreadable).
+std::uint64_t proc_kib_field(const char* file, const std::string& wanted) {
+  std::ifstream in(file);
   std::string key;
-  while (status >> key) {
-    if (key == "RssAnon:") {
+  while (in >> key) {
+    if (key == wanted) {
       std::uint64_t kib = 0;
-      status >> kib;
+      in >> kib;
       return kib * 1024;
     }
-    status.ignore(4096, '\n');
+    in.ignore(4096, '\n');
   }
   return 0;
 }
 
-std::uint64_t mem_available_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  while (meminfo >> key) {
-    if (key == "MemAvailable:") {
-      std::uint64_t kib = 0;
-      meminfo >> kib;
-      return kib * 1024;
-    }
-    meminfo.ignore(4096, '\n');
-  }
-  return 0;
-}
+}  // namespace
+
+std::uint64_t resident_anonymous_bytes() { return proc_kib_field("/proc/self/status", "RssAnon:"); }
+
+std::uint64_t mem_available_bytes() { return proc_kib_field("/proc/meminfo", "MemAvailable:"); }
 
 namespace {
 
