@@ -9,7 +9,7 @@ if ! echo 'int main(){}' | c++ -fsanitize=thread -x c++ - -o /dev/null 2>/dev/nu
   exit 77
 fi
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPILLARENA_SANITIZE=thread \
-  -DSPILLARENA_BUILD_BENCH=OFF -DSPILLARENA_BUILD_TOOLS=OFF >/dev/null
+  -DSPILLARENA_WITH_TORCH=OFF -DSPILLARENA_BUILD_BENCH=OFF -DSPILLARENA_BUILD_TOOLS=OFF >/dev/null
 cmake --build "$build" --target io_engine_test >/dev/null
 # setarch -R: ThreadSanitizer on newer kernels needs fewer random bits in the address layout.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch "$(uname -m)" -R \
