@@ -33,7 +33,7 @@ void ArenaCore::write(std::uint64_t offset, const void* src, std::uint64_t bytes
   if (!engine_ || options_.io == IoMode::buffered) {
     storage_->write(offset, src, bytes);
     bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
-    if (engine_) engine_->written_synchronously(offset, bytes);
+    if (engine_) engine_->written(offset, bytes);
     return;
   }
   write_async(offset, src, bytes).wait();

@@ -103,10 +103,6 @@ Pending IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint6
   return Pending(std::move(parts));
 }
 
-void IoEngine::written_synchronously(std::uint64_t offset, std::uint64_t bytes) {
-  written(offset, bytes);
-}
-
 // Note [Bounded page cache]
 // Written regions stay in the page cache, dirty until writeback, and dirty pages count against a
 // container's memory limit. Writeback starts right after each write; with a limit set, the

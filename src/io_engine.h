@@ -31,7 +31,8 @@ class IoEngine {
   Pending write(std::uint64_t offset, const void* src, std::uint64_t bytes);
   Pending read(std::uint64_t offset, void* dst, std::uint64_t bytes);
   void prefetch(std::uint64_t offset, std::uint64_t bytes);  // buffered readahead
-  void written_synchronously(std::uint64_t offset, std::uint64_t bytes);
+  // After a write that did not go through the queue: starts its writeback, bounds the cache.
+  void written(std::uint64_t offset, std::uint64_t bytes);
   void drain() { queue_->drain(); }
 
   IoMode mode() const { return mode_; }
@@ -41,7 +42,6 @@ class IoEngine {
   std::uint64_t staging_bytes() const { return staging_ ? staging_->budget_bytes() : 0; }
   std::uint64_t staging_waits() const { return staging_ ? staging_->waits() : 0; }
   std::uint64_t staging_wait_ns() const { return staging_ ? staging_->wait_ns() : 0; }
-  IoQueue& queue() { return *queue_; }
 
  private:
   Pending write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes);
@@ -50,7 +50,6 @@ class IoEngine {
   Ticket submit(IoRequest request);
   void record(const IoStatus& status);
   void throw_if_failed() const;
-  void written(std::uint64_t offset, std::uint64_t bytes);
 
   Storage& storage_;
   const IoMode mode_;

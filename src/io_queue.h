@@ -1,5 +1,5 @@
 // IoQueue: the submit/complete split every spill transfer goes through. submit(request) returns
-// a ticket at once; wait(ticket) blocks until the operation finished and returns its status.
+// a ticket at once; ticket->wait() blocks until the operation finished and returns its status.
 // Two backends behind one interface: io_uring (io_uring_queue.cc) and a small thread pool
 // (thread_pool_queue.cc). See Note [The I/O queue].
 #pragma once
@@ -46,8 +46,6 @@ class IoQueue {
   virtual IoBackend backend() const = 0;
   // Blocks until every submitted operation has completed.
   virtual void drain() = 0;
-
-  static IoStatus wait(const Ticket& ticket) { return ticket->wait(); }
 
  protected:
   IoQueue();

@@ -205,3 +205,14 @@ TEST_CASE("io engine: many threads writing and reading with random delays lose n
     }
   }
 }
+
+TEST_CASE("io engine: a staging budget of 0 or above 64 GiB is a typed error naming it") {
+  ScratchDir dir;
+  for (std::uint64_t staging : {std::uint64_t{0}, spill::kMaxStagingBytes + 1, ~std::uint64_t{0}}) {
+    auto o = options_in(dir.path(), spill::MiB, spill::IoMode::direct, spill::IoBackend::automatic);
+    o.staging_bytes = staging;
+    CHECK_THROWS_WITH_AS(spill::SpillArena{o}, doctest::Contains("staging_bytes"),
+                         spill::InvalidArgumentError);
+  }
+  CHECK(spill_test::list_dir(dir.path()).empty());
+}
