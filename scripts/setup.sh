@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(build-essential cmake ninja-build python3-venv libboost-dev doctest-dev
   libbenchmark-dev libcli11-dev nlohmann-json3-dev liburing-dev python3-dev python3-matplotlib
-  e2fsprogs)
+  e2fsprogs libxxhash-dev clang libclang-rt-14-dev)
 TORCH_VERSION=2.13.0
 
 missing=()
