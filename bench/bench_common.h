@@ -32,7 +32,10 @@ class Stopwatch {
 void register_round_trip_benchmarks();
 void register_allocator_benchmarks();
 void register_training_step_benchmarks();
+void register_regime_benchmarks();
 // The child side of Note [Memory in a fresh process]: argv = {exe, --memory-probe, MODE, SHAPE}.
 int run_memory_probe(int argc, char** argv);
+// The child of BM_Regime: argv = {exe, --regime-child, IO, LAYERS, ROWS, HIDDEN, STEPS, DIR}.
+int run_regime_child(int argc, char** argv);
 
 }  // namespace spill_bench

@@ -15,6 +15,10 @@ int main(int argc, char** argv) {
     torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
     return spill_bench::run_memory_probe(argc, argv);
   }
+  if (argc > 1 && std::string(argv[1]) == "--regime-child") {
+    torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
+    return spill_bench::run_regime_child(argc, argv);
+  }
   const int threads = static_cast<int>(std::thread::hardware_concurrency());
   torch::set_num_threads(threads);
   benchmark::AddCustomContext("libtorch_threads", std::to_string(torch::get_num_threads()));
@@ -23,6 +27,7 @@ int main(int argc, char** argv) {
   spill_bench::register_round_trip_benchmarks();
   spill_bench::register_allocator_benchmarks();
   spill_bench::register_training_step_benchmarks();
+  spill_bench::register_regime_benchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

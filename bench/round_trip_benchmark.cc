@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "direct_io.h"
 #include "platform.h"
 #include "spill/spill.h"
 
@@ -181,35 +182,6 @@ void round_trip_memcpy(benchmark::State& state) {
 // O_DIRECT: the disk's own limit
 // ---------------------------------------------------------------------------------------------
 
-constexpr std::uint64_t kDirectBlock = 4 * kMiB;
-constexpr int kDirectQueueDepth = 4;
-
-struct AlignedBuffer {
-  explicit AlignedBuffer(std::uint64_t n) : data(static_cast<char*>(std::aligned_alloc(4096, n))) {}
-  ~AlignedBuffer() { std::free(data); }
-  char* data;
-};
-
-// Each of kDirectQueueDepth threads moves every kDirectQueueDepth-th block: that many requests
-// in flight, as a queue depth, with plain synchronous calls.
-int direct_transfer(int fd, char* buffer, std::uint64_t bytes, bool write) {
-  std::vector<std::thread> workers;
-  std::vector<int> errors(kDirectQueueDepth, 0);
-  for (int q = 0; q < kDirectQueueDepth; ++q) {
-    workers.emplace_back([&, q] {
-      for (std::uint64_t off = q * kDirectBlock; off < bytes; off += kDirectQueueDepth * kDirectBlock) {
-        const std::uint64_t n = std::min(kDirectBlock, bytes - off);
-        const int e = write ? spill::platform::write_at(fd, buffer + off, n, off)
-                            : spill::platform::read_at(fd, buffer + off, n, off);
-        if (e != 0) errors[q] = e;
-      }
-    });
-  }
-  for (auto& w : workers) w.join();
-  for (int e : errors) if (e != 0) return e;
-  return 0;
-}
-
 void round_trip_direct_io(benchmark::State& state) {
   const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
   int fd = -1;
@@ -220,22 +192,22 @@ void round_trip_direct_io(benchmark::State& state) {
     return;
   }
   AlignedBuffer src(bytes), back(bytes);
-  std::memset(src.data, 7, bytes);
+  std::memset(src.data(), 7, bytes);
   PhaseTimes t;
   for (auto _ : state) {
     Stopwatch w;
-    int e = direct_transfer(fd, src.data, bytes, true);
+    int e = direct_transfer(fd, src.data(), bytes, true);
     t.write_s += w.seconds();
     Stopwatch r;
-    e = e != 0 ? e : direct_transfer(fd, back.data, bytes, false);
-    touch_pages(back.data, bytes);
+    e = e != 0 ? e : direct_transfer(fd, back.data(), bytes, false);
+    touch_pages(back.data(), bytes);
     t.read_s += r.seconds();
     if (e != 0) {
       state.SkipWithError(std::strerror(e));
       break;
     }
   }
-  if (std::memcmp(src.data, back.data, bytes) != 0) state.SkipWithError("direct I/O mismatch");
+  if (std::memcmp(src.data(), back.data(), bytes) != 0) state.SkipWithError("direct I/O mismatch");
   spill::platform::close_file(fd);
   report(state, bytes, t);
 }

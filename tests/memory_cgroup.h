@@ -9,6 +9,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@ struct ChildRun {
   int signal = 0;        // when a signal killed it (SIGKILL: the OOM killer)
   std::string out, err;  // its stdout and stderr
   double seconds = 0;
+  bool timed_out = false;  // killed (SIGKILL) for running past the timeout
 };
 
 class MemoryCgroup {
@@ -77,8 +79,9 @@ class MemoryCgroup {
     return read_key(version_ == 1 ? "memory.oom_control" : "memory.events", "oom_kill");
   }
 
-  // Runs argv[0] with argv in this cgroup and waits for it.
-  ChildRun run(const std::vector<std::string>& argv, const std::string& scratch) const {
+  // Runs argv[0] with argv in this cgroup and waits for it; past `timeout_s` (> 0) it is killed.
+  ChildRun run(const std::vector<std::string>& argv, const std::string& scratch,
+               double timeout_s = 0) const {
     const std::string out = scratch + "/child.out", err = scratch + "/child.err";
     const std::string procs = path_ + "/cgroup.procs";
     std::vector<char*> args;
@@ -88,8 +91,7 @@ class MemoryCgroup {
     const pid_t pid = fork();
     if (pid == 0) exec_in_cgroup(procs, out, err, args.data());  // never returns
     ChildRun r;
-    int status = 0;
-    waitpid(pid, &status, 0);
+    const int status = wait_for(pid, t0, timeout_s, &r.timed_out);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
@@ -99,6 +101,20 @@ class MemoryCgroup {
   }
 
  private:
+  static int wait_for(pid_t pid, std::chrono::steady_clock::time_point t0, double timeout_s,
+                      bool* timed_out) {
+    int status = 0;
+    while (waitpid(pid, &status, timeout_s > 0 ? WNOHANG : 0) == 0) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (s > timeout_s && !*timed_out) {
+        kill(pid, SIGKILL);
+        *timed_out = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return status;
+  }
+
   // Between fork and exec: only async-signal-safe calls.
   [[noreturn]] static void exec_in_cgroup(const std::string& procs, const std::string& out,
                                           const std::string& err, char** args) {
