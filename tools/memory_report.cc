@@ -8,12 +8,28 @@
 #include <iostream>
 
 #include "memory_probe.h"
+#include "numbers.h"
 #include "spill/core.h"
+
+namespace {
+
+// argv[i] as a count in [1, 1 << 20], or `fallback` when absent; exits 2 on bad input.
+std::int64_t count_argument(int argc, char** argv, int i, const char* name, std::int64_t fallback) {
+  if (argc <= i) return fallback;
+  const auto n = spill::cli::parse_count(name, argv[i], {1, 1u << 20});
+  if (!n.ok()) {
+    std::cerr << "spillarena_memory: " << n.error << "\n";
+    std::exit(2);
+  }
+  return static_cast<std::int64_t>(n.value);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "";
-  const std::int64_t rows = argc > 2 ? std::atoll(argv[2]) : 2048;
-  const std::int64_t hidden = argc > 3 ? std::atoll(argv[3]) : 1024;
+  const std::int64_t rows = count_argument(argc, argv, 2, "rows", 2048);
+  const std::int64_t hidden = count_argument(argc, argv, 3, "hidden", 1024);
   spill::return_freed_memory_promptly();
   torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
   try {
@@ -32,8 +48,8 @@ int main(int argc, char** argv) {
                   << spill::human_bytes(r.spilled_bytes) << " |\n";
       }
     }
-  } catch (const spill::Error& e) {
-    std::cerr << e.what() << "\n";
+  } catch (const std::exception& e) {  // spill::Error, or LibTorch's for a too large shape
+    std::cerr << "spillarena_memory: " << e.what() << "\n";
     return 1;
   }
 }
