@@ -8,8 +8,6 @@
 namespace spill {
 namespace {
 
-constexpr std::uint64_t kHugeRequestBytes = 1ull << 62;  // beyond any real capacity
-
 std::uint64_t round_up(std::uint64_t value, std::uint64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
@@ -26,8 +24,13 @@ int floor_log2(std::uint64_t v) { return 63 - __builtin_clzll(v); }
 // kExactCarveAboveBytes a block is carved exactly: 20 % of a 1 GiB activation is too much disk,
 // and such sizes repeat exactly from step to step, so classes buy nothing there.
 std::uint64_t SlabAllocator::rounded_size(std::uint64_t bytes, std::uint64_t alignment_bytes) {
-  if (bytes == 0 || bytes > kHugeRequestBytes) return bytes;
-  const std::uint64_t pages = round_up(bytes, alignment_bytes) / alignment_bytes;
+  if (bytes == 0) return 0;
+  const std::uint64_t pages = bytes / alignment_bytes + (bytes % alignment_bytes != 0);
+  // Rounding up would overflow: larger than any capacity (a multiple of the alignment), so the
+  // largest value stands for it and is never served.
+  if (pages > std::numeric_limits<std::uint64_t>::max() / alignment_bytes) {
+    return std::numeric_limits<std::uint64_t>::max();
+  }
   if (pages <= 4 || bytes > kExactCarveAboveBytes) return pages * alignment_bytes;
   const std::uint64_t step = 1ull << (floor_log2(pages - 1) - 2);
   return round_up(pages, step) * alignment_bytes;
