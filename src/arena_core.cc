@@ -10,6 +10,7 @@ ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> stora
       io_note_(std::move(io_note)),
       storage_(std::move(storage)),
       allocator_(options.capacity_bytes, platform::page_size_bytes()) {
+  if (options_.verify_integrity) ledger_ = std::make_unique<IntegrityLedger>();
   if (options_.backing == Backing::disk) {
     engine_ = std::make_unique<IoEngine>(*storage_, options_, options_.io);
   }
@@ -19,7 +20,11 @@ ArenaCore::~ArenaCore() {
   if (engine_) engine_->drain();
 }
 
+// The hashes go first: once the block is back in the allocator, another thread may carve the
+// same offset and record its own.
 void ArenaCore::free(const Block& block) noexcept {
+  if (ledger_) ledger_->drop(block.offset);
+  if (engine_) engine_->forget_failures(block.offset, block.size);
   try {
     allocator_.free(block);
   } catch (...) {
@@ -29,49 +34,119 @@ void ArenaCore::free(const Block& block) noexcept {
 
 // Synchronous buffered writes stay on the calling thread: a queue hop buys nothing when the
 // caller waits anyway (Note [Why pwrite, not memcpy, for the forward copy]).
-void ArenaCore::write(std::uint64_t offset, const void* src, std::uint64_t bytes) {
-  if (!engine_ || options_.io == IoMode::buffered) {
-    storage_->write(offset, src, bytes);
-    bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
-    if (engine_) engine_->written(offset, bytes);
+void ArenaCore::write(std::uint64_t region, std::uint64_t at, const void* src,
+                      std::uint64_t bytes) {
+  if (engine_ && options_.io != IoMode::buffered) {
+    write_async(region, at, src, bytes).wait();
     return;
   }
-  write_async(offset, src, bytes).wait();
+  const Span written{at, bytes};
+  if (ledger_) ledger_->forget(region, written);
+  storage_->write(region + at, src, bytes);
+  if (ledger_) ledger_->record(region, written, written, static_cast<const char*>(src));
+  bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+  if (engine_) engine_->written(region + at, bytes);
 }
 
-void ArenaCore::read(std::uint64_t offset, void* dst, std::uint64_t bytes) {
-  if (!engine_ || (options_.io == IoMode::buffered && storage_->resident(offset, bytes))) {
-    storage_->read(offset, dst, bytes);
-    bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+void ArenaCore::read(std::uint64_t region, std::uint64_t at, void* dst, std::uint64_t bytes) {
+  if (engine_ && (options_.io != IoMode::buffered || !storage_->resident(region + at, bytes))) {
+    read_async(region, at, dst, bytes).wait();
     return;
   }
-  read_async(offset, dst, bytes).wait();
+  storage_->read(region + at, dst, bytes);
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+  verify(region, Span{at, bytes}, static_cast<const char*>(dst));
 }
 
-Pending ArenaCore::write_async(std::uint64_t offset, const void* src, std::uint64_t bytes) {
+// A piece holds its hash chunks whole when a transfer starts on the chunk grid (at 0: every
+// asynchronous transfer of a Region), so each piece hashes its own.
+static_assert(IoEngine::kPieceBytes % kHashChunkBytes == 0, "pieces must hold whole chunks");
+
+namespace {
+// The engine's pieces (file offsets) as spans of the region at `region`.
+std::vector<Span> in_region(std::uint64_t region, const std::vector<IoEngine::Piece>& pieces) {
+  std::vector<Span> spans;
+  for (const auto& [offset, bytes] : pieces) spans.push_back(Span{offset - region, bytes});
+  return spans;
+}
+}  // namespace
+
+// Note [Integrity hashing]: each piece hashes the chunks it holds whole once its bytes are on
+// the file, on the completing thread (the source is unchanged until then, by contract); the
+// chunks split between pieces are hashed after the last.
+IoEngine::Hooks ArenaCore::hash_written(std::uint64_t region, std::uint64_t at, const void* src,
+                                        std::uint64_t bytes) {
+  const Span written{at, bytes};
+  ledger_->forget(region, written);
+  IoEngine::Hooks hooks;
+  hooks.piece = [ledger = ledger_.get(), region, written](std::uint64_t offset, const char* memory,
+                                                          std::uint64_t n) {
+    ledger->record(region, written, Span{offset - region, n}, memory);
+    return std::exception_ptr();
+  };
+  hooks.after = [ledger = ledger_.get(), region, written, src](
+                    bool all_succeeded, const std::vector<IoEngine::Piece>& pieces) {
+    const std::vector<Span> done = in_region(region, pieces);
+    if (all_succeeded) {
+      ledger->record(region, written, written, static_cast<const char*>(src), &done);
+    }
+    return std::exception_ptr();
+  };
+  return hooks;
+}
+
+// Each piece checks the chunks it holds whole when it landed; the rest after the last piece.
+IoEngine::Hooks ArenaCore::check_read(std::uint64_t region, std::uint64_t at, void* dst,
+                                      std::uint64_t bytes) {
+  IoEngine::Hooks hooks;
+  hooks.piece = [ledger = ledger_.get(), region](std::uint64_t offset, const char* memory,
+                                                 std::uint64_t n) {
+    return ledger->check(region, Span{offset - region, n}, memory);
+  };
+  hooks.after = [ledger = ledger_.get(), region, read = Span{at, bytes}, dst](
+                    bool all_succeeded, const std::vector<IoEngine::Piece>& pieces) {
+    if (!all_succeeded) return std::exception_ptr();
+    const std::vector<Span> done = in_region(region, pieces);
+    return ledger->check(region, read, static_cast<const char*>(dst), &done);
+  };
+  return hooks;
+}
+
+Pending ArenaCore::write_async(std::uint64_t region, std::uint64_t at, const void* src,
+                               std::uint64_t bytes) {
   if (!engine_) {
-    write(offset, src, bytes);
+    write(region, at, src, bytes);
     return Pending();
   }
-  Pending p = engine_->write(offset, src, bytes);
+  IoEngine::Hooks hooks = ledger_ ? hash_written(region, at, src, bytes) : IoEngine::Hooks{};
+  Pending p = engine_->write(region + at, src, bytes, std::move(hooks));
   bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
   return p;
 }
 
-Pending ArenaCore::read_async(std::uint64_t offset, void* dst, std::uint64_t bytes) {
+Pending ArenaCore::read_async(std::uint64_t region, std::uint64_t at, void* dst,
+                              std::uint64_t bytes) {
   if (!engine_) {
-    read(offset, dst, bytes);
+    read(region, at, dst, bytes);
     return Pending();
   }
-  Pending p = engine_->read(offset, dst, bytes);
+  IoEngine::Hooks hooks = ledger_ ? check_read(region, at, dst, bytes) : IoEngine::Hooks{};
+  Pending p = engine_->read(region + at, dst, bytes, std::move(hooks));
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
   return p;
 }
 
-const void* ArenaCore::read_in_place(std::uint64_t offset, std::uint64_t bytes) const {
-  storage_->prefetch(offset, bytes);
+const void* ArenaCore::read_in_place(std::uint64_t region, std::uint64_t bytes) const {
+  storage_->prefetch(region, bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-  return storage_->base() + offset;
+  const char* in_place = storage_->base() + region;
+  verify(region, Span{0, bytes}, in_place);
+  return in_place;
+}
+
+void ArenaCore::verify(std::uint64_t region, const Span& read, const char* memory) const {
+  if (!ledger_) return;
+  if (std::exception_ptr e = ledger_->check(region, read, memory)) std::rethrow_exception(e);
 }
 
 void ArenaCore::prefetch(std::uint64_t offset, std::uint64_t bytes) const {
@@ -131,6 +206,11 @@ ArenaStats ArenaCore::stats() const {
   s.restore_wait_ns = restore_wait_ns_.load(std::memory_order_relaxed);
   s.prefetches = prefetches_.load(std::memory_order_relaxed);
   s.prefetch_hits = prefetch_hits_.load(std::memory_order_relaxed);
+  if (ledger_) {
+    s.bytes_hashed = ledger_->bytes_hashed();
+    s.bytes_verified = ledger_->bytes_verified();
+    s.integrity_failures = ledger_->failures();
+  }
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "integrity.h"
 #include "io_engine.h"
 #include "spill/arena.h"
 #include "spill/slab_allocator.h"
@@ -23,11 +24,13 @@ class ArenaCore {
   std::optional<Block> allocate(std::uint64_t bytes) { return allocator_.allocate(bytes); }
   void free(const Block& block) noexcept;
 
-  void write(std::uint64_t offset, const void* src, std::uint64_t bytes);
-  void read(std::uint64_t offset, void* dst, std::uint64_t bytes);
-  Pending write_async(std::uint64_t offset, const void* src, std::uint64_t bytes);
-  Pending read_async(std::uint64_t offset, void* dst, std::uint64_t bytes);
-  const void* read_in_place(std::uint64_t offset, std::uint64_t bytes) const;
+  // Region I/O: `region` is the region's file offset (what its integrity hashes are kept by),
+  // `at` the offset in it. Reads throw (or their Pending fails with) spill::IntegrityError.
+  void write(std::uint64_t region, std::uint64_t at, const void* src, std::uint64_t bytes);
+  void read(std::uint64_t region, std::uint64_t at, void* dst, std::uint64_t bytes);
+  Pending write_async(std::uint64_t region, std::uint64_t at, const void* src, std::uint64_t bytes);
+  Pending read_async(std::uint64_t region, std::uint64_t at, void* dst, std::uint64_t bytes);
+  const void* read_in_place(std::uint64_t region, std::uint64_t bytes) const;
   void prefetch(std::uint64_t offset, std::uint64_t bytes) const;
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) const;
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const;
@@ -43,6 +46,14 @@ class ArenaCore {
   IoEngine* engine() { return engine_.get(); }  // null for the RAM backing
 
  private:
+  // verify_integrity (Note [Integrity hashing]): what an asynchronous write hashes and a read
+  // checks, piece by piece; a synchronous check that throws spill::IntegrityError.
+  IoEngine::Hooks hash_written(std::uint64_t region, std::uint64_t at, const void* src,
+                               std::uint64_t bytes);
+  IoEngine::Hooks check_read(std::uint64_t region, std::uint64_t at, void* dst,
+                             std::uint64_t bytes);
+  void verify(std::uint64_t region, const Span& read, const char* memory) const;
+
   const ArenaOptions options_;
   const std::string io_note_;
   std::unique_ptr<Storage> storage_;
@@ -54,7 +65,8 @@ class ArenaCore {
   std::atomic<std::uint64_t> restore_wait_ns_{0};
   std::atomic<std::uint64_t> prefetches_{0};
   std::atomic<std::uint64_t> prefetch_hits_{0};
-  std::unique_ptr<IoEngine> engine_;  // disk only; last member: drained first
+  std::unique_ptr<IntegrityLedger> ledger_;  // verify_integrity only; outlives the engine
+  std::unique_ptr<IoEngine> engine_;         // disk only; last member: drained first
 };
 
 }  // namespace spill::detail

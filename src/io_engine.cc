@@ -1,6 +1,7 @@
 #include "io_engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -9,10 +10,6 @@
 
 namespace spill::detail {
 namespace {
-
-// Transfers are cut into pieces of this size so several are in flight at once: the queue depth
-// an SSD wants (the O_DIRECT baseline of BM_RoundTrip uses the same size).
-constexpr std::uint64_t kPieceBytes = 4ull << 20;
 
 std::uint64_t round_up(std::uint64_t bytes, std::uint64_t unit) {
   return (bytes + unit - 1) / unit * unit;
@@ -47,26 +44,128 @@ IoEngine::IoEngine(Storage& storage, const ArenaOptions& options, IoMode mode)
 
 IoEngine::~IoEngine() { queue_->drain(); }
 
-Ticket IoEngine::submit(IoRequest request) {
+// The pieces of one transfer and its hooks. One count per piece in flight, plus one held while
+// pieces are still being submitted, so `after` cannot run between two submissions; the last
+// count runs it and finishes the transfer's own completion, which its Pending waits for.
+class IoEngine::Transfer {
+ public:
+  Transfer(const IoStatus& whole, Hooks hooks) : whole_(whole), hooks_(std::move(hooks)) {}
+
+  void add(std::uint64_t offset, std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pieces_.emplace_back(offset, bytes);
+    open_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void piece_done(const IoStatus& s, std::uint64_t offset, const char* memory,
+                  std::uint64_t bytes) {
+    if (s.error_number != 0) {
+      failed_.store(true, std::memory_order_relaxed);
+    } else if (hooks_.piece) {
+      keep(guarded([&] { return hooks_.piece(offset, memory, bytes); }));
+    }
+    release();
+  }
+  // acq_rel: whoever runs `after` sees the bytes every other piece moved.
+  void release() {
+    if (open_.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
+  }
+  const Ticket& ticket() const { return done_; }
+
+ private:
+  template <class Hook>
+  static std::exception_ptr guarded(Hook hook) noexcept {
+    try {
+      return hook();
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+  void keep(std::exception_ptr error) {
+    if (!error) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!first_error_) first_error_ = std::move(error);
+  }
+  void finish() {
+    if (hooks_.after) {
+      std::vector<Piece> pieces;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        pieces = pieces_;
+      }
+      const bool all_succeeded = !failed_.load(std::memory_order_relaxed);
+      keep(guarded([&] { return hooks_.after(all_succeeded, pieces); }));
+    }
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error = first_error_;
+    }
+    done_->fail(whole_, std::move(error));
+  }
+
+  const IoStatus whole_;
+  const Hooks hooks_;
+  std::atomic<std::uint64_t> open_{1};
+  std::atomic<bool> failed_{false};
+  std::mutex mutex_;  // guards pieces_, first_error_
+  std::vector<Piece> pieces_;
+  std::exception_ptr first_error_;
+  const Ticket done_ = std::make_shared<Completion>();
+};
+
+IoEngine::TransferPtr IoEngine::transfer(IoOp op, std::uint64_t offset, std::uint64_t bytes,
+                                         Hooks hooks) {
+  if (!hooks.piece && !hooks.after) return nullptr;
+  return std::make_shared<Transfer>(IoStatus{0, op, offset, bytes}, std::move(hooks));
+}
+
+Ticket IoEngine::submit(IoRequest request, const TransferPtr& t, const char* memory,
+                        std::uint64_t bytes) {
   auto user = std::move(request.on_complete);
-  request.on_complete = [this, user = std::move(user)](const IoStatus& s) {
+  if (t) t->add(request.offset, bytes);
+  request.on_complete = [this, user = std::move(user), t, offset = request.offset, memory,
+                         bytes](const IoStatus& s) {
     if (user) user(s);
     record(s);
+    if (t) t->piece_done(s, offset, memory, bytes);
   };
   return queue_->submit(std::move(request));
 }
 
+Pending IoEngine::submitted(std::vector<Ticket> parts, const TransferPtr& t) {
+  if (t) {
+    parts.push_back(t->ticket());
+    t->release();
+  }
+  return Pending(std::move(parts));
+}
+
+// Note [Failures last until freed]
+// A failed write leaves wrong bytes in its region, and nothing may read them as if they were
+// right, even where no one waits for the write's Pending (a region released with settle()). So
+// every later write or read of the arena throws the failure, until the region it hit is freed:
+// then no one can read those bytes, and the arena is as good as before, which lets a training
+// step fail with the IoError and the next step run once the disk is back.
 void IoEngine::record(const IoStatus& s) {
   if (s.error_number == 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!failure_) failure_ = s;
+  failures_.push_back(s);
+}
+
+void IoEngine::forget_failures(std::uint64_t offset, std::uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failures_.erase(std::remove_if(failures_.begin(), failures_.end(),
+                                 [&](const IoStatus& s) {
+                                   return s.offset >= offset && s.offset - offset < bytes;
+                                 }),
+                  failures_.end());
 }
 
 void IoEngine::throw_if_failed() const {
   std::optional<IoStatus> failed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    failed = failure_;
+    if (!failures_.empty()) failed = failures_.front();
   }
   if (failed) throw_io_error(*failed);
 }
@@ -75,21 +174,30 @@ void IoEngine::throw_if_failed() const {
 // Writes
 // ---------------------------------------------------------------------------------------------
 
-Pending IoEngine::write(std::uint64_t offset, const void* src, std::uint64_t bytes) {
+Pending IoEngine::write(std::uint64_t offset, const void* src, std::uint64_t bytes, Hooks hooks) {
   throw_if_failed();
+  const auto t = transfer(IoOp::write, offset, bytes, std::move(hooks));
   const char* from = static_cast<const char*>(src);
-  if (mode_ == IoMode::direct) return write_direct(offset, from, bytes);
-  IoRequest r{IoOp::write, storage_.fd(), const_cast<char*>(from), bytes, offset, {}};
-  r.on_complete = [this](const IoStatus& s) {
-    if (s.error_number == 0) written(s.offset, s.bytes);
-  };
-  return Pending({submit(std::move(r))});
+  std::vector<Ticket> parts;
+  if (mode_ == IoMode::direct) {
+    write_direct(offset, from, bytes, t, &parts);
+    return submitted(std::move(parts), t);
+  }
+  for (std::uint64_t at = 0; at < bytes; at += kPieceBytes) {
+    const std::uint64_t n = std::min(kPieceBytes, bytes - at);
+    IoRequest r{IoOp::write, storage_.fd(), const_cast<char*>(from + at), n, offset + at, {}};
+    r.on_complete = [this](const IoStatus& s) {
+      if (s.error_number == 0) written(s.offset, s.bytes);
+    };
+    parts.push_back(submit(std::move(r), t, from + at, n));
+  }
+  return submitted(std::move(parts), t);
 }
 
 // Copies each piece into a staging slot on the calling thread (memcpy is several times faster
 // than the disk) and queues its write; the slot returns to the pool when the write completed.
-Pending IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes) {
-  std::vector<Ticket> parts;
+void IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes,
+                            const TransferPtr& t, std::vector<Ticket>* parts) {
   for (std::uint64_t at = 0; at < bytes; at += staging_->slot_bytes()) {
     const std::uint64_t n = std::min(staging_->slot_bytes(), bytes - at);
     StagingPool::Slot slot = staging_->acquire();
@@ -98,9 +206,8 @@ Pending IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint6
     std::memset(slot.data + n, 0, padded - n);
     IoRequest r{IoOp::write, storage_.direct_fd(), slot.data, padded, offset + at, {}};
     r.on_complete = [this, index = slot.index](const IoStatus&) { staging_->release(index); };
-    parts.push_back(submit(std::move(r)));
+    parts->push_back(submit(std::move(r), t, src + at, n));
   }
-  return Pending(std::move(parts));
 }
 
 // Note [Bounded page cache]
@@ -111,7 +218,8 @@ Pending IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint6
 // Both hints are queued operations: sync_file_range blocks once the device queue is full, and
 // the training thread must never wait on it.
 void IoEngine::written(std::uint64_t offset, std::uint64_t bytes) {
-  if (start_writeback_) queue_->submit(IoRequest{IoOp::writeback, storage_.fd(), nullptr, bytes, offset, {}});
+  if (start_writeback_)
+    queue_->submit(IoRequest{IoOp::writeback, storage_.fd(), nullptr, bytes, offset, {}});
   if (page_cache_limit_ == 0) return;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> drop;
   {
@@ -137,44 +245,52 @@ void IoEngine::written(std::uint64_t offset, std::uint64_t bytes) {
 // Note [Parallel reads from disk]
 // One pread is one request stream: the kernel's readahead keeps only a few requests in flight,
 // and an SSD wants more. Reads are cut into kPieceBytes pieces queued together, so the backend
-// runs several at once.
-Pending IoEngine::read(std::uint64_t offset, void* dst, std::uint64_t bytes) {
+// runs several at once. Buffered writes are cut the same way: each piece's integrity hash then
+// runs as soon as that piece is in the page cache, on whichever worker completed it, while the
+// others are still being copied (Note [Integrity hashing]).
+Pending IoEngine::read(std::uint64_t offset, void* dst, std::uint64_t bytes, Hooks hooks) {
   throw_if_failed();
+  const auto t = transfer(IoOp::read, offset, bytes, std::move(hooks));
   char* to = static_cast<char*>(dst);
-  if (mode_ == IoMode::direct) return read_direct(offset, to, bytes);
   std::vector<Ticket> parts;
+  if (mode_ == IoMode::direct) {
+    read_direct(offset, to, bytes, t, &parts);
+    return submitted(std::move(parts), t);
+  }
   for (std::uint64_t at = 0; at < bytes; at += kPieceBytes) {
     const std::uint64_t n = std::min(kPieceBytes, bytes - at);
-    parts.push_back(submit(IoRequest{IoOp::read, storage_.fd(), to + at, n, offset + at, {}}));
+    parts.push_back(
+        submit(IoRequest{IoOp::read, storage_.fd(), to + at, n, offset + at, {}}, t, to + at, n));
   }
-  return Pending(std::move(parts));
+  return submitted(std::move(parts), t);
 }
 
-Pending IoEngine::read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes) {
+void IoEngine::read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes,
+                           const TransferPtr& t, std::vector<Ticket>* parts) {
   const bool aligned = reinterpret_cast<std::uintptr_t>(dst) % alignment_ == 0;
   const std::uint64_t direct_bytes = aligned ? bytes / alignment_ * alignment_ : 0;
-  std::vector<Ticket> parts;
   for (std::uint64_t at = 0; at < direct_bytes; at += kPieceBytes) {
     const std::uint64_t n = std::min(kPieceBytes, direct_bytes - at);
-    parts.push_back(
-        submit(IoRequest{IoOp::read, storage_.direct_fd(), dst + at, n, offset + at, {}}));
+    parts->push_back(submit(
+        IoRequest{IoOp::read, storage_.direct_fd(), dst + at, n, offset + at, {}}, t, dst + at, n));
   }
   for (std::uint64_t at = direct_bytes; at < bytes; at += staging_->slot_bytes()) {
-    parts.push_back(
-        read_staged(offset + at, dst + at, std::min(staging_->slot_bytes(), bytes - at)));
+    parts->push_back(
+        read_staged(offset + at, dst + at, std::min(staging_->slot_bytes(), bytes - at), t));
   }
-  return Pending(std::move(parts));
 }
 
-// Reads whole blocks into a staging slot; the completion copies the wanted bytes out.
-Ticket IoEngine::read_staged(std::uint64_t offset, char* dst, std::uint64_t bytes) {
+// Reads whole blocks into a staging slot; the completion copies the wanted bytes out (before the
+// transfer's hooks run, so an integrity check sees them).
+Ticket IoEngine::read_staged(std::uint64_t offset, char* dst, std::uint64_t bytes,
+                             const TransferPtr& t) {
   StagingPool::Slot slot = staging_->acquire();
   IoRequest r{IoOp::read, storage_.direct_fd(), slot.data, round_up(bytes, alignment_), offset, {}};
   r.on_complete = [this, slot, dst, bytes](const IoStatus& s) {
     if (s.error_number == 0) std::memcpy(dst, slot.data, bytes);
     staging_->release(slot.index);
   };
-  return submit(std::move(r));
+  return submit(std::move(r), t, dst, bytes);
 }
 
 void IoEngine::prefetch(std::uint64_t offset, std::uint64_t bytes) {

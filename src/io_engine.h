@@ -6,10 +6,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "io_queue.h"
 #include "spill/arena.h"
@@ -20,20 +24,42 @@ namespace spill::detail {
 
 class IoEngine {
  public:
+  // Transfers are cut into pieces of this size so several are in flight at once: the queue depth
+  // an SSD wants (the O_DIRECT baseline of BM_RoundTrip uses the same size).
+  static constexpr std::uint64_t kPieceBytes = 4ull << 20;
+
   // `mode` is resolved (buffered or direct); direct needs storage.direct_fd() >= 0.
   IoEngine(Storage& storage, const ArenaOptions& options, IoMode mode);
   ~IoEngine();  // drains: every queued operation completes first
   IoEngine(const IoEngine&) = delete;
   IoEngine& operator=(const IoEngine&) = delete;
 
+  // Work on a transfer's bytes off the caller's thread (how verify_integrity hashes writes and
+  // checks reads). `piece` runs for each piece that succeeded, on the thread that completed it,
+  // with the piece's file offset, its bytes in memory (a write's source, a read's destination)
+  // and their count; `after` once after the last piece (on that thread, or the caller's if all
+  // were done before submission ended), with whether every piece succeeded and their spans. Both
+  // run before the transfer's Pending is ready; the first error either returns is what
+  // Pending::wait throws.
+  using Piece = std::pair<std::uint64_t, std::uint64_t>;  // file offset, bytes
+  struct Hooks {
+    std::function<std::exception_ptr(std::uint64_t offset, const char* memory, std::uint64_t bytes)>
+        piece;
+    std::function<std::exception_ptr(bool all_succeeded, const std::vector<Piece>& pieces)> after;
+  };
+
   // `src`/`dst` stay valid until the returned Pending completes. A failure of an earlier
-  // operation is thrown here (spill::IoError) before anything new is queued.
-  Pending write(std::uint64_t offset, const void* src, std::uint64_t bytes);
-  Pending read(std::uint64_t offset, void* dst, std::uint64_t bytes);
+  // operation is thrown here (spill::IoError) before anything new is queued, until the region it
+  // hit is freed.
+  Pending write(std::uint64_t offset, const void* src, std::uint64_t bytes, Hooks hooks = {});
+  Pending read(std::uint64_t offset, void* dst, std::uint64_t bytes, Hooks hooks = {});
   void prefetch(std::uint64_t offset, std::uint64_t bytes);  // buffered readahead
   // After a write that did not go through the queue: starts its writeback, bounds the cache.
   void written(std::uint64_t offset, std::uint64_t bytes);
   void drain() { queue_->drain(); }
+  // The block [offset, offset + bytes) was freed: failures inside it are no longer reported,
+  // since nothing can read the bytes they left wrong. See Note [Failures last until freed].
+  void forget_failures(std::uint64_t offset, std::uint64_t bytes);
 
   IoMode mode() const { return mode_; }
   IoBackend backend() const { return queue_->backend(); }
@@ -44,10 +70,19 @@ class IoEngine {
   std::uint64_t staging_wait_ns() const { return staging_ ? staging_->wait_ns() : 0; }
 
  private:
-  Pending write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes);
-  Pending read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes);
-  Ticket read_staged(std::uint64_t offset, char* dst, std::uint64_t bytes);
-  Ticket submit(IoRequest request);
+  class Transfer;
+  using TransferPtr = std::shared_ptr<Transfer>;
+
+  void write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes,
+                    const TransferPtr& t, std::vector<Ticket>* parts);
+  void read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes, const TransferPtr& t,
+                   std::vector<Ticket>* parts);
+  Ticket read_staged(std::uint64_t offset, char* dst, std::uint64_t bytes, const TransferPtr& t);
+  // One piece of transfer `t` (may be null): `bytes` of its data are at `memory` for the hooks
+  // (the request may move more: alignment padding).
+  Ticket submit(IoRequest request, const TransferPtr& t, const char* memory, std::uint64_t bytes);
+  static TransferPtr transfer(IoOp op, std::uint64_t offset, std::uint64_t bytes, Hooks hooks);
+  static Pending submitted(std::vector<Ticket> parts, const TransferPtr& t);
   void record(const IoStatus& status);
   void throw_if_failed() const;
 
@@ -58,8 +93,8 @@ class IoEngine {
   std::uint64_t alignment_ = 0;
   std::string backend_note_;
   std::unique_ptr<StagingPool> staging_;  // direct mode only
-  mutable std::mutex mutex_;              // guards failure_, cached_, cached_bytes_
-  std::optional<IoStatus> failure_;       // the first failed write or read
+  mutable std::mutex mutex_;              // guards failures_, cached_, cached_bytes_
+  std::vector<IoStatus> failures_;        // failed writes and reads of regions not yet freed
   std::deque<std::pair<std::uint64_t, std::uint64_t>> cached_;  // written ranges, oldest first
   std::uint64_t cached_bytes_ = 0;
   std::unique_ptr<IoQueue> queue_;  // last: destroyed (drained) first

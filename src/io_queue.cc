@@ -57,9 +57,13 @@ bool Pending::ready() const {
   return true;
 }
 
+// Every part is waited for before the first failure is thrown: the caller may free the buffer
+// as soon as wait() returns or throws, so no later part may still be moving bytes into it.
 void Pending::wait() const {
+  for (const auto& p : parts_) p->wait();
   for (const auto& p : parts_) {
     const IoStatus s = p->wait();
+    if (std::exception_ptr e = p->error()) std::rethrow_exception(e);
     if (s.error_number != 0) detail::throw_io_error(s);
   }
 }
@@ -83,6 +87,19 @@ void Completion::finish(const IoStatus& status) {
     done_ = true;
   }
   finished_.notify_all();
+}
+
+void Completion::fail(const IoStatus& status, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::move(error);
+  }
+  finish(status);
+}
+
+std::exception_ptr Completion::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
 }
 
 bool Completion::done() const {

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -18,14 +19,18 @@ namespace spill::detail {
 class Completion {
  public:
   void finish(const IoStatus& status);
+  // Finishes with a failure that is no errno (a spill::IntegrityError): Pending::wait throws it.
+  void fail(const IoStatus& status, std::exception_ptr error);
   bool done() const;
   IoStatus wait() const;
+  std::exception_ptr error() const;  // what fail() was given; nullptr otherwise
 
  private:
   mutable std::mutex mutex_;
   mutable std::condition_variable finished_;
   bool done_ = false;
   IoStatus status_;
+  std::exception_ptr error_;
 };
 using Ticket = std::shared_ptr<Completion>;
 
@@ -59,8 +64,9 @@ class IoQueue {
 
 // Test-only: queues created afterwards call `hook` on their worker thread for every read and
 // write, before it runs (thread pool) or before its completion is delivered (io_uring). The hook
-// may sleep (to shuffle timings) and returns 0, or an errno that fails the operation (to inject
-// EIO, ENOSPC). An empty function removes it.
+// may sleep (to shuffle timings) and returns 0, or an errno that fails the whole operation. An
+// empty function removes it. Faults of single system calls and io_uring pieces (EIO, ENOSPC,
+// short counts, end of file) are injected lower, at the platform seam: platform::set_fault_hook.
 void set_io_test_hook(std::function<int(IoOp)> hook);
 
 // Throws the spill::IoError for a failed operation: op, offset, bytes, errno and the fix.

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "platform.h"
+
 namespace spill::detail {
 namespace {
 
@@ -21,6 +23,7 @@ struct Operation {
   IoRequest request;
   Ticket ticket;
   std::uint64_t done_bytes = 0;
+  int injected_error = 0;  // the fault hook's errno for the piece in flight (a nop): tests only
 };
 
 class IoUringQueue final : public IoQueue {
@@ -85,15 +88,23 @@ class IoUringQueue final : public IoQueue {
     return sqe;
   }
 
-  // Submits the next piece of `op`: what is left, at most kMaxPieceBytes.
+  // Submits the next piece of `op`: what is left, at most kMaxPieceBytes, and no more than the
+  // fault hook lets through (Note [Fault injection at the seam] in platform_linux.cc).
   void enqueue(Operation* op) {
     const IoRequest& r = op->request;
     const std::uint64_t at = op->done_bytes;
-    const auto piece = static_cast<unsigned>(std::min(r.bytes - at, kMaxPieceBytes));
+    const bool write = r.op == IoOp::write;
+    const auto site = write ? platform::FaultSite::ring_write : platform::FaultSite::ring_read;
+    const std::int64_t verdict =
+        platform::fault_verdict(site, std::min(r.bytes - at, kMaxPieceBytes), r.offset + at);
+    op->injected_error = verdict < 0 ? static_cast<int>(-verdict) : 0;
+    const auto piece = static_cast<unsigned>(std::max<std::int64_t>(verdict, 0));
     char* buffer = static_cast<char*>(r.buffer) + at;
     std::lock_guard<std::mutex> lock(submit_mutex_);
     io_uring_sqe* sqe = next_sqe();
-    if (r.op == IoOp::write) {
+    if (verdict < 0) {
+      io_uring_prep_nop(sqe);
+    } else if (write) {
       io_uring_prep_write(sqe, r.fd, buffer, piece, r.offset + at);
     } else {
       io_uring_prep_read(sqe, r.fd, buffer, piece, r.offset + at);
@@ -114,7 +125,7 @@ class IoUringQueue final : public IoQueue {
       // cannot see through the ring.
       { std::lock_guard<std::mutex> ordered(submit_mutex_); }
       if (op == nullptr) return;
-      advance(op, res);
+      advance(op, op->injected_error != 0 ? -op->injected_error : res);
     }
   }
 

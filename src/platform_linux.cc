@@ -12,9 +12,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 namespace spill::platform {
@@ -84,44 +87,82 @@ int check_writable_directory(const std::string& directory) {
   return 0;
 }
 
-int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile) {
-  int f = static_cast<int>(
-      retry_eintr([&] { return open(directory.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600); }));
-  if (f >= 0) {
-    *fd = f;
-    *used_tmpfile = true;
-    return 0;
+namespace {
+
+// Note [Unnamed spill file]
+// The spill file never has a name another process could open. O_TMPFILE makes the inode without
+// a directory entry, and O_EXCL keeps it so: without it, linkat through /proc/self/fd could give
+// it one. O_TMPFILE needs file-system support (ext4, xfs, btrfs, tmpfs have it; some FUSE and
+// network file systems do not), so the fallback is mkostemp (O_CREAT | O_EXCL, mode 0600: a name
+// already there, a planted symlink included, is never opened) and unlink at once; the name then
+// exists for microseconds. Someone who may write the directory could rename the file in that
+// window and keep a name for it, so a link count above 0 after the unlink is refused. The mode is
+// set to 0600 whatever the umask (the reopen through /proc/self/fd checks it). Nothing survives
+// the process either way: the kernel frees the blocks when the last descriptor closes.
+int open_tmpfile(const std::string& directory, int extra_flags) {
+  if (std::int64_t v = fault_verdict(FaultSite::o_tmpfile, 0, 0); v < 0) {
+    errno = static_cast<int>(-v);
+    return -1;
   }
-  // Note [Unnamed spill file]: O_TMPFILE needs file-system support (ext4, xfs, btrfs, tmpfs have
-  // it; some FUSE and network file systems do not). The fallback leaves a name in the directory
-  // for the few microseconds between mkstemp and unlink; nothing survives the process either way.
-  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) return errno;
+  return static_cast<int>(retry_eintr([&] {
+    return open(directory.c_str(), O_TMPFILE | O_EXCL | O_RDWR | O_CLOEXEC | extra_flags, 0600);
+  }));
+}
+
+bool tmpfile_unsupported(int e) { return e == EOPNOTSUPP || e == EISDIR || e == EINVAL; }
+
+// Closes f and returns e: the error path of the functions below.
+int close_with(int f, int e) {
+  close(f);
+  return e;
+}
+
+int open_named_then_unlinked(const std::string& directory, int* fd) {
   std::string pattern = directory + "/.spillarena-XXXXXX";
-  f = mkostemp(pattern.data(), O_CLOEXEC);
+  const int f = mkostemp(pattern.data(), O_CLOEXEC);
   if (f < 0) return errno;
-  if (unlink(pattern.c_str()) != 0) {
-    int e = errno;
-    close(f);
-    return e;
-  }
+  if (unlink(pattern.c_str()) != 0) return close_with(f, errno);
+  struct stat s;
+  if (fstat(f, &s) != 0) return close_with(f, errno);
+  if (s.st_nlink != 0) return close_with(f, EEXIST);  // renamed before the unlink: still named
   *fd = f;
-  *used_tmpfile = false;
+  return 0;
+}
+
+}  // namespace
+
+int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile) {
+  int f = open_tmpfile(directory, 0);
+  if (f < 0 && !tmpfile_unsupported(errno)) return errno;
+  *used_tmpfile = f >= 0;
+  if (f < 0) {
+    if (int e = open_named_then_unlinked(directory, &f); e != 0) return e;
+  }
+  if (fchmod(f, 0600) != 0) return close_with(f, errno);
+  *fd = f;
   return 0;
 }
 
 int open_unnamed_direct_file(const std::string& directory, int* fd) {
-  int f = static_cast<int>(retry_eintr(
-      [&] { return open(directory.c_str(), O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600); }));
+  const int f = open_tmpfile(directory, O_DIRECT);
   if (f < 0) return errno;
   *fd = f;
   return 0;
 }
 
+// Note [Direct descriptor] in spill_file.cc says why the file is opened twice. /proc/self/fd/N
+// is a magic link to this process's own descriptor (O_NOFOLLOW would refuse it); the reopened
+// file is checked to be the same inode all the same.
 int reopen_direct(int fd, int* direct_fd, std::uint64_t* alignment) {
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  int f = static_cast<int>(
+  const int f = static_cast<int>(
       retry_eintr([&] { return open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC); }));
   if (f < 0) return errno;
+  struct stat original, reopened;
+  if (fstat(fd, &original) != 0 || fstat(f, &reopened) != 0) return close_with(f, errno);
+  if (original.st_dev != reopened.st_dev || original.st_ino != reopened.st_ino) {
+    return close_with(f, EXDEV);
+  }
   *alignment = page_size_bytes();
 #if defined(STATX_DIOALIGN)
   struct statx sx;
@@ -133,6 +174,38 @@ int reopen_direct(int fd, int* direct_fd, std::uint64_t* alignment) {
   *direct_fd = f;
   return 0;
 }
+
+int create_new_file(const std::string& path, int* fd) {
+  const int f = static_cast<int>(retry_eintr([&] {
+    return open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  }));
+  if (f < 0) return errno;
+  *fd = f;
+  return 0;
+}
+
+int open_for_reading(const std::string& path, int* fd) {
+  const int f = static_cast<int>(
+      retry_eintr([&] { return open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC); }));
+  if (f < 0) return errno;
+  *fd = f;
+  return 0;
+}
+
+int file_status(int fd, FileStatus* status) {
+  struct stat s;
+  if (fstat(fd, &s) != 0) return errno;
+  status->device = static_cast<std::uint64_t>(s.st_dev);
+  status->inode = static_cast<std::uint64_t>(s.st_ino);
+  status->size_bytes = static_cast<std::uint64_t>(s.st_size);
+  status->links = static_cast<std::uint64_t>(s.st_nlink);
+  status->change_time_ns = static_cast<std::uint64_t>(s.st_ctim.tv_sec) * 1000000000ull +
+                           static_cast<std::uint64_t>(s.st_ctim.tv_nsec);
+  status->mode = static_cast<std::uint32_t>(s.st_mode & 07777);
+  return 0;
+}
+
+int remove_file(const std::string& path) { return unlink(path.c_str()) == 0 ? 0 : errno; }
 
 int preallocate(int fd, std::uint64_t bytes) {
   if (retry_eintr([&] { return fallocate(fd, 0, 0, static_cast<off_t>(bytes)); }) != 0) {
@@ -150,6 +223,13 @@ int close_file(int fd) { return close(fd) == 0 ? 0 : errno; }
 int map_anonymous(std::uint64_t bytes, void** addr) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
+  if (p == MAP_FAILED) return errno;
+  *addr = p;
+  return 0;
+}
+
+int map_shared_file(int fd, std::uint64_t bytes, void** addr) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return errno;
   *addr = p;
   return 0;
@@ -178,10 +258,29 @@ int advise_will_need(void* addr, std::uint64_t bytes) {
 // Bulk I/O and page-cache control
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// One pwrite or pread as the fault hook shapes it: at most the verdict's bytes, or its error.
+template <class Call>
+long shaped(FaultSite site, std::uint64_t bytes, std::uint64_t offset, Call call) {
+  const std::int64_t verdict = fault_verdict(site, bytes, offset);
+  if (verdict < 0) {
+    errno = static_cast<int>(-verdict);
+    return -1;
+  }
+  return verdict == 0 ? 0 : call(static_cast<std::uint64_t>(verdict));
+}
+
+}  // namespace
+
 int write_at(int fd, const void* src, std::uint64_t bytes, std::uint64_t offset) {
   const char* p = static_cast<const char*>(src);
   while (bytes > 0) {
-    long n = retry_eintr([&] { return pwrite(fd, p, bytes, static_cast<off_t>(offset)); });
+    const long n = retry_eintr([&] {
+      return shaped(FaultSite::pwrite, bytes, offset, [&](std::uint64_t len) {
+        return pwrite(fd, p, len, static_cast<off_t>(offset));
+      });
+    });
     if (n < 0) return errno;
     if (n == 0) return EIO;
     p += n;
@@ -194,9 +293,13 @@ int write_at(int fd, const void* src, std::uint64_t bytes, std::uint64_t offset)
 int read_at(int fd, void* dst, std::uint64_t bytes, std::uint64_t offset) {
   char* p = static_cast<char*>(dst);
   while (bytes > 0) {
-    long n = retry_eintr([&] { return pread(fd, p, bytes, static_cast<off_t>(offset)); });
+    const long n = retry_eintr([&] {
+      return shaped(FaultSite::pread, bytes, offset, [&](std::uint64_t len) {
+        return pread(fd, p, len, static_cast<off_t>(offset));
+      });
+    });
     if (n < 0) return errno;
-    if (n == 0) return EIO;
+    if (n == 0) return EIO;  // end of file: the range was never written or the file shrank
     p += n;
     bytes -= static_cast<std::uint64_t>(n);
     offset += static_cast<std::uint64_t>(n);
@@ -351,6 +454,42 @@ void set_malloc_mmap_threshold(std::uint64_t bytes) {
   mallopt(M_TRIM_THRESHOLD, static_cast<int>(bytes));
   malloc_trim(0);  // what the heap already holds free goes back too
 #endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Test-only: fault injection
+// ---------------------------------------------------------------------------------------------
+
+// Note [Fault injection at the seam]
+// Tests prove what happens when the disk misbehaves (EIO, ENOSPC, short counts, end of file)
+// without a failing disk: every pwrite and pread of write_at/read_at, every read or write piece
+// the io_uring backend submits, and the O_TMPFILE open ask fault_verdict first, as tcmalloc
+// wraps mincore for its tests. A short count is real, not a relabelled completion: only that many
+// bytes move (io_uring gets the shorter length in its submission), so a loop or a reaper that
+// dropped the remainder would lose data and a round-trip test sees it. Errors move nothing. With
+// no hook the cost is one relaxed load of `armed` per call; the hook itself is copied out under a
+// mutex, so a test may remove it while a worker thread is still calling it.
+namespace {
+std::atomic<bool> armed{false};
+std::mutex hook_mutex;
+std::shared_ptr<const FaultHook> installed;  // guarded by hook_mutex
+}  // namespace
+
+void set_fault_hook(FaultHook hook) {
+  std::lock_guard<std::mutex> lock(hook_mutex);
+  installed = hook ? std::make_shared<const FaultHook>(std::move(hook)) : nullptr;
+  armed.store(installed != nullptr, std::memory_order_relaxed);
+}
+
+std::int64_t fault_verdict(FaultSite site, std::uint64_t bytes, std::uint64_t offset) {
+  const auto all = static_cast<std::int64_t>(bytes);
+  if (!armed.load(std::memory_order_relaxed)) return all;
+  std::shared_ptr<const FaultHook> hook;
+  {
+    std::lock_guard<std::mutex> lock(hook_mutex);
+    hook = installed;
+  }
+  return hook ? std::min(all, (*hook)(site, bytes, offset)) : all;
 }
 
 }  // namespace spill::platform

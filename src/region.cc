@@ -77,19 +77,19 @@ void check_range(std::uint64_t size, std::uint64_t bytes, std::uint64_t offset_i
 void Region::write(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region) {
   core_or_throw();
   check_range(size_, bytes, offset_in_region);
-  core_->write(offset_ + offset_in_region, src, bytes);
+  core_->write(offset_, offset_in_region, src, bytes);
 }
 
 void Region::read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region) const {
   core_or_throw();
   check_range(size_, bytes, offset_in_region);
-  core_->read(offset_ + offset_in_region, dst, bytes);
+  core_->read(offset_, offset_in_region, dst, bytes);
 }
 
 Pending Region::write_async(const void* src, std::uint64_t bytes) {
   core_or_throw();
   check_range(size_, bytes, 0);
-  Pending p = core_->write_async(offset_, src, bytes);
+  Pending p = core_->write_async(offset_, 0, src, bytes);
   in_flight_.add(p);
   return p;
 }
@@ -97,7 +97,7 @@ Pending Region::write_async(const void* src, std::uint64_t bytes) {
 Pending Region::read_async(void* dst, std::uint64_t bytes) {
   core_or_throw();
   check_range(size_, bytes, 0);
-  Pending p = core_->read_async(offset_, dst, bytes);
+  Pending p = core_->read_async(offset_, 0, dst, bytes);
   in_flight_.add(p);
   return p;
 }

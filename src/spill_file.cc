@@ -1,8 +1,5 @@
 #include "spill_file.h"
 
-#include <boost/interprocess/exceptions.hpp>
-#include <boost/interprocess/file_mapping.hpp>
-#include <boost/interprocess/mapped_region.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -13,7 +10,6 @@
 #include "spill/units.h"
 
 namespace spill::detail {
-namespace bip = boost::interprocess;
 namespace {
 
 // Owns a descriptor until released; closes it on every early exit of make_spill_file.
@@ -36,22 +32,40 @@ class FileDescriptor {
   int fd_;
 };
 
+// Owns a shared mapping of the whole file; unmaps it on destruction.
+class Mapping {
+ public:
+  Mapping(void* base, std::uint64_t bytes) : base_(base), bytes_(bytes) {}
+  ~Mapping() {
+    if (base_ != nullptr) platform::unmap(base_, bytes_);
+  }
+  Mapping(Mapping&& other) noexcept
+      : base_(std::exchange(other.base_, nullptr)), bytes_(other.bytes_) {}
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  Mapping& operator=(Mapping&&) = delete;
+  char* base() const { return static_cast<char*>(base_); }
+
+ private:
+  void* base_;
+  std::uint64_t bytes_;
+};
+
 class SpillFile final : public Storage {
  public:
-  SpillFile(int fd, int direct_fd, std::uint64_t direct_alignment, bip::mapped_region mapping,
+  SpillFile(int fd, int direct_fd, std::uint64_t direct_alignment, Mapping mapping,
             StorageInfo info)
       : fd_(fd),
         direct_fd_(direct_fd),
         direct_alignment_(direct_alignment),
         mapping_(std::move(mapping)),
         info_(std::move(info)) {}
-  ~SpillFile() override {
-    mapping_ = bip::mapped_region();  // unmap before the last descriptor closes
+  ~SpillFile() override {  // mapping_ goes last; a mapping keeps its own reference to the file
     if (direct_fd_ >= 0) platform::close_file(direct_fd_);
     platform::close_file(fd_);
   }
 
-  char* base() const override { return static_cast<char*>(mapping_.get_address()); }
+  char* base() const override { return mapping_.base(); }
   const StorageInfo& info() const override { return info_; }
   int fd() const override { return fd_; }
   int direct_fd() const override { return direct_fd_; }
@@ -132,7 +146,7 @@ class SpillFile final : public Storage {
   int fd_;
   int direct_fd_;
   std::uint64_t direct_alignment_;
-  bip::mapped_region mapping_;
+  Mapping mapping_;
   StorageInfo info_;
 };
 
@@ -226,18 +240,19 @@ int open_direct_or_throw(int fd, const SpillFileOptions& o, const platform::File
       "; use IoMode::buffered or automatic, or a directory on ext4/xfs");
 }
 
-// Note [Mapping through /proc/self/fd]
-// The file has no name, so Boost.Interprocess's file_mapping opens it again through the
-// descriptor's magic link. The second descriptor closes as soon as the region is mapped.
-bip::mapped_region map_file(int fd, const SpillFileOptions& o) {
-  try {
-    bip::file_mapping file(("/proc/self/fd/" + std::to_string(fd)).c_str(), bip::read_write);
-    return bip::mapped_region(file, bip::read_write, 0, o.capacity_bytes);
-  } catch (const bip::interprocess_exception& ex) {
-    throw IoError(ex.get_native_error(), "spill: mapping the spill file of " +
-                                             bytes_with_units(o.capacity_bytes) + " in '" + o.directory +
-                                             "' failed: " + ex.what());
+// Note [Mapping the descriptor]
+// The file is mapped through the descriptor it was created with; nothing opens it again by name
+// for the mapping. A reopen (Boost.Interprocess's file_mapping opens /proc/self/fd/N, without
+// O_CLOEXEC) would hand a descriptor of the spill file to any child that another thread forks
+// and execs at that moment.
+Mapping map_file(int fd, const SpillFileOptions& o) {
+  void* base = nullptr;
+  if (int e = platform::map_shared_file(fd, o.capacity_bytes, &base); e != 0) {
+    throw IoError(e, "spill: mapping the spill file of " + bytes_with_units(o.capacity_bytes) +
+                         " in '" + o.directory + "' failed: " + std::strerror(e) +
+                         "; lower capacity_bytes or raise the address-space limit (ulimit -v)");
   }
+  return Mapping(base, o.capacity_bytes);
 }
 
 }  // namespace
@@ -256,7 +271,7 @@ std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
   FileDescriptor direct(-1);
   std::uint64_t alignment = 0;
   if (o.direct) direct = FileDescriptor(open_direct_or_throw(fd.get(), o, fs, &alignment));
-  bip::mapped_region mapping = map_file(fd.get(), o);
+  Mapping mapping = map_file(fd.get(), o);
   StorageInfo info{o.directory, fs.type_name, o.capacity_bytes, fs.free_bytes, used_tmpfile};
   return std::make_unique<SpillFile>(fd.release(), direct.release(), alignment, std::move(mapping),
                                      std::move(info));

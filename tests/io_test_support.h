@@ -1,15 +1,23 @@
-// Test helpers for the I/O engine's test hook: install a hook for a scope, and a hook that
-// sleeps a random time before each operation (to shuffle completion orders).
+// Test helpers for the I/O engine's test hooks: install a queue hook or a platform fault hook
+// for a scope, a hook that sleeps a random time before each operation (to shuffle completion
+// orders), and a deadline that turns a hang into a failure.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "io_queue.h"
+#include "platform.h"
 
 namespace spill_test {
 
@@ -32,5 +40,73 @@ inline std::function<int(spill::IoOp)> random_delays(unsigned seed, unsigned max
     return 0;
   };
 }
+
+// Installs a platform fault hook for its lifetime (Note [Fault injection at the seam]).
+struct FaultScope {
+  explicit FaultScope(spill::platform::FaultHook hook) {
+    spill::platform::set_fault_hook(std::move(hook));
+  }
+  ~FaultScope() { spill::platform::set_fault_hook({}); }
+  FaultScope(const FaultScope&) = delete;
+  FaultScope& operator=(const FaultScope&) = delete;
+};
+
+inline bool is_write(spill::platform::FaultSite site) {
+  using spill::platform::FaultSite;
+  return site == FaultSite::pwrite || site == FaultSite::ring_write;
+}
+inline bool is_read(spill::platform::FaultSite site) {
+  using spill::platform::FaultSite;
+  return site == FaultSite::pread || site == FaultSite::ring_read;
+}
+
+// Every read and write call moves `unit` bytes (or what is left, if less): one byte at a time
+// with unit 1; one direct-I/O block at a time with the alignment.
+inline spill::platform::FaultHook unit_counts(std::uint64_t unit) {
+  return [unit](spill::platform::FaultSite site, std::uint64_t bytes, std::uint64_t) {
+    if (!is_write(site) && !is_read(site)) return static_cast<std::int64_t>(bytes);
+    return static_cast<std::int64_t>(std::min(unit, bytes));
+  };
+}
+
+// Every read and write call moves half of what it asks, in whole units (at least one unit).
+inline spill::platform::FaultHook half_counts(std::uint64_t unit) {
+  return [unit](spill::platform::FaultSite site, std::uint64_t bytes, std::uint64_t) {
+    if (!is_write(site) && !is_read(site)) return static_cast<std::int64_t>(bytes);
+    return static_cast<std::int64_t>(std::max(bytes / 2 / unit * unit, std::min(unit, bytes)));
+  };
+}
+
+// Aborts the process with `what` if it still lives after `seconds`: a hang becomes a failure
+// with a name instead of a ctest timeout.
+class Deadline {
+ public:
+  Deadline(std::string what, int seconds) : what_(std::move(what)) {
+    watchdog_ = std::thread([this, seconds] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!done_.wait_for(lock, std::chrono::seconds(seconds), [this] { return finished_; })) {
+        std::fprintf(stderr, "hang: %s did not finish within %d s\n", what_.c_str(), seconds);
+        std::abort();
+      }
+    });
+  }
+  ~Deadline() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished_ = true;
+    }
+    done_.notify_all();
+    watchdog_.join();
+  }
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+
+ private:
+  std::string what_;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  bool finished_ = false;
+  std::thread watchdog_;  // last: starts after the state above exists
+};
 
 }  // namespace spill_test

@@ -127,6 +127,35 @@ class IoError : public Error {
   std::uint64_t bytes_;
 };
 
+// Bytes read back from a region are not the bytes written there (ArenaOptions::verify_integrity):
+// the spill file or the disk under it changed behind the arena's back. Names the region (its
+// offset in the spill file), the bytes one write put there (offset in the region, count) and
+// their XXH3-64 hashes as written and as read. Thrown by Region::read, read_in_place and the
+// Pending::wait of a read_async, before the caller uses the bytes; the arena stays usable.
+class IntegrityError : public Error {
+ public:
+  IntegrityError(std::uint64_t region_offset, std::uint64_t offset_in_region, std::uint64_t bytes,
+                 std::uint64_t expected_hash, std::uint64_t found_hash, const std::string& message)
+      : Error(message),
+        region_offset_(region_offset),
+        offset_in_region_(offset_in_region),
+        bytes_(bytes),
+        expected_(expected_hash),
+        found_(found_hash) {}
+  std::uint64_t region_offset() const { return region_offset_; }
+  std::uint64_t offset_in_region() const { return offset_in_region_; }
+  std::uint64_t bytes() const { return bytes_; }
+  std::uint64_t expected_hash() const { return expected_; }
+  std::uint64_t found_hash() const { return found_; }
+
+ private:
+  std::uint64_t region_offset_;
+  std::uint64_t offset_in_region_;
+  std::uint64_t bytes_;
+  std::uint64_t expected_;
+  std::uint64_t found_;
+};
+
 // Misuse of the checkpoint wrapper, e.g. a second backward through the same graph.
 class CheckpointError : public Error {
  public:

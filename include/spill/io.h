@@ -62,7 +62,8 @@ class Pending {
 
   bool ready() const;  // every operation finished (successfully or not); never blocks
   // Blocks until every operation finished; throws spill::IoError naming the op, offset, bytes
-  // and errno of the first that failed.
+  // and errno of the first that failed, or the spill::IntegrityError of a read whose bytes
+  // failed their check (ArenaOptions::verify_integrity).
   void wait() const;
   // Blocks until every operation finished, without reporting failures (for destructors).
   void settle() const noexcept;

@@ -20,6 +20,7 @@ from .errors import (
     DirectoryError,
     Error,
     InsufficientSpaceError,
+    IntegrityError,
     InvalidArgumentError,
     IoError,
     MovedFromRegionError,

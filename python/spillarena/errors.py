@@ -50,6 +50,12 @@ class IoError(Error):
     """A read or write of region data failed (``errno``)."""
 
 
+class IntegrityError(Error):
+    """Bytes read back from a region are not those written there: the spill file or the disk
+    changed behind the arena's back (``region_offset``, ``offset_in_region``, ``bytes``,
+    ``expected_hash``, ``found_hash``). Raised before the bytes are used."""
+
+
 class CheckpointError(Error):
     """Misuse of the checkpoint wrapper, e.g. a second backward through the same graph."""
 
@@ -64,5 +70,6 @@ __all__ = [
     "ArenaExhaustedError",
     "MovedFromRegionError",
     "IoError",
+    "IntegrityError",
     "CheckpointError",
 ]

@@ -53,7 +53,8 @@ const FieldTable<spill::ArenaOptions>& options_table() {
                                 .field("staging_bytes", &O::staging_bytes)
                                 .field("asynchronous", &O::asynchronous)
                                 .field("prefetch_depth", &O::prefetch_depth)
-                                .field("keep_last", &O::keep_last);
+                                .field("keep_last", &O::keep_last)
+                                .field("verify_integrity", &O::verify_integrity);
   return table;
 }
 
@@ -84,7 +85,10 @@ const FieldTable<spill::ArenaStats>& stats_table() {
                                 .field("restore_waits", &S::restore_waits)
                                 .field("restore_wait_ns", &S::restore_wait_ns)
                                 .field("prefetches", &S::prefetches)
-                                .field("prefetch_hits", &S::prefetch_hits);
+                                .field("prefetch_hits", &S::prefetch_hits)
+                                .field("bytes_hashed", &S::bytes_hashed)
+                                .field("bytes_verified", &S::bytes_verified)
+                                .field("integrity_failures", &S::integrity_failures);
   return table;
 }
 

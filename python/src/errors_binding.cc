@@ -56,6 +56,13 @@ void translate(std::exception_ptr thrown) {
            {"op", text(spill::to_string(e.op()))},
            {"offset", num(e.offset())},
            {"bytes", num(e.bytes())}});
+  } catch (const spill::IntegrityError& e) {
+    raise("IntegrityError", e,
+          {{"region_offset", num(e.region_offset())},
+           {"offset_in_region", num(e.offset_in_region())},
+           {"bytes", num(e.bytes())},
+           {"expected_hash", num(e.expected_hash())},
+           {"found_hash", num(e.found_hash())}});
   } catch (const spill::CheckpointError& e) {
     raise("CheckpointError", e, {});
   } catch (const spill::Error& e) {
@@ -80,6 +87,7 @@ void bind_errors(py::module_& m) {
     if (type == "ArenaExhaustedError") throw spill::ArenaExhaustedError(4096, 1024, 512, message);
     if (type == "MovedFromRegionError") throw spill::MovedFromRegionError(message);
     if (type == "IoError") throw spill::IoError(5, message, spill::IoOp::read, 4096, 8192);
+    if (type == "IntegrityError") throw spill::IntegrityError(4096, 0, 8192, 1, 2, message);
     if (type == "CheckpointError") throw spill::CheckpointError(message);
     throw spill::Error(message);
   });

@@ -143,6 +143,8 @@ ERROR_FIELDS = {
     "ArenaExhaustedError": {"requested_bytes": 4096, "free_bytes": 1024, "largest_free_block": 512},
     "MovedFromRegionError": {},
     "IoError": {"errno": 5, "op": "read", "offset": 4096, "bytes": 8192},
+    "IntegrityError": {"region_offset": 4096, "offset_in_region": 0, "bytes": 8192,
+                       "expected_hash": 1, "found_hash": 2},
     "CheckpointError": {},
 }
 
@@ -166,3 +168,35 @@ def test_import_fails_clearly_under_another_torch():
     assert "ImportError" in result.stderr
     assert "spillarena was built against torch" in result.stderr and "2.4.0" in result.stderr
     assert "--no-build-isolation" in result.stderr
+
+
+def _reopen_spill_file(directory):
+    """The arena's unnamed spill file, opened once more through /proc/self/fd."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith(f"{directory}/"):
+            return os.open(f"/proc/self/fd/{name}", os.O_RDWR)
+    raise AssertionError(f"no descriptor refers to a file in {directory}")
+
+
+def test_a_spill_file_changed_behind_the_arena_raises_integrity_error_in_backward(spill_dir):
+    arena = spillarena.SpillArena(8 << 20, spill_dir, keep_last=0, asynchronous=False)
+    assert arena.options()["verify_integrity"] is True
+    layer = torch.nn.Linear(256, 256)
+    x = torch.randn(4, 256, requires_grad=True)
+    loss = spillarena.checkpoint(layer, x, arena=arena).sum()
+    fd = _reopen_spill_file(spill_dir)
+    try:
+        byte = os.pread(fd, 1, 0)
+        os.pwrite(fd, bytes([byte[0] ^ 0xFF]), 0)
+    finally:
+        os.close(fd)
+    with pytest.raises(spillarena.IntegrityError) as caught:
+        loss.backward()
+    assert caught.value.region_offset == 0 and caught.value.bytes == 4 * 256 * 4
+    assert caught.value.expected_hash != caught.value.found_hash
+    assert layer.weight.grad is None and x.grad is None
+    assert arena.stats()["integrity_failures"] == 1

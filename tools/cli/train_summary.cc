@@ -24,7 +24,8 @@ nlohmann::json arena_json(const ArenaStats& a) {
           {"staging_waits", a.staging_waits},         {"staging_wait_ns", a.staging_wait_ns},
           {"restores", a.restores},                   {"restore_waits", a.restore_waits},
           {"restore_wait_ns", a.restore_wait_ns},     {"prefetches", a.prefetches},
-          {"prefetch_hits", a.prefetch_hits}};
+          {"prefetch_hits", a.prefetch_hits},         {"bytes_verified", a.bytes_verified},
+          {"integrity_failures", a.integrity_failures}};
 }
 
 // Note [Memory beyond RssAnon]
@@ -117,7 +118,9 @@ void print_summary(const TrainRequest& r, const Summary& s, const SpillArena* ar
         << std::setprecision(1) << static_cast<double>(a.staging_wait_ns) / 1e6 << " ms), "
         << a.restore_waits << " of " << a.restores << " restores ("
         << static_cast<double>(a.restore_wait_ns) / 1e6 << " ms); prefetch hits "
-        << a.prefetch_hits << " of " << a.prefetches << "\n";
+        << a.prefetch_hits << " of " << a.prefetches << "\n"
+        << "  integrity       " << human_bytes(a.bytes_verified) << " read back verified (XXH3)"
+        << (a.bytes_hashed == 0 ? ", off" : "") << "\n";
   }
   if (!s.sample.empty()) out << "  sample          " << s.sample << "\n";
 }

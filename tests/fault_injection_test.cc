@@ -1,0 +1,546 @@
+// Faults at the platform seam (Note [Fault injection at the seam]): short counts, EIO, ENOSPC and
+// end of file in pwrite/pread and in io_uring pieces, through the synchronous path, both queue
+// backends and both I/O modes, and (with LibTorch) through spill::checkpoint.
+#ifdef SPILLARENA_TEST_WITH_TORCH
+#include <torch/torch.h>  // before doctest: c10 defines a CHECK of its own, doctest's must win
+#endif
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io_test_support.h"
+#include "spill/core.h"
+#include "spill_file.h"
+#include "test_support.h"
+
+#ifdef SPILLARENA_TEST_WITH_TORCH
+#include "gpt_test_support.h"
+#endif
+
+using spill::platform::FaultSite;
+using spill_test::Deadline;
+using spill_test::FaultScope;
+using spill_test::ScratchDir;
+
+namespace {
+
+constexpr int kDeadlineSeconds = 60;
+
+struct Setup {
+  spill::IoMode mode;
+  spill::IoBackend backend;
+};
+
+std::string name(const Setup& s) {
+  static const std::map<std::pair<spill::IoMode, spill::IoBackend>, std::string> names = {
+      {{spill::IoMode::buffered, spill::IoBackend::thread_pool}, "buffered, thread pool"},
+      {{spill::IoMode::buffered, spill::IoBackend::io_uring}, "buffered, io_uring"},
+      {{spill::IoMode::direct, spill::IoBackend::thread_pool}, "direct, thread pool"},
+      {{spill::IoMode::direct, spill::IoBackend::io_uring}, "direct, io_uring"}};
+  return names.at({s.mode, s.backend});
+}
+
+std::vector<Setup> setups() {
+  return {{spill::IoMode::buffered, spill::IoBackend::thread_pool},
+          {spill::IoMode::buffered, spill::IoBackend::io_uring},
+          {spill::IoMode::direct, spill::IoBackend::thread_pool},
+          {spill::IoMode::direct, spill::IoBackend::io_uring}};
+}
+
+spill::ArenaOptions options_in(const std::string& dir, const Setup& s) {
+  spill::ArenaOptions o;
+  o.directory = dir;
+  o.capacity_bytes = 64 * spill::MiB;
+  o.io = s.mode;
+  o.io_backend = s.backend;
+  o.staging_bytes = 4 * spill::MiB;
+  return o;
+}
+
+// The arena of a setup, or nothing (with the reason) where io_uring cannot be set up here.
+std::optional<spill::SpillArena> arena_for(const std::string& dir, const Setup& s) {
+  try {
+    return spill::SpillArena(options_in(dir, s));
+  } catch (const spill::IoError& e) {
+    MESSAGE("skipped (" << name(s) << "): " << e.what());
+    return std::nullopt;
+  }
+}
+
+std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
+  return v;
+}
+
+// A destination aligned for direct reads, so they land without staging.
+struct AlignedBuffer {
+  explicit AlignedBuffer(std::size_t n)
+      : bytes(n),
+        data(static_cast<unsigned char*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {}
+  ~AlignedBuffer() { std::free(data); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  bool equals(const std::vector<unsigned char>& v) const {
+    return v.size() == bytes && std::memcmp(data, v.data(), bytes) == 0;
+  }
+  std::size_t bytes;
+  unsigned char* data;
+};
+
+std::uint64_t round_up(std::uint64_t bytes, std::uint64_t unit) {
+  return (bytes + unit - 1) / unit * unit;
+}
+
+// What the calls of one kind inside a file range were granted: how many, and how many bytes.
+struct Granted {
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> bytes{0};
+};
+
+// Wraps `inner`, counting the read and write calls inside [begin, end) of the file.
+spill::platform::FaultHook counting(spill::platform::FaultHook inner, std::uint64_t begin,
+                                    std::uint64_t end, Granted* writes, Granted* reads) {
+  return [=](FaultSite site, std::uint64_t bytes, std::uint64_t offset) {
+    const std::int64_t v = inner(site, bytes, offset);
+    if (offset >= begin && offset < end && v > 0) {
+      Granted* g = spill_test::is_write(site)  ? writes
+                   : spill_test::is_read(site) ? reads
+                                               : nullptr;
+      if (g != nullptr) {
+        ++g->calls;
+        g->bytes += static_cast<std::uint64_t>(v);
+      }
+    }
+    return v;
+  };
+}
+
+// Every read and write call of `sites` fails with `error` and moves nothing.
+spill::platform::FaultHook failing(bool (*sites)(FaultSite), int error) {
+  return [=](FaultSite site, std::uint64_t bytes, std::uint64_t) {
+    return sites(site) ? -static_cast<std::int64_t>(error) : static_cast<std::int64_t>(bytes);
+  };
+}
+
+void check_error(const spill::IoError& e, spill::IoOp op, int error, const spill::Region& r) {
+  CHECK(e.error_number() == error);
+  CHECK(e.op() == op);
+  CHECK(e.offset() >= r.offset());
+  CHECK(e.offset() < r.offset() + r.size());
+  CHECK(e.bytes() > 0);
+  CHECK(e.bytes() <= r.size());
+  CHECK(std::string(e.what()).find(std::strerror(error)) != std::string::npos);
+}
+
+// The synchronous storage of an arena, to reach SpillFile::read's pread (Region::read of a
+// non-resident range goes through the queue).
+std::unique_ptr<spill::detail::Storage> spill_file_in(const std::string& dir) {
+  spill::detail::SpillFileOptions o;
+  o.directory = dir;
+  o.capacity_bytes = 16 * spill::MiB;
+  return spill::detail::make_spill_file(o);
+}
+
+// Drops the whole pages holding [offset, offset + bytes) from the page cache (the kernel drops
+// only pages the range covers entirely), so the next read of them calls pread.
+void drop_pages(spill::detail::Storage& file, std::uint64_t offset, std::uint64_t bytes) {
+  const std::uint64_t start = offset / 4096 * 4096;
+  file.drop_cached_pages(start, round_up(offset + bytes, 4096) - start);
+}
+
+// Writes `src` at `offset` of `file`, drops the pages, and reads them back with pread.
+std::vector<unsigned char> round_trip(spill::detail::Storage& file, std::uint64_t offset,
+                                      const std::vector<unsigned char>& src) {
+  file.write(offset, src.data(), src.size());
+  drop_pages(file, offset, src.size());
+  std::vector<unsigned char> dst(src.size());
+  file.read(offset, dst.data(), dst.size());
+  return dst;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Short counts
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("faults: pwrite and pread moving one byte per call still round-trip (synchronous)") {
+  ScratchDir dir;
+  Deadline deadline("synchronous short counts", kDeadlineSeconds);
+  auto file = spill_file_in(dir.path());
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{4097}, std::size_t{3 * 4096 + 5}}) {
+    CAPTURE(bytes);
+    const auto src = pattern(bytes, static_cast<unsigned>(bytes));
+    Granted writes, reads;
+    FaultScope one_byte(counting(spill_test::unit_counts(1), 0, ~0ull, &writes, &reads));
+    CHECK(round_trip(*file, 8192, src) == src);
+    CHECK(writes.calls == bytes);  // one pwrite per byte, each byte once
+    CHECK(writes.bytes == bytes);
+    CHECK(reads.calls == bytes);
+    CHECK(reads.bytes == bytes);
+  }
+  Granted writes, reads;
+  FaultScope halves(counting(spill_test::half_counts(1), 0, ~0ull, &writes, &reads));
+  const auto big = pattern(spill::MiB + 13, 5);
+  CHECK(round_trip(*file, 0, big) == big);
+  CHECK(writes.calls > 10);
+  CHECK(writes.bytes == big.size());
+  CHECK(reads.bytes == big.size());
+}
+
+TEST_CASE("faults: short counts in both backends and modes are completed and round-trip") {
+  ScratchDir dir;
+  Deadline deadline("queued short counts", kDeadlineSeconds);
+  for (const Setup& s : setups()) {
+    const std::string setup = name(s);
+    CAPTURE(setup);
+    auto arena = arena_for(dir.path(), s);
+    if (!arena) continue;
+    const std::uint64_t unit = s.mode == spill::IoMode::direct ? arena->io_alignment() : 1;
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{4097}, 9 * spill::MiB + 13}) {
+      CAPTURE(bytes);
+      const auto src = pattern(bytes, static_cast<unsigned>(bytes) + 1);
+      spill::Region r = arena->allocate(bytes);
+      Granted writes, reads;
+      auto shape =
+          bytes < spill::MiB ? spill_test::unit_counts(unit) : spill_test::half_counts(unit);
+      FaultScope faults(counting(shape, r.offset(), r.offset() + r.size(), &writes, &reads));
+      r.write_async(src.data(), bytes).wait();
+      AlignedBuffer dst(bytes);
+      r.read_async(dst.data, bytes).wait();
+      CHECK(dst.equals(src));
+      // Every byte asked for once: the remainder of each short call, and nothing twice.
+      const std::uint64_t moved = s.mode == spill::IoMode::direct ? round_up(bytes, unit) : bytes;
+      CHECK(writes.bytes == moved);
+      CHECK(reads.bytes == moved);
+      if (moved > unit) {  // cut short: more calls than the 4 MiB pieces the engine queued
+        const std::uint64_t pieces = round_up(moved, 4 * spill::MiB) / (4 * spill::MiB);
+        CHECK(writes.calls > pieces);
+        CHECK(reads.calls > pieces);
+      }
+    }
+    CHECK(arena->stats().bytes_in_use == 0);
+  }
+}
+
+TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endless loop") {
+  ScratchDir dir;
+  Deadline deadline("end of file", kDeadlineSeconds);
+  auto zero = [](FaultSite site, std::uint64_t bytes, std::uint64_t) -> std::int64_t {
+    const bool data = spill_test::is_read(site) || spill_test::is_write(site);
+    return data ? 0 : static_cast<std::int64_t>(bytes);
+  };
+  auto file = spill_file_in(dir.path());
+  const auto src = pattern(8192, 3);
+  file->write(0, src.data(), src.size());
+  drop_pages(*file, 0, src.size());
+  {
+    FaultScope eof(zero);
+    std::vector<unsigned char> dst(src.size());
+    CHECK_THROWS_WITH_AS(file->read(0, dst.data(), dst.size()), doctest::Contains("read of 8192"),
+                         spill::IoError);
+    CHECK_THROWS_WITH_AS(file->write(0, src.data(), src.size()), doctest::Contains("write of 8192"),
+                         spill::IoError);
+  }
+  for (const Setup& s : setups()) {
+    const std::string setup = name(s);
+    CAPTURE(setup);
+    auto arena = arena_for(dir.path(), s);
+    if (!arena) continue;
+    spill::Region r = arena->allocate(src.size());
+    r.write_async(src.data(), src.size()).wait();
+    {
+      FaultScope eof(zero);
+      AlignedBuffer dst(src.size());
+      try {
+        r.read_async(dst.data, src.size()).wait();
+        FAIL("a read that moved nothing succeeded");
+      } catch (const spill::IoError& e) {
+        check_error(e, spill::IoOp::read, EIO, r);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("faults: EIO and ENOSPC of the synchronous pwrite and pread are typed IoErrors") {
+  ScratchDir dir;
+  Deadline deadline("synchronous errors", kDeadlineSeconds);
+  auto file = spill_file_in(dir.path());
+  const auto src = pattern(3 * 4096, 1);
+  file->write(4096, src.data(), src.size());
+  drop_pages(*file, 4096, src.size());
+  for (int error : {EIO, ENOSPC}) {
+    CAPTURE(error);
+    {
+      FaultScope fail(failing(spill_test::is_write, error));
+      try {
+        file->write(4096, src.data(), src.size());
+        FAIL("the injected write error was lost");
+      } catch (const spill::IoError& e) {
+        CHECK(e.error_number() == error);
+        CHECK(e.op() == spill::IoOp::write);
+        CHECK(e.offset() == 4096);
+        CHECK(e.bytes() == src.size());
+      }
+    }
+    FaultScope fail(failing(spill_test::is_read, error));
+    std::vector<unsigned char> dst(src.size());
+    try {
+      file->read(4096, dst.data(), dst.size());
+      FAIL("the injected read error was lost");
+    } catch (const spill::IoError& e) {
+      CHECK(e.error_number() == error);
+      CHECK(e.op() == spill::IoOp::read);
+      CHECK(e.offset() == 4096);
+      CHECK(e.bytes() == src.size());
+    }
+  }
+}
+
+TEST_CASE("faults: EIO and ENOSPC on write surface as IoError in every backend and mode") {
+  ScratchDir dir;
+  Deadline deadline("write errors", kDeadlineSeconds);
+  for (const Setup& s : setups()) {
+    for (int error : {EIO, ENOSPC}) {
+      const std::string setup = name(s);
+      CAPTURE(setup);
+      CAPTURE(error);
+      auto arena = arena_for(dir.path(), s);
+      if (!arena) break;
+      const auto src = pattern(spill::MiB + 7, 2);
+      spill::Region r = arena->allocate(src.size());
+      FaultScope fail(failing(spill_test::is_write, error));
+      try {
+        r.write_async(src.data(), src.size()).wait();
+        FAIL("the injected write error was lost");
+      } catch (const spill::IoError& e) {
+        check_error(e, spill::IoOp::write, error, r);
+      }
+      // The synchronous Region::write: pwrite on this thread (buffered) or a queued write that
+      // it waits for (direct); either way the errno arrives here, typed.
+      spill::Region again = arena->allocate(src.size());
+      try {
+        again.write(src.data(), src.size());
+        FAIL("the injected write error was lost");
+      } catch (const spill::IoError& e) {
+        CHECK(e.error_number() == error);
+        CHECK(e.op() == spill::IoOp::write);
+      }
+    }
+  }
+}
+
+TEST_CASE("faults: EIO and ENOSPC on read surface as IoError in every backend and mode") {
+  ScratchDir dir;
+  Deadline deadline("read errors", kDeadlineSeconds);
+  for (const Setup& s : setups()) {
+    for (int error : {EIO, ENOSPC}) {
+      const std::string setup = name(s);
+      CAPTURE(setup);
+      CAPTURE(error);
+      auto arena = arena_for(dir.path(), s);
+      if (!arena) break;
+      const auto src = pattern(spill::MiB + 7, 4);
+      spill::Region r = arena->allocate(src.size());
+      r.write(src.data(), src.size());
+      r.drop_cached_pages();  // buffered reads of resident pages never call pread
+      FaultScope fail(failing(spill_test::is_read, error));
+      AlignedBuffer dst(src.size());
+      try {
+        r.read_async(dst.data, src.size()).wait();
+        FAIL("the injected read error was lost");
+      } catch (const spill::IoError& e) {
+        check_error(e, spill::IoOp::read, error, r);
+      }
+    }
+  }
+}
+
+TEST_CASE("faults: a failed read returns only after every piece of it finished") {
+  ScratchDir dir;
+  Deadline deadline("pieces of a failed read", kDeadlineSeconds);
+  auto arena = arena_for(dir.path(), {spill::IoMode::buffered, spill::IoBackend::thread_pool});
+  REQUIRE(arena);
+  const auto src = pattern(9 * spill::MiB, 6);  // three pieces: 4 + 4 + 1 MiB
+  spill::Region r = arena->allocate(src.size());
+  r.write(src.data(), src.size());
+  r.drop_cached_pages();
+  const std::uint64_t first = r.offset();
+  FaultScope slow_tail([first](FaultSite site, std::uint64_t bytes, std::uint64_t offset) {
+    if (!spill_test::is_read(site)) return static_cast<std::int64_t>(bytes);
+    if (offset == first) return -static_cast<std::int64_t>(EIO);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return static_cast<std::int64_t>(bytes);
+  });
+  auto dst = std::make_unique<std::vector<unsigned char>>(src.size());
+  spill::Pending p = r.read_async(dst->data(), src.size());
+  CHECK_THROWS_AS(p.wait(), spill::IoError);
+  CHECK(p.ready());  // else the later pieces would still write into *dst, freed below
+  dst.reset();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recovery
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("faults: once the fault is gone, regions are freed, allocated and written again") {
+  ScratchDir dir;
+  Deadline deadline("recovery", kDeadlineSeconds);
+  for (const Setup& s : setups()) {
+    const std::string setup = name(s);
+    CAPTURE(setup);
+    auto arena = arena_for(dir.path(), s);
+    if (!arena) continue;
+    const auto src = pattern(2 * spill::MiB + 9, 8);
+    std::uint64_t failed_offset = 0;
+    {
+      FaultScope fail(failing(spill_test::is_write, EIO));
+      spill::Region r = arena->allocate(src.size());
+      failed_offset = r.offset();
+      CHECK_THROWS_AS(r.write_async(src.data(), src.size()).wait(), spill::IoError);
+      CHECK_THROWS_AS(r.write(src.data(), src.size()), spill::IoError);
+    }  // the region whose bytes are wrong is freed here
+    const spill::ArenaStats after_failure = arena->stats();
+    CHECK(after_failure.bytes_in_use == 0);
+    CHECK(after_failure.live_regions == 0);
+    CHECK(after_failure.allocations == after_failure.frees);
+    CHECK(after_failure.free_bytes == after_failure.capacity_bytes);
+    spill::Region again = arena->allocate(src.size());
+    CHECK(again.offset() == failed_offset);  // the same block, reused (LIFO)
+    again.write_async(src.data(), src.size()).wait();
+    again.write(src.data(), src.size());
+    AlignedBuffer dst(src.size());
+    again.read_async(dst.data, src.size()).wait();
+    CHECK(dst.equals(src));
+    std::vector<unsigned char> sync_dst(src.size());
+    again.read(sync_dst.data(), sync_dst.size());
+    CHECK(sync_dst == src);
+    CHECK(arena->stats().live_regions == 1);
+    CHECK(arena->stats().bytes_in_use == again.size());
+  }
+}
+
+#ifdef SPILLARENA_TEST_WITH_TORCH
+// ---------------------------------------------------------------------------------------------
+// Through spill::checkpoint
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+spill::ArenaOptions step_options(const std::string& dir, const Setup& s) {
+  spill::ArenaOptions o = options_in(dir, s);
+  o.capacity_bytes = 16 * spill::MiB;
+  o.staging_bytes = spill::MiB;
+  o.keep_last = 0;  // every layer input is spilled
+  return o;
+}
+
+std::optional<spill::SpillArena> step_arena_for(const std::string& dir, const Setup& s) {
+  try {
+    return spill::SpillArena(step_options(dir, s));
+  } catch (const spill::IoError& e) {
+    MESSAGE("skipped (" << name(s) << "): " << e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+using namespace spill_test::gpt;
+
+TEST_CASE("faults: a spill write failing fails the training step; the next step is exact") {
+  ScratchDir dir;
+  Deadline deadline("checkpoint write errors", 4 * kDeadlineSeconds);
+  auto blocks = gpt_blocks(3);
+  torch::manual_seed(5);
+  const torch::Tensor x0 = torch::randn({1, 16, 64});
+  const Grads reference = gpt_step(blocks, nullptr, x0);
+  for (const Setup& s : setups()) {
+    for (int error : {EIO, ENOSPC}) {
+      const std::string setup = name(s);
+      CAPTURE(setup);
+      CAPTURE(error);
+      auto arena = step_arena_for(dir.path(), s);
+      if (!arena) break;
+      {
+        FaultScope fail(failing(spill_test::is_write, error));
+        try {
+          gpt_step(blocks, spill::make_arena_stash(*arena), x0);
+          FAIL("the injected write error was lost");
+        } catch (const spill::IoError& e) {
+          CHECK(e.error_number() == error);
+          CHECK(e.op() == spill::IoOp::write);
+        }
+      }
+      CHECK(arena->stats().live_regions == 0);
+      check_identical(reference, gpt_step(blocks, spill::make_arena_stash(*arena), x0));
+      CHECK(arena->stats().bytes_in_use == 0);
+    }
+  }
+}
+
+TEST_CASE("faults: a read failing in backward fails the step; the next step is exact") {
+  ScratchDir dir;
+  Deadline deadline("checkpoint read errors", 4 * kDeadlineSeconds);
+  auto blocks = gpt_blocks(3);
+  torch::manual_seed(6);
+  const torch::Tensor x0 = torch::randn({1, 16, 64});
+  const Grads reference = gpt_step(blocks, nullptr, x0);
+  // Buffered CPU restores view the mapping and call no pread; direct restores read.
+  for (const Setup& s : setups()) {
+    if (s.mode != spill::IoMode::direct) continue;
+    const std::string setup = name(s);
+    CAPTURE(setup);
+    auto arena = step_arena_for(dir.path(), s);
+    if (!arena) continue;
+    {
+      FaultScope fail(failing(spill_test::is_read, EIO));
+      try {
+        gpt_step(blocks, spill::make_arena_stash(*arena), x0);
+        FAIL("the injected read error was lost");
+      } catch (const spill::IoError& e) {
+        CHECK(e.error_number() == EIO);
+        CHECK(e.op() == spill::IoOp::read);
+      }
+    }
+    CHECK(arena->stats().live_regions == 0);
+    check_identical(reference, gpt_step(blocks, spill::make_arena_stash(*arena), x0));
+  }
+}
+
+TEST_CASE("faults: short counts under every spill and restore keep gradients bit-identical") {
+  ScratchDir dir;
+  Deadline deadline("checkpoint short counts", 4 * kDeadlineSeconds);
+  auto blocks = gpt_blocks(3);
+  torch::manual_seed(8);
+  const torch::Tensor x0 = torch::randn({2, 16, 64});
+  const Grads reference = gpt_step(blocks, nullptr, x0);
+  for (const Setup& s : setups()) {
+    const std::string setup = name(s);
+    CAPTURE(setup);
+    auto arena = step_arena_for(dir.path(), s);
+    if (!arena) continue;
+    const std::uint64_t unit = s.mode == spill::IoMode::direct ? arena->io_alignment() : 1;
+    Granted writes, reads;
+    FaultScope halves(counting(spill_test::half_counts(unit), 0, ~0ull, &writes, &reads));
+    check_identical(reference, gpt_step(blocks, spill::make_arena_stash(*arena), x0));
+    CHECK(writes.calls > 3);  // three spills, each cut short at least once
+    CHECK(arena->stats().bytes_in_use == 0);
+  }
+}
+#endif

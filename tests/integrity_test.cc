@@ -1,0 +1,402 @@
+// ArenaOptions::verify_integrity: bytes changed in the spill file behind the arena's back become
+// a spill::IntegrityError naming the region, on every path bytes come back through: Region::read,
+// read_async (buffered and direct, thread pool and io_uring), read_in_place, and the backward of
+// spill::checkpoint. See Note [Integrity hashing].
+// clang-format off
+#include <torch/torch.h>  // first: its CHECK macro (c10 logging) must not replace doctest's
+// clang-format on
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gpt_test_support.h"
+#include "test_support.h"
+
+using spill_test::ScratchDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+spill::ArenaOptions options_in(const std::string& dir, spill::IoMode io = spill::IoMode::buffered,
+                               spill::IoBackend backend = spill::IoBackend::thread_pool) {
+  spill::ArenaOptions o;
+  o.directory = dir;
+  o.capacity_bytes = 64 * spill::MiB;
+  o.io = io;
+  o.io_backend = backend;
+  o.staging_bytes = 4 * spill::MiB;
+  return o;
+}
+
+std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
+  return v;
+}
+
+// The arena's spill file, opened once more: its name is gone, but a descriptor of this process
+// still refers to it, and /proc/self/fd/<n> reopens it ("<dir>/#<inode> (deleted)"). What a
+// stray process, or a disk returning wrong bytes, would do.
+class FileBehindTheArena {
+ public:
+  explicit FileBehindTheArena(const std::string& dir) {
+    for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      const std::string target = fs::read_symlink(entry.path(), ec).string();
+      if (ec || target.rfind(dir + "/", 0) != 0) continue;
+      fd_ = ::open(entry.path().c_str(), O_RDWR | O_CLOEXEC);
+      if (fd_ >= 0) return;
+    }
+    FAIL("no descriptor of this process refers to a file in " << dir);
+  }
+  ~FileBehindTheArena() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileBehindTheArena(const FileBehindTheArena&) = delete;
+  FileBehindTheArena& operator=(const FileBehindTheArena&) = delete;
+
+  // Inverts the byte at `offset` and writes it back to the disk, so direct reads see it too.
+  void flip(std::uint64_t offset) {
+    unsigned char byte = 0;
+    REQUIRE(::pread(fd_, &byte, 1, static_cast<off_t>(offset)) == 1);
+    byte = static_cast<unsigned char>(~byte);
+    REQUIRE(::pwrite(fd_, &byte, 1, static_cast<off_t>(offset)) == 1);
+    REQUIRE(::fdatasync(fd_) == 0);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// A buffer aligned for direct reads that land without staging.
+struct AlignedBuffer {
+  explicit AlignedBuffer(std::size_t n)
+      : data(static_cast<unsigned char*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {}
+  ~AlignedBuffer() { std::free(data); }
+  unsigned char* data;
+};
+
+// The error names the region, the hashed bytes holding `changed` (one write's bytes in one
+// 4 MiB chunk of the region) and two different hashes.
+void check_names_region(const spill::IntegrityError& e, const spill::Region& r,
+                        std::uint64_t changed) {
+  CHECK(e.region_offset() == r.offset());
+  CHECK(e.offset_in_region() <= changed);
+  CHECK(changed < e.offset_in_region() + e.bytes());
+  CHECK(e.bytes() <= 4 * spill::MiB);
+  CHECK(e.expected_hash() != e.found_hash());
+  const std::string message = e.what();
+  CHECK(message.find("region at offset " + std::to_string(r.offset())) != std::string::npos);
+  CHECK(message.find(std::to_string(e.bytes()) + " bytes") != std::string::npos);
+  CHECK(message.find("behind the arena's back") != std::string::npos);
+}
+
+// A region written whole, then one byte of it changed in the file (`changed`, from its start).
+// A second region first, so the one tested does not sit at offset 0.
+struct CorruptedRegion {
+  CorruptedRegion(spill::SpillArena& arena, const std::string& dir, std::size_t bytes)
+      : CorruptedRegion(arena, dir, bytes, bytes / 2) {}
+  CorruptedRegion(spill::SpillArena& arena, const std::string& dir, std::size_t bytes,
+                  std::uint64_t changed_at)
+      : before(arena.allocate(spill::MiB)),
+        region(arena.allocate(bytes)),
+        src(pattern(bytes, 3)),
+        changed(changed_at) {
+    region.write(src.data(), bytes);
+    FileBehindTheArena(dir).flip(region.offset() + changed);
+  }
+  spill::Region before;
+  spill::Region region;
+  std::vector<unsigned char> src;
+  std::uint64_t changed;
+};
+
+std::vector<spill::IoBackend> backends() {
+  return {spill::IoBackend::thread_pool, spill::IoBackend::io_uring};
+}
+
+// io_uring asked for explicitly throws where it cannot be set up (containers often forbid it).
+std::unique_ptr<spill::SpillArena> arena_or_skip(const spill::ArenaOptions& o) {
+  try {
+    return std::make_unique<spill::SpillArena>(o);
+  } catch (const spill::IoError& e) {
+    MESSAGE("skipped, io_uring unavailable here: " << e.what());
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("integrity: is on by default") { CHECK(spill::ArenaOptions{}.verify_integrity); }
+
+TEST_CASE("integrity: an unmodified spill file verifies cleanly through every read path") {
+  ScratchDir dir;
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    for (auto backend : backends()) {
+      CAPTURE(std::string(spill::to_string(io)));
+      CAPTURE(std::string(spill::to_string(backend)));
+      auto arena = arena_or_skip(options_in(dir.path(), io, backend));
+      if (!arena) continue;
+      const std::size_t n = 9 * spill::MiB + 13;  // several pieces and an unaligned tail
+      const auto src = pattern(n, 1);
+      spill::Region a = arena->allocate(n);
+      spill::Region b = arena->allocate(n);
+      a.write(src.data(), n);
+      b.write_async(src.data(), n).wait();
+      std::vector<unsigned char> dst(n);
+      AlignedBuffer aligned(n);
+      a.read(dst.data(), n);
+      CHECK(dst == src);
+      b.read_async(dst.data(), n).wait();
+      CHECK(dst == src);
+      a.read_async(aligned.data, n).wait();
+      CHECK(std::memcmp(aligned.data, src.data(), n) == 0);
+      CHECK(std::memcmp(b.read_in_place(n), src.data(), n) == 0);
+      const spill::ArenaStats s = arena->stats();
+      CHECK(s.bytes_verified == 4 * n);
+      CHECK(s.bytes_hashed == 6 * n);  // two writes, four reads
+      CHECK(s.integrity_failures == 0);
+    }
+  }
+}
+
+TEST_CASE(
+    "integrity: a byte changed behind the arena fails a synchronous read, naming the region") {
+  ScratchDir dir;
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    for (bool evicted : {false, true}) {  // buffered: a resident copy, or a read from the disk
+      CAPTURE(std::string(spill::to_string(io)));
+      CAPTURE(evicted);
+      spill::SpillArena arena(options_in(dir.path(), io));
+      const std::size_t n = 3 * spill::MiB + 17;
+      CorruptedRegion c(arena, dir.path(), n);
+      if (evicted) c.region.drop_cached_pages();
+      std::vector<unsigned char> dst(n);
+      try {
+        c.region.read(dst.data(), n);
+        FAIL("the changed byte was read back without an error");
+      } catch (const spill::IntegrityError& e) {
+        check_names_region(e, c.region, c.changed);
+      }
+      CHECK(arena.stats().integrity_failures == 1);
+      CHECK(arena.stats().bytes_verified == 0);
+    }
+  }
+}
+
+TEST_CASE("integrity: an asynchronous read of changed bytes fails its Pending::wait") {
+  ScratchDir dir;
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    for (auto backend : backends()) {
+      for (bool aligned_destination : {false, true}) {  // direct: staged, or straight to memory
+        CAPTURE(std::string(spill::to_string(io)));
+        CAPTURE(std::string(spill::to_string(backend)));
+        CAPTURE(aligned_destination);
+        auto arena = arena_or_skip(options_in(dir.path(), io, backend));
+        if (!arena) continue;
+        const std::size_t n = 9 * spill::MiB + 13;
+        CorruptedRegion c(*arena, dir.path(), n);
+        std::vector<unsigned char> unaligned(n);
+        AlignedBuffer aligned(n);
+        unsigned char* dst = aligned_destination ? aligned.data : unaligned.data();
+        spill::Pending p;
+        REQUIRE_NOTHROW(p = c.region.read_async(dst, n));  // queued: nothing known yet
+        // The check ran before the Pending was ready; its error waits for this thread.
+        try {
+          p.wait();
+          FAIL("the changed byte was read back without an error");
+        } catch (const spill::IntegrityError& e) {
+          check_names_region(e, c.region, c.changed);
+        }
+        CHECK(p.ready());
+        CHECK_THROWS_AS(p.wait(), spill::IntegrityError);  // every wait says so
+        CHECK(arena->stats().integrity_failures == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("integrity: read_in_place of changed bytes throws instead of handing them out") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path()));
+  const std::size_t n = spill::MiB + 5;
+  CorruptedRegion c(arena, dir.path(), n);
+  try {
+    (void)c.region.read_in_place(n);
+    FAIL("the changed byte was handed out without an error");
+  } catch (const spill::IntegrityError& e) {
+    check_names_region(e, c.region, c.changed);
+  }
+}
+
+TEST_CASE("integrity: the RAM backing checks its reads too") {
+  spill::ArenaOptions o = options_in("");
+  o.backing = spill::Backing::ram;
+  spill::SpillArena arena(o);
+  const auto src = pattern(8192, 5);
+  spill::Region r = arena.allocate(src.size());
+  r.write(src.data(), src.size());
+  static_cast<unsigned char*>(const_cast<void*>(r.read_in_place(src.size())))[100] ^= 1;
+  std::vector<unsigned char> dst(src.size());
+  CHECK_THROWS_AS(r.read(dst.data(), dst.size()), spill::IntegrityError);
+  CHECK_THROWS_AS(r.read_async(dst.data(), dst.size()).wait(), spill::IntegrityError);
+}
+
+TEST_CASE(
+    "integrity: spill::checkpoint's backward stops at a changed input, computing no gradient") {
+  using namespace spill_test::gpt;
+  ScratchDir dir;
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
+      CAPTURE(std::string(spill::to_string(io)));
+      CAPTURE(std::string(spill::to_string(backend)));
+      spill::ArenaOptions o = options_in(dir.path(), io, backend);
+      o.keep_last = 0;         // every input spilled
+      o.asynchronous = false;  // ... and written before forward returns
+      spill::SpillArena arena(o);
+      auto blocks = gpt_blocks(3);
+      for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
+      torch::Tensor x = torch::randn({2, 16, 64}).requires_grad_(true);
+      torch::Tensor loss =
+          spill::models::run_blocks(blocks, spill::make_arena_stash(arena), x).square().mean();
+      const std::uint64_t spilled = arena.stats().high_water_bytes;
+      REQUIRE(spilled > 0);
+      {
+        FileBehindTheArena file(dir.path());
+        for (std::uint64_t at = 0; at < spilled; at += 4096) file.flip(at);  // every region
+      }
+      CHECK_THROWS_AS(loss.backward(), spill::IntegrityError);
+      CHECK_FALSE(x.grad().defined());
+      for (auto& p : blocks->parameters()) CHECK_FALSE(p.grad().defined());
+      CHECK(arena.stats().integrity_failures >= 1);
+    }
+  }
+}
+
+TEST_CASE("integrity: with verify_integrity off nothing is hashed and changed bytes come back") {
+  ScratchDir dir;
+  spill::ArenaOptions o = options_in(dir.path());
+  o.verify_integrity = false;
+  spill::SpillArena arena(o);
+  const std::size_t n = spill::MiB;
+  CorruptedRegion c(arena, dir.path(), n);
+  std::vector<unsigned char> dst(n);
+  c.region.read(dst.data(), n);
+  c.region.read_async(dst.data(), n).wait();
+  CHECK(dst != c.src);  // silently wrong: what the option is for
+  const spill::ArenaStats s = arena.stats();
+  CHECK(s.bytes_hashed == 0);
+  CHECK(s.bytes_verified == 0);
+  CHECK(s.integrity_failures == 0);
+}
+
+TEST_CASE("integrity: a hash covers one write; a read checks the writes it covers whole") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path()));
+  spill::Region r = arena.allocate(64 * 1024);
+  const auto a = pattern(4096, 1);
+  const auto b = pattern(4096, 2);
+  r.write(a.data(), a.size(), 0);
+  r.write(b.data(), b.size(), 8192);
+  std::vector<unsigned char> dst(64 * 1024);
+  r.read(dst.data(), dst.size());
+  CHECK(arena.stats().bytes_verified == 8192);
+  r.read(dst.data(), 100);  // part of a's bytes: not checked
+  CHECK(arena.stats().bytes_verified == 8192);
+  r.read(dst.data(), 4096, 8192);  // b's bytes exactly
+  CHECK(arena.stats().bytes_verified == 12288);
+
+  FileBehindTheArena file(dir.path());
+  file.flip(r.offset() + 8192 + 7);
+  try {
+    r.read(dst.data(), dst.size());
+    FAIL("the changed byte in b was read back without an error");
+  } catch (const spill::IntegrityError& e) {
+    CHECK(e.region_offset() == r.offset());
+    CHECK(e.offset_in_region() == 8192);
+    CHECK(e.bytes() == 4096);
+    CHECK(std::string(e.what()).find("at offset 8192 of the region") != std::string::npos);
+  }
+  r.write(b.data(), b.size(), 8192);  // rewritten: the arena is usable again
+  r.write(a.data(), 2048, 0);         // overlaps a: a's hash is forgotten, this one kept
+  file.flip(r.offset() + 3000);       // in a's old bytes only
+  CHECK_NOTHROW(r.read(dst.data(), dst.size()));
+  file.flip(r.offset() + 100);  // in the new write's bytes
+  CHECK_THROWS_AS(r.read(dst.data(), dst.size()), spill::IntegrityError);
+}
+
+TEST_CASE("integrity: a freed region's hashes go with it") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path()));
+  const auto src = pattern(8192, 9);
+  std::uint64_t offset = 0;
+  {
+    spill::Region r = arena.allocate(src.size());
+    r.write(src.data(), src.size());
+    offset = r.offset();
+  }
+  spill::Region again = arena.allocate(src.size());
+  REQUIRE(again.offset() == offset);  // LIFO reuse: the same bytes
+  again.write(src.data(), 100, 4096);
+  FileBehindTheArena(dir.path()).flip(offset + 10);  // covered only by the freed region's write
+  std::vector<unsigned char> dst(src.size());
+  CHECK_NOTHROW(again.read(dst.data(), dst.size()));
+  CHECK(arena.stats().bytes_verified == 100);
+}
+
+TEST_CASE("integrity: a read covering whole 4 MiB chunks of a larger write checks them") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path()));
+  const std::size_t n = 9 * spill::MiB + 13;
+  const auto src = pattern(n, 4);
+  spill::Region r = arena.allocate(n);
+  r.write(src.data(), n);
+  std::vector<unsigned char> dst(4 * spill::MiB);
+  r.read(dst.data(), 4 * spill::MiB, 4 * spill::MiB);  // the second chunk exactly
+  CHECK(arena.stats().bytes_verified == 4 * spill::MiB);
+  r.read(dst.data(), 4 * spill::MiB, 2 * spill::MiB);  // halves of two chunks: none checked
+  CHECK(arena.stats().bytes_verified == 4 * spill::MiB);
+  FileBehindTheArena(dir.path()).flip(r.offset() + 5 * spill::MiB);
+  try {
+    r.read(dst.data(), 4 * spill::MiB, 4 * spill::MiB);
+    FAIL("the changed byte was read back without an error");
+  } catch (const spill::IntegrityError& e) {
+    CHECK(e.offset_in_region() == 4 * spill::MiB);
+    CHECK(e.bytes() == 4 * spill::MiB);
+  }
+}
+
+TEST_CASE("integrity: chunks split between pieces are hashed and checked after the last piece") {
+  ScratchDir dir;
+  // Direct I/O through 1 MiB staging slots: no 4 MiB chunk of a write lies in one piece. An
+  // aligned read of 9 MiB + 5000 bytes: its last chunk straddles an O_DIRECT piece and the
+  // unaligned tail read through staging.
+  for (auto backend : backends()) {
+    CAPTURE(std::string(spill::to_string(backend)));
+    spill::ArenaOptions o = options_in(dir.path(), spill::IoMode::direct, backend);
+    o.staging_bytes = spill::MiB;
+    auto arena = arena_or_skip(o);
+    if (!arena) continue;
+    const std::size_t n = 9 * spill::MiB + 5000;
+    CorruptedRegion c(*arena, dir.path(), n, 8 * spill::MiB + 10);
+    AlignedBuffer dst(n);
+    try {
+      c.region.read_async(dst.data, n).wait();
+      FAIL("the changed byte was read back without an error");
+    } catch (const spill::IntegrityError& e) {
+      check_names_region(e, c.region, c.changed);
+      CHECK(e.offset_in_region() == 8 * spill::MiB);
+      CHECK(e.bytes() == spill::MiB + 5000);
+    }
+    c.region.write(c.src.data(), n);  // rewritten: its new hashes match
+    const std::uint64_t verified = arena->stats().bytes_verified;
+    c.region.read_async(dst.data, n).wait();
+    CHECK(std::memcmp(dst.data, c.src.data(), n) == 0);
+    CHECK(arena->stats().bytes_verified == verified + n);
+  }
+}
