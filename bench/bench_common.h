@@ -33,7 +33,8 @@ void register_round_trip_benchmarks();
 void register_allocator_benchmarks();
 void register_training_step_benchmarks();
 void register_regime_benchmarks();
-// The child side of Note [Memory in a fresh process]: argv = {exe, --memory-probe, MODE, SHAPE}.
+// The child side of the memory probe (see Note [Memory in a fresh process] in
+// bench/training_step_benchmark.cc): argv = {exe, --memory-probe, MODE, SHAPE}.
 int run_memory_probe(int argc, char** argv);
 // The child of BM_Regime: argv = {exe, --regime-child, IO, LAYERS, ROWS, HIDDEN, STEPS, DIR}.
 int run_regime_child(int argc, char** argv);

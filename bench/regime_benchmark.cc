@@ -37,6 +37,7 @@ namespace spill_bench {
 namespace {
 
 // Note [The regime's layer]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // Each layer is y = x + tanh(x * w) with w a [hidden] vector: a few elementwise passes over its
 // input, so the step's time is the spill's time, as on an accelerator whose math is far faster
 // than the disk. A layer with real FLOPs would hide the I/O behind compute and measure the CPU.

@@ -1,6 +1,7 @@
 // BM_RoundTrip/<method>/<MiB>: spill one tensor and read it back.
 //   arena          the disk SpillArena through the checkpoint wrapper's stash (store + restore;
-//                  the restore is zero-copy, see Note [Zero-copy restore])
+//                  the restore is zero-copy, see Note [Zero-copy restore] in
+//                  src/arena_stash.cc)
 //   arena_evicted  the disk arena, its pages dropped from the page cache before the read
 //   arena_ram      the RAM-backed arena through the same stash
 //   arena_direct   the disk arena with IoMode::direct: staged O_DIRECT write, O_DIRECT read into

@@ -115,11 +115,13 @@ const Shape* find_shape(const std::string& name) {
 }
 
 // Note [Memory in a fresh process]
-// RssAnon follows live memory only when glibc returns every free at once (which doubles step
-// times), and only in a process whose heap and per-thread arenas were not shaped by earlier
-// benchmarks. So each benchmark measures its memory by running itself once more as a child
-// (--memory-probe MODE SHAPE): RssAnon after the forward of the second step, less RssAnon before
-// the model was built. The timed steps run in this process under normal malloc.
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// RssAnon follows live memory only when glibc returns every free at once (which slows the steps
+// down; measured in docs/benchmarks.md, "Figures behind design notes"), and only in a process whose
+// heap and per-thread arenas were not shaped by earlier benchmarks. So each benchmark measures its
+// memory by running itself once more as a child (--memory-probe MODE SHAPE): RssAnon after the
+// forward of the second step, less RssAnon before the model was built. The timed steps run in this
+// process under normal malloc.
 std::uint64_t held_after_forward_in_fresh_process(const std::string& mode, const Shape& shape) {
   // Resolved here: inside popen's shell, /proc/self/exe would be the shell.
   const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
@@ -151,13 +153,14 @@ void training_step(benchmark::State& state, const std::string& mode, Shape shape
 }
 
 // Note [Paired steps]
-// This machine's step times drift by 20 % from one benchmark to the next, more than the cost
-// being measured. So recompute, synchronous disk and the disk variant under test run in one
-// benchmark, a step of each per iteration in rotating order, and the counters are medians of
-// per-iteration time ratios: median_ratio = variant / recompute, vs_sync = variant / disk.
-// overlap = I/O time hidden / I/O time, where the I/O time is what synchronous spilling adds to
-// recompute (disk - recompute) and the hidden part is what the variant no longer adds
-// (disk - variant).
+// ~~~~~~~~~~~~~~~~~~~
+// This machine's step times drift from one benchmark to the next by more than the cost being
+// measured (docs/benchmarks.md, "What each benchmark measures"). So recompute, synchronous disk and
+// the disk variant under test run in one benchmark, a step of each per iteration in rotating order,
+// and the counters are medians of per-iteration time ratios: median_ratio = variant / recompute,
+// vs_sync = variant / disk. overlap = I/O time hidden / I/O time, where the I/O time is what
+// synchronous spilling adds to recompute (disk - recompute) and the hidden part is what the variant
+// no longer adds (disk - variant).
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());

@@ -18,6 +18,7 @@ GptBlockImpl::GptBlockImpl(const GptConfig& cfg)
 }
 
 // Note [Attention without T x T]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // scaled_dot_product_attention runs a fused kernel (flash attention on CPU and CUDA) that never
 // materialises the seq x seq score matrix, so a block's working set is a few layer inputs, as in
 // real models. LibTorch's CPU kernel has no dropout: with attention_dropout > 0 it falls back to

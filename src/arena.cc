@@ -38,6 +38,7 @@ std::uint64_t round_to_pages(std::uint64_t bytes) {
 }
 
 // Note [Choosing the I/O mode]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // IoMode::automatic asks how much memory this process may still use (the memory cgroup's limit
 // less its usage, and MemAvailable) and spills with direct I/O when the arena is larger: the
 // page cache could not hold it anyway, and would compete with the model for the limit. Where
@@ -91,6 +92,7 @@ std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
 }  // namespace
 
 // Note [Default spill directory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // /tmp (or $TMPDIR) is often tmpfs, where spilling saves nothing. When it is RAM-backed and
 // /var/tmp — on disk by convention — is usable, the arena goes there; the file has no name,
 // so /var/tmp's persistence does not matter. An explicit $SPILL_DIR is always taken as given.

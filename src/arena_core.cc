@@ -33,7 +33,8 @@ void ArenaCore::free(const Block& block) noexcept {
 }
 
 // Synchronous buffered writes stay on the calling thread: a queue hop buys nothing when the
-// caller waits anyway (Note [Why pwrite, not memcpy, for the forward copy]).
+// caller waits anyway (see Note [Why pwrite, not memcpy, for the forward copy] in
+// src/spill_file.cc).
 void ArenaCore::write(std::uint64_t region, std::uint64_t at, const void* src,
                       std::uint64_t bytes) {
   if (engine_ && options_.io != IoMode::buffered) {
@@ -71,9 +72,9 @@ std::vector<Span> in_region(std::uint64_t region, const std::vector<IoEngine::Pi
 }
 }  // namespace
 
-// Note [Integrity hashing]: each piece hashes the chunks it holds whole once its bytes are on
-// the file, on the completing thread (the source is unchanged until then, by contract); the
-// chunks split between pieces are hashed after the last.
+// Each piece hashes the chunks it holds whole once its bytes are on the file, on the completing
+// thread (the source is unchanged until then, by contract); the chunks split between pieces are
+// hashed after the last. See Note [Integrity hashing] in src/integrity.cc.
 IoEngine::Hooks ArenaCore::hash_written(std::uint64_t region, std::uint64_t at, const void* src,
                                         std::uint64_t bytes) {
   const Span written{at, bytes};

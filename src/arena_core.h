@@ -46,8 +46,9 @@ class ArenaCore {
   IoEngine* engine() { return engine_.get(); }  // null for the RAM backing
 
  private:
-  // verify_integrity (Note [Integrity hashing]): what an asynchronous write hashes and a read
-  // checks, piece by piece; a synchronous check that throws spill::IntegrityError.
+  // verify_integrity (see Note [Integrity hashing] in src/integrity.cc): what an asynchronous
+  // write hashes and a read checks, piece by piece; a synchronous check that throws
+  // spill::IntegrityError.
   IoEngine::Hooks hash_written(std::uint64_t region, std::uint64_t at, const void* src,
                                std::uint64_t bytes);
   IoEngine::Hooks check_read(std::uint64_t region, std::uint64_t at, void* dst,

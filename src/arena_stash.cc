@@ -17,14 +17,15 @@ namespace spill {
 namespace {
 
 // Note [Overlapped spilling]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // store() keeps a reference to the input and returns. The input is spilled once keep_last newer
-// inputs were stored (the last layers' inputs are needed first in backward, so they stay where
-// they are): its region is allocated and its write queued; an accelerator tensor is first copied
-// to host memory on a side stream (Note [Accelerator copies]) and written once that copy is
-// done. The reference is dropped when the write completed, so until then restore() simply gives
-// the input back and no read can overtake the write. restore() of layer i first queues the reads
-// of its prefetch_depth predecessors — this stash's own chain of stored tensors, not the arena's
-// last write — then waits for its own bytes only. An input changed in place before it was
+// inputs were stored (the last layers' inputs are needed first in backward, so they stay where they
+// are): its region is allocated and its write queued; an accelerator tensor is first copied to host
+// memory on a side stream (see Note [Accelerator copies] in src/device_copy.cc) and written once
+// that copy is done. The reference is dropped when the write completed, so until then restore()
+// simply gives the input back and no read can overtake the write. restore() of layer i first queues
+// the reads of its prefetch_depth predecessors — this stash's own chain of stored tensors, not the
+// arena's last write — then waits for its own bytes only. An input changed in place before it was
 // spilled would be spilled wrong, so its version counter is checked.
 
 std::string describe(const torch::Tensor& t) {
@@ -266,6 +267,7 @@ class ArenaStashed final : public StashedTensor {
   }
 
   // Note [Zero-copy restore]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~
   // In buffered mode a CPU tensor is restored as a view of its region in the mapping (from_blob),
   // not copied out: the recomputation reads the page cache directly, no anonymous memory is
   // allocated, and the region is freed when the last reference to that tensor dies (normally at

@@ -21,6 +21,7 @@ struct CheckpointState {
 using StatePtr = std::shared_ptr<CheckpointState>;
 
 // Note [Checkpoint state rides in a tensor deleter]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A custom autograd Function keeps its state in ctx->saved_data, which holds IValues, not C++
 // objects. The state (and with it the stashed region) must die exactly when the graph node
 // dies, whether or not backward ever runs. So it is wrapped in a 1-byte tensor whose deleter
@@ -48,6 +49,8 @@ StatePtr state_of(AutogradContext* ctx) {
 
 class SpillCheckpointFunction : public torch::autograd::Function<SpillCheckpointFunction> {
  public:
+  // Note [Anchor input]
+  // ~~~~~~~~~~~~~~~~~~~
   // `anchor` is an empty tensor that requires grad, so the node joins the graph even when no
   // input does: the layer's parameters still need their gradients.
   static variable_list forward(AutogradContext* ctx, StatePtr state, TensorStash* stash,

@@ -7,6 +7,7 @@ namespace spill::detail {
 namespace {
 
 // Note [Accelerator copies]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // A layer's input is copied off the device on a side stream from the device's pool, after an
 // event recorded on the current stream (the input is complete there); the copy records its own
 // event. The source tensor stays referenced until that event completed, so the caching

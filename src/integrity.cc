@@ -15,15 +15,16 @@
 namespace spill::detail {
 
 // Note [Integrity hashing]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // A spill file lives outside the process for a whole step: a failing disk or controller, a
 // file system bug, or anyone writing to it through /proc/<pid>/fd can change its bytes, and
 // backward would turn them into wrong gradients without a trace. With
 // ArenaOptions::verify_integrity (the default) every write records XXH3-64 hashes of the bytes
 // it wrote, and every read compares the bytes it returns against them before the caller sees
-// them. XXH3 hashes about 20 GB/s of cached bytes on one core (4-5 GB/s streaming from RAM on
-// the shared 2-core test VM), more than the disks spilled to deliver; 64 bits miss a random
-// corruption with odds 2^-64. It is not a cryptographic hash: it catches accidents, not an
-// adversary who can write the file and knows the data.
+// them. XXH3 on one core hashes faster than the disks spilled to deliver, from the CPU cache and
+// streaming from RAM alike (measured in docs/benchmarks.md, "Figures behind design notes"); 64
+// bits miss a random corruption with odds 2^-64. It is not a cryptographic hash: it catches
+// accidents, not an adversary who can write the file and knows the data.
 //
 // What a hash covers: one write's bytes inside one 4 MiB chunk of the region (kHashChunkBytes;
 // chunks start at the region's start), so a write of a whole tensor has one hash per 4 MiB. A

@@ -18,6 +18,7 @@ std::uint64_t round_up(std::uint64_t bytes, std::uint64_t unit) {
 }  // namespace
 
 // Note [Direct I/O and the staging pool]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Buffered spilling copies every byte into the page cache — host RAM the kernel gives back only
 // after writeback, and which a container's memory limit counts. With O_DIRECT the bytes go from
 // user memory to the disk. O_DIRECT needs buffers, offsets and lengths aligned to the device's
@@ -141,6 +142,7 @@ Pending IoEngine::submitted(std::vector<Ticket> parts, const TransferPtr& t) {
 }
 
 // Note [Failures last until freed]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A failed write leaves wrong bytes in its region, and nothing may read them as if they were
 // right, even where no one waits for the write's Pending (a region released with settle()). So
 // every later write or read of the arena throws the failure, until the region it hit is freed:
@@ -211,6 +213,7 @@ void IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint64_t
 }
 
 // Note [Bounded page cache]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // Written regions stay in the page cache, dirty until writeback, and dirty pages count against a
 // container's memory limit. Writeback starts right after each write; with a limit set, the
 // oldest written ranges beyond it are waited for and dropped. Oldest first is right for
@@ -243,11 +246,12 @@ void IoEngine::written(std::uint64_t offset, std::uint64_t bytes) {
 // ---------------------------------------------------------------------------------------------
 
 // Note [Parallel reads from disk]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // One pread is one request stream: the kernel's readahead keeps only a few requests in flight,
 // and an SSD wants more. Reads are cut into kPieceBytes pieces queued together, so the backend
 // runs several at once. Buffered writes are cut the same way: each piece's integrity hash then
 // runs as soon as that piece is in the page cache, on whichever worker completed it, while the
-// others are still being copied (Note [Integrity hashing]).
+// others are still being copied (see Note [Integrity hashing] in src/integrity.cc).
 Pending IoEngine::read(std::uint64_t offset, void* dst, std::uint64_t bytes, Hooks hooks) {
   throw_if_failed();
   const auto t = transfer(IoOp::read, offset, bytes, std::move(hooks));

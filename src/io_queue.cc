@@ -11,6 +11,7 @@
 namespace spill {
 
 // Note [The I/O queue]
+// ~~~~~~~~~~~~~~~~~~~~
 // Every transfer between memory and the spill file is a queued operation with a completion:
 // the training thread submits and goes on computing; a worker (io_uring's kernel side, or one
 // of a few pool threads) moves the bytes; whoever needs the result waits on its ticket. The

@@ -1,6 +1,7 @@
 // The io_uring backend of IoQueue (liburing). Reads and writes go to the kernel's ring; one
 // completion thread reaps them. Page-cache hints (writeback, drop, readahead) block in ways the
-// ring cannot chain cheaply, so they run on one helper thread. See Note [The I/O queue].
+// ring cannot chain cheaply, so they run on one helper thread. See Note [The I/O queue] in
+// src/io_queue.cc.
 #include "io_queue.h"
 
 #ifdef SPILLARENA_HAVE_LIBURING
@@ -89,7 +90,7 @@ class IoUringQueue final : public IoQueue {
   }
 
   // Submits the next piece of `op`: what is left, at most kMaxPieceBytes, and no more than the
-  // fault hook lets through (Note [Fault injection at the seam] in platform_linux.cc).
+  // fault hook lets through (see Note [Fault injection at the seam] in src/platform_linux.cc).
   void enqueue(Operation* op) {
     const IoRequest& r = op->request;
     const std::uint64_t at = op->done_bytes;

@@ -1,7 +1,7 @@
 // The per-file baseline: one torch::save file per stashed tensor, as the original Python feature
 // does with torch.save / torch.load / os.remove. Reproduced faithfully so benchmarks compare
-// spillarena with what it replaces, not with a straw man; only the opens are hardened (Note
-// [Per-file names in a shared directory]).
+// spillarena with what it replaces, not with a straw man; only the opens are hardened
+// (see Note [Per-file names in a shared directory]).
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +14,7 @@ namespace spill {
 namespace {
 
 // Note [Per-file names in a shared directory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // These files have names, in a directory other users may be able to write (/tmp). Each is
 // created with O_CREAT | O_EXCL | O_NOFOLLOW and mode 0600: a name that already exists, such as
 // a symlink planted to make us write through it, is passed over for the next number and never

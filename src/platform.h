@@ -33,10 +33,10 @@ int file_system_info(const std::string& directory, FileSystemInfo* info);
 // 0 when `directory` exists, is a directory and is writable and searchable by this process.
 int check_writable_directory(const std::string& directory);
 
-// Opens a new, nameless read-write file of mode 0600 in `directory`: O_TMPFILE | O_EXCL where
-// the file system supports it (it can never be linked to a name), else mkostemp (O_EXCL) and
-// unlink at once, checked to have left no link. *used_tmpfile says which. See Note [Unnamed
-// spill file].
+// Opens a new, nameless read-write file of mode 0600 in `directory`: O_TMPFILE | O_EXCL where the
+// file system supports it (it can never be linked to a name), else mkostemp (O_EXCL) and unlink at
+// once, checked to have left no link. *used_tmpfile says which.
+// See Note [Unnamed spill file] in src/platform_linux.cc.
 int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile);
 
 // Like open_unnamed_file, with O_DIRECT (benchmarks measure the disk's own limit with it).
@@ -140,7 +140,7 @@ int memory_cgroup(CgroupMemory* out);
 void set_malloc_mmap_threshold(std::uint64_t bytes);
 
 // ---------------------------------------------------------------------------------------------
-// Test-only: fault injection (Note [Fault injection at the seam] in platform_linux.cc)
+// Test-only: fault injection (see Note [Fault injection at the seam] in src/platform_linux.cc)
 // ---------------------------------------------------------------------------------------------
 //
 //   spill::platform::set_fault_hook([](spill::platform::FaultSite site, std::uint64_t bytes,

@@ -90,6 +90,7 @@ int check_writable_directory(const std::string& directory) {
 namespace {
 
 // Note [Unnamed spill file]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // The spill file never has a name another process could open. O_TMPFILE makes the inode without
 // a directory entry, and O_EXCL keeps it so: without it, linkat through /proc/self/fd could give
 // it one. O_TMPFILE needs file-system support (ext4, xfs, btrfs, tmpfs have it; some FUSE and
@@ -150,7 +151,7 @@ int open_unnamed_direct_file(const std::string& directory, int* fd) {
   return 0;
 }
 
-// Note [Direct descriptor] in spill_file.cc says why the file is opened twice. /proc/self/fd/N
+// The file is opened twice (see Note [Direct descriptor] in src/spill_file.cc). /proc/self/fd/N
 // is a magic link to this process's own descriptor (O_NOFOLLOW would refuse it); the reopened
 // file is checked to be the same inode all the same.
 int reopen_direct(int fd, int* direct_fd, std::uint64_t* alignment) {
@@ -368,6 +369,7 @@ std::uint64_t mem_available_bytes() { return proc_kib_field("/proc/meminfo", "Me
 namespace {
 
 // Note [Reading the memory cgroup]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // /proc/self/cgroup names this process's cgroup per hierarchy: "0::/path" for v2, and
 // "N:memory:/path" (or "N:...,memory,...:/path") for v1's memory controller. Inside a container
 // the path may not exist under /sys/fs/cgroup (the namespace root is mounted instead), so the
@@ -461,6 +463,7 @@ void set_malloc_mmap_threshold(std::uint64_t bytes) {
 // ---------------------------------------------------------------------------------------------
 
 // Note [Fault injection at the seam]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Tests prove what happens when the disk misbehaves (EIO, ENOSPC, short counts, end of file)
 // without a failing disk: every pwrite and pread of write_at/read_at, every read or write piece
 // the io_uring backend submits, and the O_TMPFILE open ask fault_verdict first, as tcmalloc

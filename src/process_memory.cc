@@ -8,6 +8,17 @@ namespace spill {
 
 std::uint64_t resident_anonymous_bytes() { return platform::resident_anonymous_bytes(); }
 
+// Note [Returning freed memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// glibc keeps freed blocks below its dynamic mmap threshold inside the process for reuse, and
+// the threshold rises as larger blocks are freed, so RssAnon (what a memory cgroup OOM-kills on)
+// follows malloc's high-water mark instead of live memory: freed tensors stay charged. A fixed
+// mmap and trim threshold sends large blocks back to the system when they are freed, and
+// malloc_trim returns what the heap already holds free. The thresholds are process-wide and
+// belong to the application (a Python process, a server embedding LibTorch), so the library
+// never sets them on its own: `spillarena train` calls this at start (unless
+// --keep-freed-memory), and so do the tests, benchmarks and tools that report memory. With
+// jemalloc or mimalloc the call has no effect; they return freed memory by their own decay.
 void return_freed_memory_promptly(std::uint64_t threshold_bytes) {
   platform::set_malloc_mmap_threshold(threshold_bytes);
 }

@@ -21,6 +21,7 @@ void set_state(const torch::Device& device, const torch::Tensor& state) {
 }
 
 // Note [Device generators]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // Devices come from the input tensors (never a hard-coded "cuda"), and c10's generic
 // defaultGenerator(device) finds each one's generator. A device type without a default
 // generator cannot run random ops either, so there is nothing to replay there.
@@ -72,6 +73,7 @@ ForwardState capture_forward_state(const std::vector<torch::Tensor>& inputs) {
 }
 
 // Note [Replaying autocast]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // Autocast state is thread-local, and backward runs outside the forward's autocast region (on
 // the caller's thread for CPU, on device threads otherwise): without replay the recomputation
 // runs in full precision and the gradients differ. Like torch.utils.checkpoint, the replay

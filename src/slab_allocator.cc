@@ -17,6 +17,7 @@ int floor_log2(std::uint64_t v) { return 63 - __builtin_clzll(v); }
 }  // namespace
 
 // Note [Size classes]
+// ~~~~~~~~~~~~~~~~~~~
 // Requests are first rounded to whole pages. Up to 4 pages they stay exact. Above, the page count
 // p in (2^n, 2^(n+1)] is rounded up to a multiple of 2^(n-2): the classes 5, 6, 7, 8 x 2^(n-2)
 // pages, four per doubling as in jemalloc and mimalloc. A class is at most 5/4 of the smallest
@@ -66,6 +67,7 @@ std::uint64_t SlabAllocator::largest_free_locked() const {
 // ---------------------------------------------------------------------------------------------
 
 // Note [LIFO reuse]
+// ~~~~~~~~~~~~~~~~~
 // Best fit, and among equal fits the block freed most recently: its pages are the likeliest to
 // still be in the page cache and its file blocks are already written. In a training step regions
 // are freed in the reverse order of allocation, coalesce back into one block, and the next step

@@ -72,23 +72,26 @@ class SpillFile final : public Storage {
   std::uint64_t direct_alignment() const override { return direct_alignment_; }
 
   // Note [Why pwrite, not memcpy, for the forward copy]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // memcpy into mapped pages that are not resident first faults them in, and for pages that
   // were written before and evicted that means reading the old data back from disk only to
   // overwrite it. pwrite of whole pages fills page-cache pages directly: no faults, no reads.
   // The mapping and pwrite share the same page cache, so the mapping still sees what was written.
   // Even resident pages are no better through the mapping in training: a region is rewritten one
   // step later, after its writeback, when its pages are clean and write-protected, and every
-  // page then takes a write fault through ext4's page_mkwrite. Measured on the development VM
-  // (BM_RoundTrip/arena/1, where writeback completes between iterations): 0.5 GB/s through the
-  // mapping against 9.4 GB/s with pwrite. memcpy only wins in a loop that rewrites pages before
-  // their writeback, which is a benchmark artefact, not a training step.
+  // page then takes a write fault through ext4's page_mkwrite. On the development VM
+  // (BM_RoundTrip/arena/1, where writeback completes between iterations) writing through the
+  // mapping was many times slower than pwrite (measured in docs/benchmarks.md, "Earlier analysis
+  // (first version)"). memcpy only wins in a loop that rewrites pages before their writeback,
+  // which is a benchmark artefact, not a training step.
   void write(std::uint64_t offset, const void* src, std::uint64_t bytes) override {
     if (int e = platform::write_at(fd_, src, bytes, offset); e != 0) fail("write", e, bytes, offset);
   }
-  // Reads have no such trap: read faults on resident page-cache pages are cheap and mapped 16 at
-  // a time (fault-around), so resident ranges are copied from the mapping, skipping pread's
-  // per-page lookups. Non-resident reads go through the I/O engine (Note [Parallel reads from
-  // disk]); this single-stream pread is its fallback.
+  // Reads have no such trap: read faults on resident page-cache pages are cheap and mapped 16 at a
+  // time (fault-around), so resident ranges are copied from the mapping, skipping pread's per-page
+  // lookups. Non-resident reads go through the I/O engine
+  // (see Note [Parallel reads from disk] in src/io_engine.cc); this single-stream pread is its
+  // fallback.
   void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const override {
     if (resident(offset, bytes)) {
       std::memcpy(dst, base() + offset, bytes);
@@ -196,6 +199,15 @@ platform::FileSystemInfo vet_file_system(const SpillFileOptions& o) {
 // Creating, preallocating, mapping
 // ---------------------------------------------------------------------------------------------
 
+// Note [Preallocate, never sparse]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The file's whole capacity gets real blocks (fallocate) when the arena is made. A sparse file
+// takes its blocks only as bytes first land in them, so a disk that fills up would fail a write
+// in the middle of a training step, and a store through the mapping would die with SIGBUS. Here
+// it is a typed error before the first step: InsufficientSpaceError with the bytes needed and
+// free (vet_file_system compares them before the file is made), PreallocationError naming the
+// file size limit for EFBIG, or the file system that cannot preallocate (a sparse file is never
+// taken as a fallback).
 void preallocate_or_throw(int fd, const SpillFileOptions& o, const platform::FileSystemInfo& fs) {
   const int e = platform::preallocate(fd, o.capacity_bytes);
   if (e == 0) return;
@@ -223,6 +235,7 @@ void preallocate_or_throw(int fd, const SpillFileOptions& o, const platform::Fil
 }
 
 // Note [Direct descriptor]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // O_DIRECT is a property of an open file description, so the unnamed file is opened a second
 // time through /proc/self/fd with O_DIRECT: buffered and direct I/O then share one file, and the
 // mapping keeps working for the buffered mode.
@@ -241,6 +254,7 @@ int open_direct_or_throw(int fd, const SpillFileOptions& o, const platform::File
 }
 
 // Note [Mapping the descriptor]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The file is mapped through the descriptor it was created with; nothing opens it again by name
 // for the mapping. A reopen (Boost.Interprocess's file_mapping opens /proc/self/fd/N, without
 // O_CLOEXEC) would hand a descriptor of the spill file to any child that another thread forks

@@ -1,7 +1,7 @@
 // SpillFile: one nameless file in a vetted directory, preallocated with fallocate and mapped
-// shared. Nothing of it can outlive the process: it never has a name (see Note [Unnamed spill
-// file] in platform_linux.cc), so the kernel frees its blocks when the last descriptor closes,
-// on a normal exit, an exception or kill -9 alike.
+// shared. Nothing of it can outlive the process: it never has a name
+// (see Note [Unnamed spill file] in src/platform_linux.cc), so the kernel frees its blocks when the
+// last descriptor closes, on a normal exit, an exception or kill -9 alike.
 #pragma once
 
 #include <memory>

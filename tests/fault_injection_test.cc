@@ -1,6 +1,7 @@
-// Faults at the platform seam (Note [Fault injection at the seam]): short counts, EIO, ENOSPC and
-// end of file in pwrite/pread and in io_uring pieces, through the synchronous path, both queue
-// backends and both I/O modes, and (with LibTorch) through spill::checkpoint.
+// Faults at the platform seam (see Note [Fault injection at the seam] in src/platform_linux.cc):
+// short counts, EIO, ENOSPC and end of file in pwrite/pread and in io_uring pieces, through the
+// synchronous path, both queue backends and both I/O modes, and (with LibTorch) through
+// spill::checkpoint.
 #ifdef SPILLARENA_TEST_WITH_TORCH
 #include <torch/torch.h>  // before doctest: c10 defines a CHECK of its own, doctest's must win
 #endif

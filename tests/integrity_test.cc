@@ -1,7 +1,7 @@
 // ArenaOptions::verify_integrity: bytes changed in the spill file behind the arena's back become
 // a spill::IntegrityError naming the region, on every path bytes come back through: Region::read,
 // read_async (buffered and direct, thread pool and io_uring), read_in_place, and the backward of
-// spill::checkpoint. See Note [Integrity hashing].
+// spill::checkpoint. See Note [Integrity hashing] in src/integrity.cc.
 // clang-format off
 #include <torch/torch.h>  // first: its CHECK macro (c10 logging) must not replace doctest's
 // clang-format on

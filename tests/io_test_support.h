@@ -41,7 +41,8 @@ inline std::function<int(spill::IoOp)> random_delays(unsigned seed, unsigned max
   };
 }
 
-// Installs a platform fault hook for its lifetime (Note [Fault injection at the seam]).
+// Installs a platform fault hook for its lifetime (see Note [Fault injection at the seam] in
+// src/platform_linux.cc).
 struct FaultScope {
   explicit FaultScope(spill::platform::FaultHook hook) {
     spill::platform::set_fault_hook(std::move(hook));

@@ -18,6 +18,7 @@
 namespace {
 
 // Note [The proof's model]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // 48 blocks of [batch 128, seq 64, hidden 64] float inputs: 2 MiB per input, 96 MiB for all of
 // them, against a few MiB of weights and one block's activations (attention runs without the
 // seq x seq matrix). Checkpointing in RAM holds all 48 inputs at the end of forward; the disk
@@ -27,6 +28,7 @@ const std::vector<std::string> kModel = {"--layers", "48", "--hidden", "64", "--
                                          "--sample-chars", "0", "--json"};
 
 // Note [Choosing the limit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
 // Half-way between what the disk path needs and what checkpointing in RAM needs: the unlimited
 // disk run's peak RssAnon plus half of the inputs one step checkpoints (the arena's capacity).
 // The RAM modes hold all of those inputs at the end of forward on top of the same working set,

@@ -4,6 +4,7 @@
 # Exit 77 (skipped) where the compiler cannot link -fsanitize=address,undefined.
 #
 # Note [Sanitizing next to an uninstrumented LibTorch]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # Only spillarena's own code and the tests are instrumented; LibTorch comes prebuilt from .venv.
 # AddressSanitizer still intercepts every malloc and free in the process, so spillarena reading
 # or writing past a block that LibTorch allocated is caught; what LibTorch does inside itself is

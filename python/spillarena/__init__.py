@@ -32,8 +32,9 @@ __version__ = _build_info.SPILLARENA_VERSION
 
 
 def _check_torch_version(running: str, built: str) -> None:
-    # Note [Build against the installed torch] (python/CMakeLists.txt): importing _C under another
-    # torch fails with undefined c10 symbols, or worse, loads and misbehaves. Say so plainly.
+    # Importing _C under another torch fails with undefined c10 symbols, or worse, loads and
+    # misbehaves (see Note [Build against the installed torch] in python/CMakeLists.txt). Say so
+    # plainly.
     if running != built:
         raise ImportError(
             f"spillarena was built against torch {built}, but torch {running} is installed; its "

@@ -59,6 +59,7 @@ struct Convert<bool> {
 };
 
 // Note [Numbers from Python are bounded before they reach C++]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A negative int cast to uint64 wraps to 2^64 - 1 and a float truncates; both once broke the CLI.
 // Only a Python int (not bool, not float) in [0, max] is accepted, anything else is an
 // InvalidArgumentError naming the field.

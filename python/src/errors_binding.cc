@@ -12,6 +12,7 @@ namespace {
 using Fields = std::initializer_list<std::pair<const char*, py::object>>;
 
 // Note [Exception classes live in Python]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The hierarchy is declared in spillarena/errors.py, so a class can also derive from a builtin
 // (InvalidArgumentError is a ValueError) and be documented and pickled as plain Python. The
 // translator looks the class up by the C++ name and sets the C++ fields as attributes.

@@ -1,5 +1,6 @@
 // spillarena._C: the C++ half of the Python package. The Python half (spillarena/__init__.py)
-// checks the torch version before importing it; see Note [Build against the installed torch].
+// checks the torch version before importing it; see Note [Build against the installed torch] in
+// python/CMakeLists.txt.
 #include <torch/extension.h>
 
 #include "binding.h"

@@ -21,9 +21,11 @@ void print_error(const std::string& message) {
 }
 
 // Note [EFBIG is a size limit, not a file system]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // fallocate or write past RLIMIT_FSIZE (ulimit -f), or past the file system's largest file,
-// fails with EFBIG (SIGXFSZ is ignored in main). The library's advice for a failed
-// preallocation, another file system, would not help: the limit has to rise or the arena shrink.
+// fails with EFBIG (SIGXFSZ is ignored: see Note [Ignoring SIGXFSZ] in tools/cli/main.cc). The
+// library's advice for a failed preallocation, another file system, would not help: the limit
+// has to rise or the arena shrink.
 std::string file_too_large(const std::string& where) {
   return "the spill file" + where + " would be larger than this process may write (" +
          std::strerror(EFBIG) + ": the file size limit, ulimit -f, or the file system's largest "

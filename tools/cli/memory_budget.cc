@@ -17,6 +17,7 @@ const char* yes_no(bool known, bool yes) { return !known ? "unknown" : yes ? "ye
 }  // namespace
 
 // Note [Staging sized to the layer]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The arena's default staging pool (64 MiB) is a fixed cost in anonymous memory; for a small
 // model under a tight limit it alone can exceed what spilling saves. Writes are queued one layer
 // input at a time, so two inputs' worth keeps the queue busy without idling compute.
@@ -26,6 +27,7 @@ std::uint64_t staging_bytes_for_layer(std::uint64_t bytes_per_layer) {
 }
 
 // Note [What the disk path holds in RAM]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // With the arena's defaults the disk path keeps, per step: the staging pool of direct I/O
 // (staging_bytes_for_layer), the last layer's input (keep_last), the inputs read ahead in
 // backward (prefetch_depth) and the one being recomputed. The model's weights, optimizer state

@@ -27,6 +27,7 @@ struct Probe {
 constexpr std::uint64_t kProbeChunkBytes = 16ull << 20;
 
 // Note [Sizing the probe arena]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The allocator rounds each request up to its size class (a 9 MiB tail takes 10 MiB), so an
 // arena of exactly `bytes` runs out on the last chunk. Its capacity is the sum of the rounded
 // chunks, computed with the allocator's own rounding.
@@ -82,6 +83,7 @@ struct Plan {
 };
 
 // Note [Plan tries the file system]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Free space is not enough: some file systems cannot preallocate (fallocate fails with
 // EOPNOTSUPP) and a file size limit (ulimit -f) stops a large file. Plan makes a real arena of
 // up to kTrialBytes there, so "fits" means an arena could be made, not only that statfs agreed.

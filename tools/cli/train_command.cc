@@ -232,8 +232,9 @@ int run_train(const TrainRequest& request, std::ostream& out) {
   t.r = request;
   TrainRequest& r = t.r;
   if (r.mode == "per-file") r.mode = "per_file";
-  // Note [Returning freed memory] in the README: without it glibc keeps freed tensor memory and
-  // RssAnon (what a memory cgroup kills on) follows malloc's high-water mark, not live memory.
+  // Without this call glibc keeps freed tensor memory and RssAnon (what a memory cgroup kills
+  // on) follows malloc's high-water mark, not live memory (see Note [Returning freed memory] in
+  // src/process_memory.cc).
   if (!r.keep_freed_memory) return_freed_memory_promptly();
   t.summary.returns_freed_memory = !r.keep_freed_memory;
   torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));

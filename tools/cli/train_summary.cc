@@ -29,6 +29,7 @@ nlohmann::json arena_json(const ArenaStats& a) {
 }
 
 // Note [Memory beyond RssAnon]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A memory cgroup charges page cache too: the spill file's pages (dirty until written back) and
 // whatever else the process read. usage - RssAnon at the end of the run is that share (plus a
 // little kernel memory); with a dedicated cgroup it is mostly the spill file.
