@@ -28,11 +28,16 @@ using spill::cli::PlanRequest;
 using spill::cli::TrainRequest;
 
 // Note [Bounds of the numeric options]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Every number has an upper bound, so no product of them overflows before the arena's own
 // checks run and no typo (a stray digit, a unit mistake) turns into a 16 EiB request. The plan
 // bounds are wide (it only does arithmetic); the train bounds are what one CPU process can run.
 constexpr std::uint64_t kMaxProbeBytes = 16ull << 30;
 constexpr std::uint64_t kMaxSteps = 1'000'000'000;
+
+// What spill::default_spill_directory() picks.
+constexpr const char* kDirHelp =
+    "Spill directory (default: $SPILL_DIR, else $TMPDIR or /tmp; /var/tmp when those are in RAM)";
 
 void add_plan(CLI::App& app, PlanRequest& r) {
   auto* plan = app.add_subcommand("plan", "Size an arena for a model and check a spill directory");
@@ -40,15 +45,16 @@ void add_plan(CLI::App& app, PlanRequest& r) {
   add_count(*plan, "--batch", r.batch, {1, 1ull << 24}, "Batch size")->required();
   add_count(*plan, "--seq", r.seq, {1, 1ull << 24}, "Sequence length")->required();
   add_count(*plan, "--hidden", r.hidden, {1, 1ull << 20}, "Hidden size")->required();
-  plan->add_option("--dtype", r.dtype, "Activation dtype: fp32, fp16, bf16, fp64")
+  plan->add_option("--dtype", r.dtype,
+                   "Activation dtype: fp32, fp16, bf16, fp64, fp8, int8 (or float32, half, ...)")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
-            return spill::cli::element_size_of(v) ? "" : "unknown dtype '" + v +
-                                                          "'; use fp32, fp16, bf16 or fp64";
+            if (spill::cli::element_size_of(v) != 0) return "";
+            return "unknown dtype '" + v + "'; use fp32, fp16, bf16, fp64, fp8 or int8";
           },
           "DTYPE"));
-  plan->add_option("--dir", r.directory, "Spill directory (default: $SPILL_DIR, else temp dir)");
+  plan->add_option("--dir", r.directory, kDirHelp);
   add_real(*plan, "--layer-ms", r.layer_ms, {0.0, 1e7, false, true},
            "Forward time of one layer on your hardware (ms)");
   add_size(*plan, "--probe-bytes", r.probe_bytes, {0, kMaxProbeBytes},
@@ -83,7 +89,7 @@ void add_train(CLI::App& app, TrainRequest& r) {
            "AdamW learning rate (a run whose loss stops being finite ends with exit 1)");
   add_count(*train, "--seed", r.seed, {0, UINT64_MAX},
             "Random seed (same seed, same losses in every mode)");
-  train->add_option("--dir", r.directory, "Spill directory (default: $SPILL_DIR, else temp dir)");
+  train->add_option("--dir", r.directory, kDirHelp);
   add_size(*train, "--capacity", r.capacity, {0, spill::kMaxCapacityBytes},
            "Arena bytes, e.g. 512MiB (0: from the model)");
   train->add_option("--corpus", r.corpus, "Train on this text file instead of the embedded one");
@@ -110,8 +116,11 @@ int run_command(const CLI::App& app, const PlanRequest& plan, const TrainRequest
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Note [SIGXFSZ]: over a file size limit (ulimit -f) the kernel would kill the process; with
-  // the signal ignored, fallocate and write fail with EFBIG, which becomes a typed error.
+  // Note [Ignoring SIGXFSZ]
+  // ~~~~~~~~~~~~~~~~~~~~~~~
+  // Over a file size limit (ulimit -f) the kernel would kill the process; with the signal ignored,
+  // fallocate and write fail with EFBIG, which becomes a typed error
+  // (see Note [EFBIG is a size limit, not a file system] in tools/cli/failures.cc).
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"spillarena: gradient checkpointing that spills layer inputs to one file on disk"};
   app.require_subcommand(1);
