@@ -30,10 +30,10 @@ class InvalidArgumentError : public Error {
   using Error::Error;
 };
 
-// The spill directory is missing, not a directory or not writable.
-class DirectoryError : public Error {
+// A file system call on `path` failed with errno `error_number`: the base of the two below.
+class PathError : public Error {
  public:
-  DirectoryError(const std::string& path, int error_number, const std::string& message)
+  PathError(const std::string& path, int error_number, const std::string& message)
       : Error(message), path_(path), errno_(error_number) {}
   const std::string& path() const { return path_; }
   int error_number() const { return errno_; }
@@ -41,6 +41,12 @@ class DirectoryError : public Error {
  private:
   std::string path_;
   int errno_;
+};
+
+// The spill directory is missing, not a directory or not writable.
+class DirectoryError : public PathError {
+ public:
+  using PathError::PathError;
 };
 
 // The spill directory lives in RAM (tmpfs, ramfs, hugetlbfs): spilling there saves no memory.
@@ -74,16 +80,9 @@ class InsufficientSpaceError : public Error {
 };
 
 // The file system cannot preallocate (fallocate unsupported) or the mapping failed.
-class PreallocationError : public Error {
+class PreallocationError : public PathError {
  public:
-  PreallocationError(const std::string& path, int error_number, const std::string& message)
-      : Error(message), path_(path), errno_(error_number) {}
-  const std::string& path() const { return path_; }
-  int error_number() const { return errno_; }
-
- private:
-  std::string path_;
-  int errno_;
+  using PathError::PathError;
 };
 
 // No free block is large enough. The arena is unchanged and stays fully usable.
