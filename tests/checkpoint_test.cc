@@ -16,8 +16,7 @@ using namespace spill_test::gpt;
 TEST_CASE("checkpoint: GPT block gradients are bit-identical in every mode, with dropout") {
   ScratchDir dir;
   auto blocks = gpt_blocks(4);
-  torch::manual_seed(99);
-  const torch::Tensor x0 = torch::randn({2, 32, 64});
+  const torch::Tensor x0 = seeded_input(99, {2, 32, 64});
   const Grads reference = gpt_step(blocks, nullptr, x0);
 
   spill::SpillArena disk = make_arena(dir.path(), 16 * spill::MiB);

@@ -69,12 +69,35 @@ spill::ArenaOptions options_in(const std::string& dir, const Setup& s) {
 }
 
 // The arena of a setup, or nothing (with the reason) where io_uring cannot be set up here.
-std::optional<spill::SpillArena> arena_for(const std::string& dir, const Setup& s) {
+std::optional<spill::SpillArena> arena_or_skip(const spill::ArenaOptions& o, const Setup& s) {
   try {
-    return spill::SpillArena(options_in(dir, s));
+    return spill::SpillArena(o);
   } catch (const spill::IoError& e) {
     MESSAGE("skipped (" << name(s) << "): " << e.what());
     return std::nullopt;
+  }
+}
+
+std::optional<spill::SpillArena> arena_for(const std::string& dir, const Setup& s) {
+  return arena_or_skip(options_in(dir, s), s);
+}
+
+using OptionsFor = spill::ArenaOptions (*)(const std::string& dir, const Setup& s);
+
+// Runs `body(arena, error)` for every setup and for EIO and ENOSPC, each with a fresh arena of
+// `options(dir, setup)`; setups this machine cannot serve (no io_uring) are skipped with the
+// reason.
+template <class Body>
+void for_each_setup_and_error(const std::string& dir, OptionsFor options, Body body) {
+  for (const Setup& s : setups()) {
+    for (int error : {EIO, ENOSPC}) {
+      const std::string setup = name(s);
+      CAPTURE(setup);
+      CAPTURE(error);
+      auto arena = arena_or_skip(options(dir, s), s);
+      if (!arena) break;
+      body(*arena, error);
+    }
   }
 }
 
@@ -132,6 +155,21 @@ spill::platform::FaultHook failing(bool (*sites)(FaultSite), int error) {
   return [=](FaultSite site, std::uint64_t bytes, std::uint64_t) {
     return sites(site) ? -static_cast<std::int64_t>(error) : static_cast<std::int64_t>(bytes);
   };
+}
+
+constexpr const char* kWriteLost = "the injected write error was lost";
+constexpr const char* kReadLost = "the injected read error was lost";
+
+// The spill::IoError `fn` throws. A call that throws none fails the test case with `lost`.
+template <class Fn>
+spill::IoError expect_io_error(Fn&& fn, const char* lost) {
+  try {
+    fn();
+  } catch (const spill::IoError& e) {
+    return e;
+  }
+  FAIL(lost);
+  return spill::IoError(0, lost);  // not reached: FAIL ends the test case
 }
 
 void check_error(const spill::IoError& e, spill::IoOp op, int error, const spill::Region& r) {
@@ -264,12 +302,8 @@ TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endl
     {
       FaultScope eof(zero);
       AlignedBuffer dst(src.size());
-      try {
-        r.read_async(dst.data, src.size()).wait();
-        FAIL("a read that moved nothing succeeded");
-      } catch (const spill::IoError& e) {
-        check_error(e, spill::IoOp::read, EIO, r);
-      }
+      const auto read = [&] { r.read_async(dst.data, src.size()).wait(); };
+      check_error(expect_io_error(read, "an empty read passed"), spill::IoOp::read, EIO, r);
     }
   }
 }
@@ -289,87 +323,58 @@ TEST_CASE("faults: EIO and ENOSPC of the synchronous pwrite and pread are typed 
     CAPTURE(error);
     {
       FaultScope fail(failing(spill_test::is_write, error));
-      try {
-        file->write(4096, src.data(), src.size());
-        FAIL("the injected write error was lost");
-      } catch (const spill::IoError& e) {
-        CHECK(e.error_number() == error);
-        CHECK(e.op() == spill::IoOp::write);
-        CHECK(e.offset() == 4096);
-        CHECK(e.bytes() == src.size());
-      }
-    }
-    FaultScope fail(failing(spill_test::is_read, error));
-    std::vector<unsigned char> dst(src.size());
-    try {
-      file->read(4096, dst.data(), dst.size());
-      FAIL("the injected read error was lost");
-    } catch (const spill::IoError& e) {
+      const spill::IoError e =
+          expect_io_error([&] { file->write(4096, src.data(), src.size()); }, kWriteLost);
       CHECK(e.error_number() == error);
-      CHECK(e.op() == spill::IoOp::read);
+      CHECK(e.op() == spill::IoOp::write);
       CHECK(e.offset() == 4096);
       CHECK(e.bytes() == src.size());
     }
+    FaultScope fail(failing(spill_test::is_read, error));
+    std::vector<unsigned char> dst(src.size());
+    const spill::IoError e =
+        expect_io_error([&] { file->read(4096, dst.data(), dst.size()); }, kReadLost);
+    CHECK(e.error_number() == error);
+    CHECK(e.op() == spill::IoOp::read);
+    CHECK(e.offset() == 4096);
+    CHECK(e.bytes() == src.size());
   }
 }
 
 TEST_CASE("faults: EIO and ENOSPC on write surface as IoError in every backend and mode") {
   ScratchDir dir;
   Deadline deadline("write errors", kDeadlineSeconds);
-  for (const Setup& s : setups()) {
-    for (int error : {EIO, ENOSPC}) {
-      const std::string setup = name(s);
-      CAPTURE(setup);
-      CAPTURE(error);
-      auto arena = arena_for(dir.path(), s);
-      if (!arena) break;
-      const auto src = pattern(spill::MiB + 7, 2);
-      spill::Region r = arena->allocate(src.size());
-      FaultScope fail(failing(spill_test::is_write, error));
-      try {
-        r.write_async(src.data(), src.size()).wait();
-        FAIL("the injected write error was lost");
-      } catch (const spill::IoError& e) {
-        check_error(e, spill::IoOp::write, error, r);
-      }
-      // The synchronous Region::write: pwrite on this thread (buffered) or a queued write that
-      // it waits for (direct); either way the errno arrives here, typed.
-      spill::Region again = arena->allocate(src.size());
-      try {
-        again.write(src.data(), src.size());
-        FAIL("the injected write error was lost");
-      } catch (const spill::IoError& e) {
-        CHECK(e.error_number() == error);
-        CHECK(e.op() == spill::IoOp::write);
-      }
-    }
-  }
+  for_each_setup_and_error(dir.path(), options_in, [](spill::SpillArena& arena, int error) {
+    const auto src = pattern(spill::MiB + 7, 2);
+    spill::Region r = arena.allocate(src.size());
+    FaultScope fail(failing(spill_test::is_write, error));
+    const spill::IoError e =
+        expect_io_error([&] { r.write_async(src.data(), src.size()).wait(); }, kWriteLost);
+    check_error(e, spill::IoOp::write, error, r);
+    // The synchronous Region::write: pwrite on this thread (buffered) or a queued write that
+    // it waits for (direct); either way the errno arrives here, typed.
+    spill::Region again = arena.allocate(src.size());
+    const spill::IoError sync =
+        expect_io_error([&] { again.write(src.data(), src.size()); }, kWriteLost);
+    CHECK(sync.error_number() == error);
+    CHECK(sync.op() == spill::IoOp::write);
+  });
 }
 
 TEST_CASE("faults: EIO and ENOSPC on read surface as IoError in every backend and mode") {
   ScratchDir dir;
   Deadline deadline("read errors", kDeadlineSeconds);
-  for (const Setup& s : setups()) {
-    for (int error : {EIO, ENOSPC}) {
-      const std::string setup = name(s);
-      CAPTURE(setup);
-      CAPTURE(error);
-      auto arena = arena_for(dir.path(), s);
-      if (!arena) break;
-      const auto src = pattern(spill::MiB + 7, 4);
-      spill::Region r = arena->allocate(src.size());
-      r.write(src.data(), src.size());
-      r.drop_cached_pages();  // buffered reads of resident pages never call pread
-      FaultScope fail(failing(spill_test::is_read, error));
-      AlignedBuffer dst(src.size());
-      try {
-        r.read_async(dst.data, src.size()).wait();
-        FAIL("the injected read error was lost");
-      } catch (const spill::IoError& e) {
-        check_error(e, spill::IoOp::read, error, r);
-      }
-    }
-  }
+  for_each_setup_and_error(dir.path(), options_in, [](spill::SpillArena& arena, int error) {
+    const auto src = pattern(spill::MiB + 7, 4);
+    spill::Region r = arena.allocate(src.size());
+    r.write(src.data(), src.size());
+    r.drop_cached_pages();  // buffered reads of resident pages never call pread
+    FaultScope fail(failing(spill_test::is_read, error));
+    AlignedBuffer dst(src.size());
+    const spill::IoError e =
+        expect_io_error([&] { r.read_async(dst.data, src.size()).wait(); }, kReadLost);
+    check_error(e, spill::IoOp::read, error, r);
+  });
 }
 
 TEST_CASE("faults: a failed read returns only after every piece of it finished") {
@@ -452,12 +457,7 @@ spill::ArenaOptions step_options(const std::string& dir, const Setup& s) {
 }
 
 std::optional<spill::SpillArena> step_arena_for(const std::string& dir, const Setup& s) {
-  try {
-    return spill::SpillArena(step_options(dir, s));
-  } catch (const spill::IoError& e) {
-    MESSAGE("skipped (" << name(s) << "): " << e.what());
-    return std::nullopt;
-  }
+  return arena_or_skip(step_options(dir, s), s);
 }
 
 }  // namespace
@@ -468,39 +468,27 @@ TEST_CASE("faults: a spill write failing fails the training step; the next step 
   ScratchDir dir;
   Deadline deadline("checkpoint write errors", 4 * kDeadlineSeconds);
   auto blocks = gpt_blocks(3);
-  torch::manual_seed(5);
-  const torch::Tensor x0 = torch::randn({1, 16, 64});
+  const torch::Tensor x0 = seeded_input(5, {1, 16, 64});
   const Grads reference = gpt_step(blocks, nullptr, x0);
-  for (const Setup& s : setups()) {
-    for (int error : {EIO, ENOSPC}) {
-      const std::string setup = name(s);
-      CAPTURE(setup);
-      CAPTURE(error);
-      auto arena = step_arena_for(dir.path(), s);
-      if (!arena) break;
-      {
-        FaultScope fail(failing(spill_test::is_write, error));
-        try {
-          gpt_step(blocks, spill::make_arena_stash(*arena), x0);
-          FAIL("the injected write error was lost");
-        } catch (const spill::IoError& e) {
-          CHECK(e.error_number() == error);
-          CHECK(e.op() == spill::IoOp::write);
-        }
-      }
-      CHECK(arena->stats().live_regions == 0);
-      check_identical(reference, gpt_step(blocks, spill::make_arena_stash(*arena), x0));
-      CHECK(arena->stats().bytes_in_use == 0);
+  for_each_setup_and_error(dir.path(), step_options, [&](spill::SpillArena& arena, int error) {
+    {
+      FaultScope fail(failing(spill_test::is_write, error));
+      const auto step = [&] { gpt_step(blocks, spill::make_arena_stash(arena), x0); };
+      const spill::IoError e = expect_io_error(step, kWriteLost);
+      CHECK(e.error_number() == error);
+      CHECK(e.op() == spill::IoOp::write);
     }
-  }
+    CHECK(arena.stats().live_regions == 0);
+    check_identical(reference, gpt_step(blocks, spill::make_arena_stash(arena), x0));
+    CHECK(arena.stats().bytes_in_use == 0);
+  });
 }
 
 TEST_CASE("faults: a read failing in backward fails the step; the next step is exact") {
   ScratchDir dir;
   Deadline deadline("checkpoint read errors", 4 * kDeadlineSeconds);
   auto blocks = gpt_blocks(3);
-  torch::manual_seed(6);
-  const torch::Tensor x0 = torch::randn({1, 16, 64});
+  const torch::Tensor x0 = seeded_input(6, {1, 16, 64});
   const Grads reference = gpt_step(blocks, nullptr, x0);
   // Buffered CPU restores view the mapping and call no pread; direct restores read.
   for (const Setup& s : setups()) {
@@ -511,13 +499,10 @@ TEST_CASE("faults: a read failing in backward fails the step; the next step is e
     if (!arena) continue;
     {
       FaultScope fail(failing(spill_test::is_read, EIO));
-      try {
-        gpt_step(blocks, spill::make_arena_stash(*arena), x0);
-        FAIL("the injected read error was lost");
-      } catch (const spill::IoError& e) {
-        CHECK(e.error_number() == EIO);
-        CHECK(e.op() == spill::IoOp::read);
-      }
+      const auto step = [&] { gpt_step(blocks, spill::make_arena_stash(*arena), x0); };
+      const spill::IoError e = expect_io_error(step, kReadLost);
+      CHECK(e.error_number() == EIO);
+      CHECK(e.op() == spill::IoOp::read);
     }
     CHECK(arena->stats().live_regions == 0);
     check_identical(reference, gpt_step(blocks, spill::make_arena_stash(*arena), x0));
@@ -528,8 +513,7 @@ TEST_CASE("faults: short counts under every spill and restore keep gradients bit
   ScratchDir dir;
   Deadline deadline("checkpoint short counts", 4 * kDeadlineSeconds);
   auto blocks = gpt_blocks(3);
-  torch::manual_seed(8);
-  const torch::Tensor x0 = torch::randn({2, 16, 64});
+  const torch::Tensor x0 = seeded_input(8, {2, 16, 64});
   const Grads reference = gpt_step(blocks, nullptr, x0);
   for (const Setup& s : setups()) {
     const std::string setup = name(s);

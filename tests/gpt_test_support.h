@@ -56,6 +56,12 @@ inline void check_identical(const Grads& a, const Grads& b) {
   CHECK(equal == a.params.size());
 }
 
+// A random input drawn right after seeding the CPU generator with `seed`.
+inline torch::Tensor seeded_input(std::uint64_t seed, at::IntArrayRef shape) {
+  torch::manual_seed(seed);
+  return torch::randn(shape);
+}
+
 inline torch::nn::Sequential gpt_blocks(int layers) {
   torch::manual_seed(7);
   spill::models::GptConfig cfg;

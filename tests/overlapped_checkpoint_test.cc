@@ -53,8 +53,7 @@ struct CpuAutocast {
 TEST_CASE("overlap: gradients are bit-identical in every I/O mode, backend and keep_last") {
   ScratchDir dir;
   auto blocks = gpt_blocks(4);
-  torch::manual_seed(99);
-  const torch::Tensor x0 = torch::randn({2, 32, 64});
+  const torch::Tensor x0 = seeded_input(99, {2, 32, 64});
   const Grads reference = gpt_step(blocks, nullptr, x0);
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (bool asynchronous : {false, true}) {
@@ -129,8 +128,7 @@ TEST_CASE("overlap: spill::checkpoint(arena, ...) chains consecutive layers in o
 TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
   ScratchDir dir;
   auto blocks = gpt_blocks(3);
-  torch::manual_seed(11);
-  const torch::Tensor x0 = torch::randn({2, 16, 64});
+  const torch::Tensor x0 = seeded_input(11, {2, 16, 64});
   const Grads full_precision = gpt_step(blocks, nullptr, x0);
   Grads reference;
   {
@@ -211,8 +209,7 @@ TEST_CASE("overlap: random delays in the queue over many steps keep gradients id
   ScratchDir dir;
   HookScope jitter(spill_test::random_delays(7, 3000));
   auto blocks = gpt_blocks(4);
-  torch::manual_seed(21);
-  const torch::Tensor x0 = torch::randn({2, 16, 64});
+  const torch::Tensor x0 = seeded_input(21, {2, 16, 64});
   const Grads reference = gpt_step(blocks, nullptr, x0);
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {

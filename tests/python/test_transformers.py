@@ -12,30 +12,32 @@ LAYERS = 3
 BATCH, SEQ = 2, 16
 
 
+# The sizes Llama-style configs share (Llama, Qwen2).
+LLAMA_LIKE = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                  attention_dropout=0.2)
+
+
+def with_attention(config, implementation):
+    config._attn_implementation = implementation
+    return config
+
+
 def tiny_llama():
-    config = transformers.LlamaConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        attention_dropout=0.2, tie_word_embeddings=False)
-    config._attn_implementation = "eager"
-    return transformers.LlamaForCausalLM(config)
+    config = transformers.LlamaConfig(**LLAMA_LIKE, tie_word_embeddings=False)
+    return transformers.LlamaForCausalLM(with_attention(config, "eager"))
 
 
 def tiny_gpt2():
     config = transformers.GPT2Config(
         vocab_size=256, n_positions=64, n_embd=64, n_layer=LAYERS, n_head=4,
         attn_pdrop=0.2, resid_pdrop=0.1, embd_pdrop=0.1)
-    config._attn_implementation = "eager"
-    return transformers.GPT2LMHeadModel(config)
+    return transformers.GPT2LMHeadModel(with_attention(config, "eager"))
 
 
 def tiny_qwen2():
-    config = transformers.Qwen2Config(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        attention_dropout=0.2, use_sliding_window=False)
-    config._attn_implementation = "sdpa"
-    return transformers.Qwen2ForCausalLM(config)
+    config = transformers.Qwen2Config(**LLAMA_LIKE, use_sliding_window=False)
+    return transformers.Qwen2ForCausalLM(with_attention(config, "sdpa"))
 
 
 def step(model, seed):
