@@ -1,5 +1,6 @@
-// The operating-system seam. Every Linux call spillarena makes lives in platform_linux.cc, behind
-// the functions below; nothing else includes <fcntl.h>, <sys/mman.h> or friends.
+// The operating-system seam. Every system call of the library lives in platform_linux.cc, behind
+// the functions below; nothing else in src/ includes <fcntl.h>, <sys/mman.h> or friends, except
+// the io_uring ring itself (io_uring_queue.cc, through liburing).
 //
 // Contract, stated once for every function here:
 //   - result parameters are never null;
