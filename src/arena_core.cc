@@ -37,6 +37,7 @@ void ArenaCore::free(const Block& block) noexcept {
 // src/spill_file.cc).
 void ArenaCore::write(std::uint64_t region, std::uint64_t at, const void* src,
                       std::uint64_t bytes) {
+  if (engine_) engine_->throw_if_failed();
   if (engine_ && options_.io != IoMode::buffered) {
     write_async(region, at, src, bytes).wait();
     return;
@@ -50,6 +51,7 @@ void ArenaCore::write(std::uint64_t region, std::uint64_t at, const void* src,
 }
 
 void ArenaCore::read(std::uint64_t region, std::uint64_t at, void* dst, std::uint64_t bytes) {
+  if (engine_) engine_->throw_if_failed();
   if (engine_ && (options_.io != IoMode::buffered || !storage_->resident(region + at, bytes))) {
     read_async(region, at, dst, bytes).wait();
     return;
@@ -119,6 +121,7 @@ Pending ArenaCore::write_async(std::uint64_t region, std::uint64_t at, const voi
     write(region, at, src, bytes);
     return Pending();
   }
+  engine_->throw_if_failed();  // before hash_written forgets the hashes of the bytes on file
   IoEngine::Hooks hooks = ledger_ ? hash_written(region, at, src, bytes) : IoEngine::Hooks{};
   Pending p = engine_->write(region + at, src, bytes, std::move(hooks));
   bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
@@ -138,6 +141,7 @@ Pending ArenaCore::read_async(std::uint64_t region, std::uint64_t at, void* dst,
 }
 
 const void* ArenaCore::read_in_place(std::uint64_t region, std::uint64_t bytes) const {
+  if (engine_) engine_->throw_if_failed();  // bytes a failed write left behind are not handed out
   storage_->prefetch(region, bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
   const char* in_place = storage_->base() + region;

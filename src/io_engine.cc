@@ -144,10 +144,12 @@ Pending IoEngine::submitted(std::vector<Ticket> parts, const TransferPtr& t) {
 // Note [Failures last until freed]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A failed write leaves wrong bytes in its region, and nothing may read them as if they were
-// right, even where no one waits for the write's Pending (a region released with settle()). So
-// every later write or read of the arena throws the failure, until the region it hit is freed:
-// then no one can read those bytes, and the arena is as good as before, which lets a training
-// step fail with the IoError and the next step run once the disk is back.
+// right, even where no one waits for the write's Pending. So every later write or read of the
+// arena (ArenaCore asks before synchronous and in-place ones too) throws the failure, until the
+// region it hit is freed: then no one can read those bytes, and the arena is as good as before,
+// which lets a training step fail with the IoError and the next step run once the disk is back.
+// A failure no one waited for and whose region was freed first is therefore never reported:
+// nothing read the bytes it spoiled.
 void IoEngine::record(const IoStatus& s) {
   if (s.error_number == 0) return;
   std::lock_guard<std::mutex> lock(mutex_);

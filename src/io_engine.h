@@ -60,6 +60,9 @@ class IoEngine {
   // The block [offset, offset + bytes) was freed: failures inside it are no longer reported,
   // since nothing can read the bytes they left wrong. See Note [Failures last until freed].
   void forget_failures(std::uint64_t offset, std::uint64_t bytes);
+  // Throws the first failure still reported (spill::IoError). Every write and read of the
+  // arena asks first, the synchronous and zero-copy ones too.
+  void throw_if_failed() const;
 
   IoMode mode() const { return mode_; }
   IoBackend backend() const { return queue_->backend(); }
@@ -84,7 +87,6 @@ class IoEngine {
   static TransferPtr transfer(IoOp op, std::uint64_t offset, std::uint64_t bytes, Hooks hooks);
   static Pending submitted(std::vector<Ticket> parts, const TransferPtr& t);
   void record(const IoStatus& status);
-  void throw_if_failed() const;
 
   Storage& storage_;
   const IoMode mode_;

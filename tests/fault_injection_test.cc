@@ -346,18 +346,23 @@ TEST_CASE("faults: EIO and ENOSPC on write surface as IoError in every backend a
   Deadline deadline("write errors", kDeadlineSeconds);
   for_each_setup_and_error(dir.path(), options_in, [](spill::SpillArena& arena, int error) {
     const auto src = pattern(spill::MiB + 7, 2);
-    spill::Region r = arena.allocate(src.size());
     FaultScope fail(failing(spill_test::is_write, error));
-    const spill::IoError e =
-        expect_io_error([&] { r.write_async(src.data(), src.size()).wait(); }, kWriteLost);
-    check_error(e, spill::IoOp::write, error, r);
+    {
+      spill::Region r = arena.allocate(src.size());
+      const spill::IoError e =
+          expect_io_error([&] { r.write_async(src.data(), src.size()).wait(); }, kWriteLost);
+      check_error(e, spill::IoOp::write, error, r);
+      // Until r is freed, every write and read of the arena reports its failure.
+      const spill::IoError later =
+          expect_io_error([&] { r.read_in_place(src.size()); }, kWriteLost);
+      CHECK(later.offset() == e.offset());
+    }  // r freed: its failure is forgotten
     // The synchronous Region::write: pwrite on this thread (buffered) or a queued write that
-    // it waits for (direct); either way the errno arrives here, typed.
+    // it waits for (direct); either way the errno arrives here, typed, for this region.
     spill::Region again = arena.allocate(src.size());
     const spill::IoError sync =
         expect_io_error([&] { again.write(src.data(), src.size()); }, kWriteLost);
-    CHECK(sync.error_number() == error);
-    CHECK(sync.op() == spill::IoOp::write);
+    check_error(sync, spill::IoOp::write, error, again);
   });
 }
 

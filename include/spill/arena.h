@@ -134,9 +134,10 @@ class Region {
   void read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0) const;
   // Queued copies: they return before the bytes moved. `src`/`dst` must stay valid until the
   // Pending completes (in direct mode a write has copied `src` into staging on return, but the
-  // contract is the same for both modes). A failure surfaces at Pending::wait, and at the next
-  // write_async/read_async of the arena; a read's integrity check, done before the Pending is
-  // ready, fails its Pending::wait with spill::IntegrityError. A direct-mode read lands in `dst`
+  // contract is the same for both modes). A failure surfaces at Pending::wait, and at every
+  // write or read of the arena (synchronous and in place too) until this region is freed; a
+  // read's integrity check, done before the Pending is ready, fails its Pending::wait with
+  // spill::IntegrityError (on a RAM arena, read_async checks and throws at once). A direct-mode read lands in `dst`
   // without a copy when `dst` is aligned to SpillArena::io_alignment().
   Pending write_async(const void* src, std::uint64_t bytes);
   Pending read_async(void* dst, std::uint64_t bytes);

@@ -24,6 +24,7 @@ from .errors import (
     InvalidArgumentError,
     IoError,
     MovedFromRegionError,
+    PathError,
     PreallocationError,
     RamBackedDirectoryError,
 )

@@ -20,7 +20,11 @@ class InvalidArgumentError(Error, ValueError):
     """An option or argument out of range (capacity 0, a non-tensor layer input, ...)."""
 
 
-class DirectoryError(Error):
+class PathError(Error):
+    """A file system call on ``path`` failed with ``errno``: the base of the two below."""
+
+
+class DirectoryError(PathError):
     """The spill directory is missing, not a directory or not writable (``path``, ``errno``)."""
 
 
@@ -32,7 +36,7 @@ class InsufficientSpaceError(Error):
     """Less room than the capacity asked (``path``, ``needed_bytes``, ``available_bytes``)."""
 
 
-class PreallocationError(Error):
+class PreallocationError(PathError):
     """The file system cannot preallocate, or the mapping failed (``path``, ``errno``)."""
 
 
@@ -63,6 +67,7 @@ class CheckpointError(Error):
 __all__ = [
     "Error",
     "InvalidArgumentError",
+    "PathError",
     "DirectoryError",
     "RamBackedDirectoryError",
     "InsufficientSpaceError",

@@ -31,8 +31,11 @@ void translate(std::exception_ptr thrown) {
     std::rethrow_exception(thrown);
   } catch (const spill::InvalidArgumentError& e) {
     raise("InvalidArgumentError", e, {});
-  } catch (const spill::DirectoryError& e) {
-    raise("DirectoryError", e, {{"path", text(e.path())}, {"errno", py::int_(e.error_number())}});
+  } catch (const spill::PathError& e) {
+    const char* type = dynamic_cast<const spill::DirectoryError*>(&e)       ? "DirectoryError"
+                       : dynamic_cast<const spill::PreallocationError*>(&e) ? "PreallocationError"
+                                                                             : "PathError";
+    raise(type, e, {{"path", text(e.path())}, {"errno", py::int_(e.error_number())}});
   } catch (const spill::RamBackedDirectoryError& e) {
     raise("RamBackedDirectoryError", e,
           {{"path", text(e.path())}, {"file_system_type", text(e.file_system_type())}});
@@ -41,9 +44,6 @@ void translate(std::exception_ptr thrown) {
           {{"path", text(e.path())},
            {"needed_bytes", num(e.needed_bytes())},
            {"available_bytes", num(e.available_bytes())}});
-  } catch (const spill::PreallocationError& e) {
-    raise("PreallocationError", e,
-          {{"path", text(e.path())}, {"errno", py::int_(e.error_number())}});
   } catch (const spill::ArenaExhaustedError& e) {
     raise("ArenaExhaustedError", e,
           {{"requested_bytes", num(e.requested_bytes())},
@@ -79,6 +79,7 @@ void bind_errors(py::module_& m) {
   // translator, without having to provoke every failure for real.
   m.def("_throw", [](const std::string& type, const std::string& message) {
     if (type == "InvalidArgumentError") throw spill::InvalidArgumentError(message);
+    if (type == "PathError") throw spill::PathError("/spill", 13, message);
     if (type == "DirectoryError") throw spill::DirectoryError("/nowhere", 2, message);
     if (type == "RamBackedDirectoryError")
       throw spill::RamBackedDirectoryError("/dev/shm", "tmpfs", message);

@@ -140,6 +140,7 @@ ERROR_FIELDS = {
     "RamBackedDirectoryError": {"path": "/dev/shm", "file_system_type": "tmpfs"},
     "InsufficientSpaceError": {"path": "/spill", "needed_bytes": 2048, "available_bytes": 1024},
     "PreallocationError": {"path": "/spill", "errno": 95},
+    "PathError": {"path": "/spill", "errno": 13},
     "ArenaExhaustedError": {"requested_bytes": 4096, "free_bytes": 1024, "largest_free_block": 512},
     "MovedFromRegionError": {},
     "IoError": {"errno": 5, "op": "read", "offset": 4096, "bytes": 8192},
@@ -200,3 +201,10 @@ def test_a_spill_file_changed_behind_the_arena_raises_integrity_error_in_backwar
     assert caught.value.expected_hash != caught.value.found_hash
     assert layer.weight.grad is None and x.grad is None
     assert arena.stats()["integrity_failures"] == 1
+
+
+def test_path_errors_share_one_base():
+    assert issubclass(spillarena.DirectoryError, spillarena.PathError)
+    assert issubclass(spillarena.PreallocationError, spillarena.PathError)
+    with pytest.raises(spillarena.PathError):
+        spillarena.SpillArena(1 << 20, directory="/nonexistent/spillarena")

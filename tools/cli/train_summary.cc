@@ -120,8 +120,9 @@ void print_summary(const TrainRequest& r, const Summary& s, const SpillArena* ar
         << a.restore_waits << " of " << a.restores << " restores ("
         << static_cast<double>(a.restore_wait_ns) / 1e6 << " ms); prefetch hits "
         << a.prefetch_hits << " of " << a.prefetches << "\n"
-        << "  integrity       " << human_bytes(a.bytes_verified) << " read back verified (XXH3)"
-        << (a.bytes_hashed == 0 ? ", off" : "") << "\n";
+        << "  integrity       XXH3 of " << human_bytes(a.bytes_hashed) << " written, "
+        << human_bytes(a.bytes_verified) << " verified on read back, " << a.integrity_failures
+        << " failures\n";
   }
   if (!s.sample.empty()) out << "  sample          " << s.sample << "\n";
 }
