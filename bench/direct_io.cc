@@ -1,5 +1,9 @@
 #include "direct_io.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -7,12 +11,64 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "platform.h"
+#include "spill/sizing.h"
 
 namespace spill_bench {
+namespace {
+
+// Retries a call interrupted by a signal; returns its result or -1 (errno set).
+template <class Call>
+long retry_eintr(Call call) {
+  long r;
+  do {
+    r = call();
+  } while (r < 0 && errno == EINTR);
+  return r;
+}
+
+// pwrite or pread until all `bytes` moved: 0, or the errno (EIO for a call that moved nothing).
+int move_all(int fd, char* p, std::uint64_t bytes, std::uint64_t offset, bool write) {
+  while (bytes > 0) {
+    const long n = retry_eintr([&] {
+      return write ? pwrite(fd, p, bytes, static_cast<off_t>(offset))
+                   : pread(fd, p, bytes, static_cast<off_t>(offset));
+    });
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    p += n;
+    bytes -= static_cast<std::uint64_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return 0;
+}
+
+}  // namespace
+
+DirectFile::DirectFile(const std::string& directory, std::uint64_t bytes) {
+  const int fd = static_cast<int>(retry_eintr([&] {
+    return open(directory.c_str(), O_TMPFILE | O_EXCL | O_RDWR | O_CLOEXEC | O_DIRECT, 0600);
+  }));
+  if (fd < 0) return;
+  if (retry_eintr([&] { return fallocate(fd, 0, 0, static_cast<off_t>(bytes)); }) != 0) {
+    close(fd);
+    return;
+  }
+  fd_ = fd;
+}
+
+DirectFile::~DirectFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+namespace {
+std::uint64_t whole_pages(std::uint64_t bytes) {
+  const std::uint64_t page = spill::page_size_bytes();
+  return (bytes + page - 1) / page * page;
+}
+}  // namespace
 
 AlignedBuffer::AlignedBuffer(std::uint64_t bytes)
-    : data_(static_cast<char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096))) {
+    : data_(static_cast<char*>(std::aligned_alloc(spill::page_size_bytes(), whole_pages(bytes)))) {
   if (data_ == nullptr) throw std::bad_alloc();
 }
 
@@ -25,8 +81,7 @@ int direct_transfer(int fd, char* buffer, std::uint64_t bytes, bool write) {
     workers.emplace_back([&, q] {
       for (std::uint64_t off = q * kDirectBlock; off < bytes; off += kDirectQueueDepth * kDirectBlock) {
         const std::uint64_t n = std::min(kDirectBlock, bytes - off);
-        const int e = write ? spill::platform::write_at(fd, buffer + off, n, off)
-                            : spill::platform::read_at(fd, buffer + off, n, off);
+        const int e = move_all(fd, buffer + off, n, off, write);
         if (e != 0) errors[q] = e;
       }
     });
@@ -40,22 +95,19 @@ int direct_transfer(int fd, char* buffer, std::uint64_t bytes, bool write) {
 
 DirectIoSpeed measure_direct_io(const std::string& directory, std::uint64_t bytes) {
   DirectIoSpeed s;
-  int fd = -1;
-  if (spill::platform::open_unnamed_direct_file(directory, &fd) != 0 ||
-      spill::platform::preallocate(fd, bytes) != 0) {
-    if (fd >= 0) spill::platform::close_file(fd);
+  DirectFile file(directory, bytes);
+  if (!file.ok()) {
     s.error = "O_DIRECT is not supported in " + directory;
     return s;
   }
   AlignedBuffer buffer(bytes);
   std::memset(buffer.data(), 7, bytes);
   Stopwatch w;
-  int e = direct_transfer(fd, buffer.data(), bytes, true);
+  int e = direct_transfer(file.fd(), buffer.data(), bytes, true);
   const double write_s = w.seconds();
   Stopwatch r;
-  e = e != 0 ? e : direct_transfer(fd, buffer.data(), bytes, false);
+  e = e != 0 ? e : direct_transfer(file.fd(), buffer.data(), bytes, false);
   const double read_s = r.seconds();
-  spill::platform::close_file(fd);
   if (e != 0) {
     s.error = std::strerror(e);
     return s;

@@ -1,9 +1,12 @@
 // O_DIRECT transfers with plain synchronous calls: the disk's own limit, which the spill paths
-// are measured against (BM_RoundTrip/direct_io, BM_Regime's direct_io counters).
+// are measured against (BM_RoundTrip/direct_io, BM_Regime's direct_io counters). The benchmark
+// makes its own calls (direct_io.cc); the library exports no O_DIRECT file of its own.
 //
-//   spill_bench::AlignedBuffer buf(bytes);
 //   spill_bench::DirectIoSpeed s = spill_bench::measure_direct_io(spill_dir(), bytes);
 //   if (s.error.empty()) std::cout << s.write_Bps << " " << s.read_Bps;
+//   spill_bench::DirectFile file(spill_dir(), bytes);   // or by hand:
+//   spill_bench::AlignedBuffer buf(bytes);
+//   if (file.ok()) direct_transfer(file.fd(), buf.data(), bytes, /*write=*/true);
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,21 @@ class AlignedBuffer {
 
  private:
   char* data_;
+};
+
+// A new unnamed file of `bytes` in `directory`, opened O_TMPFILE | O_EXCL | O_DIRECT (mode 0600)
+// and preallocated; closed when it dies. ok() is false where the file system refuses any of it.
+class DirectFile {
+ public:
+  DirectFile(const std::string& directory, std::uint64_t bytes);
+  ~DirectFile();
+  DirectFile(const DirectFile&) = delete;
+  DirectFile& operator=(const DirectFile&) = delete;
+  bool ok() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
 };
 
 // Moves [0, bytes) between `buffer` and `fd` in kDirectBlock pieces, kDirectQueueDepth threads

@@ -1,7 +1,7 @@
 // BM_RoundTrip/<method>/<MiB>: spill one tensor and read it back.
 //   arena          the disk SpillArena through the checkpoint wrapper's stash (store + restore;
 //                  the restore is zero-copy, see Note [Zero-copy restore] in
-//                  src/arena_stash.cc)
+//                  src/torch_layer/arena_stash.cc)
 //   arena_evicted  the disk arena, its pages dropped from the page cache before the read
 //   arena_ram      the RAM-backed arena through the same stash
 //   arena_direct   the disk arena with IoMode::direct: staged O_DIRECT write, O_DIRECT read into
@@ -23,7 +23,6 @@
 
 #include "bench_common.h"
 #include "direct_io.h"
-#include "platform.h"
 #include "spill/spill.h"
 
 namespace spill_bench {
@@ -53,7 +52,8 @@ torch::Tensor payload(std::uint64_t bytes) {
 void touch_pages(const void* data, std::uint64_t bytes) {
   const volatile unsigned char* p = static_cast<const volatile unsigned char*>(data);
   unsigned sum = 0;
-  for (std::uint64_t i = 0; i < bytes; i += 4096) sum += p[i];
+  const std::uint64_t page = spill::page_size_bytes();
+  for (std::uint64_t i = 0; i < bytes; i += page) sum += p[i];
   benchmark::DoNotOptimize(sum);
 }
 
@@ -185,13 +185,12 @@ void round_trip_memcpy(benchmark::State& state) {
 
 void round_trip_direct_io(benchmark::State& state) {
   const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
-  int fd = -1;
-  if (spill::platform::open_unnamed_direct_file(spill_dir(), &fd) != 0 ||
-      spill::platform::preallocate(fd, bytes) != 0) {
+  DirectFile file(spill_dir(), bytes);
+  if (!file.ok()) {
     state.SkipWithError("O_DIRECT is not supported in the spill directory");
-    if (fd >= 0) spill::platform::close_file(fd);
     return;
   }
+  const int fd = file.fd();
   AlignedBuffer src(bytes), back(bytes);
   std::memset(src.data(), 7, bytes);
   PhaseTimes t;
@@ -209,7 +208,6 @@ void round_trip_direct_io(benchmark::State& state) {
     }
   }
   if (std::memcmp(src.data(), back.data(), bytes) != 0) state.SkipWithError("direct I/O mismatch");
-  spill::platform::close_file(fd);
   report(state, bytes, t);
 }
 

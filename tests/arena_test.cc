@@ -39,7 +39,7 @@ TEST_CASE("arena: written bytes read back equal, through read() and read_in_plac
     arena.read(r, dst.data(), dst.size());
     CHECK(dst == src);
     CHECK(std::memcmp(r.read_in_place(src.size()), src.data(), src.size()) == 0);
-    CHECK(r.offset() % 4096 == 0);
+    CHECK(r.offset() % spill::page_size_bytes() == 0);
   }
 }
 
@@ -99,10 +99,11 @@ TEST_CASE("arena: bad options and zero-byte allocations are typed errors") {
                   spill::InvalidArgumentError);
   spill::SpillArena arena(options_in(dir.path(), spill::MiB));
   CHECK_THROWS_AS(arena.allocate(0), spill::InvalidArgumentError);
-  spill::Region r = arena.allocate(4096);
-  std::vector<char> big(8192);
+  const std::uint64_t page = spill::page_size_bytes();
+  spill::Region r = arena.allocate(page);
+  std::vector<char> big(2 * page);
   CHECK_THROWS_AS(r.write(big.data(), big.size()), spill::InvalidArgumentError);
-  CHECK_THROWS_AS(r.read(big.data(), 100, 4090), spill::InvalidArgumentError);
+  CHECK_THROWS_AS(r.read(big.data(), 100, page - 6), spill::InvalidArgumentError);
 }
 
 TEST_CASE("arena: a RAM arena larger than physical memory is refused") {
@@ -114,7 +115,7 @@ TEST_CASE("arena: a region of another arena is refused") {
   ScratchDir dir;
   spill::SpillArena one(options_in(dir.path(), spill::MiB));
   spill::SpillArena two(options_in(dir.path(), spill::MiB));
-  spill::Region r = one.allocate(4096);
+  spill::Region r = one.allocate(spill::page_size_bytes());
   char byte = 1;
   CHECK_THROWS_AS(two.write(r, &byte, 1), spill::InvalidArgumentError);
 }
@@ -173,10 +174,11 @@ TEST_CASE("arena: regions may be written, read and freed from several threads") 
   spill::SpillArena arena(options_in(dir.path(), 64 * spill::MiB));
   std::vector<std::thread> threads;
   std::vector<int> failures(4, 0);
+  const std::uint64_t page = spill::page_size_bytes();
   for (unsigned t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (unsigned i = 0; i < 50; ++i) {
-        const auto src = pattern(64 * 1024 + t * 4096 + i, t * 100 + i);
+        const auto src = pattern(64 * 1024 + t * page + i, t * 100 + i);
         spill::Region r = arena.allocate(src.size());
         r.write(src.data(), src.size());
         std::vector<unsigned char> dst(src.size());
@@ -220,8 +222,9 @@ TEST_CASE("arena: a moved-from arena throws a typed error instead of crashing") 
   ScratchDir dir;
   spill::SpillArena a(options_in(dir.path(), spill::MiB));
   spill::SpillArena b = std::move(a);
-  CHECK_THROWS_AS(a.allocate(4096), spill::Error);
+  const std::uint64_t page = spill::page_size_bytes();
+  CHECK_THROWS_AS(a.allocate(page), spill::Error);
   CHECK_THROWS_AS(a.stats(), spill::Error);
   CHECK_THROWS_AS(a.directory(), spill::Error);
-  CHECK(b.allocate(4096).size() == 4096);
+  CHECK(b.allocate(page).size() == page);
 }

@@ -1,7 +1,7 @@
-// Faults at the platform seam (see Note [Fault injection at the seam] in src/platform_linux.cc):
-// short counts, EIO, ENOSPC and end of file in pwrite/pread and in io_uring pieces, through the
-// synchronous path, both queue backends and both I/O modes, and (with LibTorch) through
-// spill::checkpoint.
+// Faults at the platform seam, injected through <spill/testing.h>: short counts, EIO, ENOSPC and
+// end of file in pwrite/pread and in io_uring pieces, through the synchronous path, both queue
+// backends and both I/O modes, and (with LibTorch) through spill::checkpoint. See
+// Note [Fault injection at the seam] in src/core/fault_injection.cc.
 #ifdef SPILLARENA_TEST_WITH_TORCH
 #include <torch/torch.h>  // before doctest: c10 defines a CHECK of its own, doctest's must win
 #endif
@@ -21,14 +21,14 @@
 
 #include "io_test_support.h"
 #include "spill/core.h"
-#include "spill_file.h"
+#include "spill/testing.h"
 #include "test_support.h"
 
 #ifdef SPILLARENA_TEST_WITH_TORCH
 #include "gpt_test_support.h"
 #endif
 
-using spill::platform::FaultSite;
+using spill::testing::FaultSite;
 using spill_test::Deadline;
 using spill_test::FaultScope;
 using spill_test::ScratchDir;
@@ -107,11 +107,16 @@ std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
+std::uint64_t round_up(std::uint64_t bytes, std::uint64_t unit) {
+  return (bytes + unit - 1) / unit * unit;
+}
+
 // A destination aligned for direct reads, so they land without staging.
 struct AlignedBuffer {
   explicit AlignedBuffer(std::size_t n)
       : bytes(n),
-        data(static_cast<unsigned char*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {}
+        data(static_cast<unsigned char*>(
+            std::aligned_alloc(spill::page_size_bytes(), round_up(n, spill::page_size_bytes())))) {}
   ~AlignedBuffer() { std::free(data); }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
@@ -122,10 +127,6 @@ struct AlignedBuffer {
   unsigned char* data;
 };
 
-std::uint64_t round_up(std::uint64_t bytes, std::uint64_t unit) {
-  return (bytes + unit - 1) / unit * unit;
-}
-
 // What the calls of one kind inside a file range were granted: how many, and how many bytes.
 struct Granted {
   std::atomic<std::uint64_t> calls{0};
@@ -133,8 +134,8 @@ struct Granted {
 };
 
 // Wraps `inner`, counting the read and write calls inside [begin, end) of the file.
-spill::platform::FaultHook counting(spill::platform::FaultHook inner, std::uint64_t begin,
-                                    std::uint64_t end, Granted* writes, Granted* reads) {
+spill::testing::FaultHook counting(spill::testing::FaultHook inner, std::uint64_t begin,
+                                   std::uint64_t end, Granted* writes, Granted* reads) {
   return [=](FaultSite site, std::uint64_t bytes, std::uint64_t offset) {
     const std::int64_t v = inner(site, bytes, offset);
     if (offset >= begin && offset < end && v > 0) {
@@ -151,7 +152,7 @@ spill::platform::FaultHook counting(spill::platform::FaultHook inner, std::uint6
 }
 
 // Every read and write call of `sites` fails with `error` and moves nothing.
-spill::platform::FaultHook failing(bool (*sites)(FaultSite), int error) {
+spill::testing::FaultHook failing(bool (*sites)(FaultSite), int error) {
   return [=](FaultSite site, std::uint64_t bytes, std::uint64_t) {
     return sites(site) ? -static_cast<std::int64_t>(error) : static_cast<std::int64_t>(bytes);
   };
@@ -182,29 +183,17 @@ void check_error(const spill::IoError& e, spill::IoOp op, int error, const spill
   CHECK(std::string(e.what()).find(std::strerror(error)) != std::string::npos);
 }
 
-// The synchronous storage of an arena, to reach SpillFile::read's pread (Region::read of a
-// non-resident range goes through the queue).
-std::unique_ptr<spill::detail::Storage> spill_file_in(const std::string& dir) {
-  spill::detail::SpillFileOptions o;
-  o.directory = dir;
-  o.capacity_bytes = 16 * spill::MiB;
-  return spill::detail::make_spill_file(o);
-}
+// A buffered arena on the thread pool: Region::write is the synchronous write_at (pwrite) on the
+// calling thread, and Region::read of pages dropped from the cache waits for read_at (pread) on
+// a pool thread, one per 4 MiB piece.
+constexpr Setup kSynchronous{spill::IoMode::buffered, spill::IoBackend::thread_pool};
 
-// Drops the whole pages holding [offset, offset + bytes) from the page cache (the kernel drops
-// only pages the range covers entirely), so the next read of them calls pread.
-void drop_pages(spill::detail::Storage& file, std::uint64_t offset, std::uint64_t bytes) {
-  const std::uint64_t start = offset / 4096 * 4096;
-  file.drop_cached_pages(start, round_up(offset + bytes, 4096) - start);
-}
-
-// Writes `src` at `offset` of `file`, drops the pages, and reads them back with pread.
-std::vector<unsigned char> round_trip(spill::detail::Storage& file, std::uint64_t offset,
-                                      const std::vector<unsigned char>& src) {
-  file.write(offset, src.data(), src.size());
-  drop_pages(file, offset, src.size());
+// Writes `src` into `r`, drops its pages from the page cache, and reads them back from the disk.
+std::vector<unsigned char> round_trip(spill::Region& r, const std::vector<unsigned char>& src) {
+  r.write(src.data(), src.size());
+  r.drop_cached_pages();
   std::vector<unsigned char> dst(src.size());
-  file.read(offset, dst.data(), dst.size());
+  r.read(dst.data(), dst.size());
   return dst;
 }
 
@@ -217,13 +206,16 @@ std::vector<unsigned char> round_trip(spill::detail::Storage& file, std::uint64_
 TEST_CASE("faults: pwrite and pread moving one byte per call still round-trip (synchronous)") {
   ScratchDir dir;
   Deadline deadline("synchronous short counts", kDeadlineSeconds);
-  auto file = spill_file_in(dir.path());
-  for (std::size_t bytes : {std::size_t{1}, std::size_t{4097}, std::size_t{3 * 4096 + 5}}) {
+  auto arena = arena_for(dir.path(), kSynchronous);
+  REQUIRE(arena);
+  const std::uint64_t page = spill::page_size_bytes();
+  for (std::uint64_t bytes : {std::uint64_t{1}, page + 1, 3 * page + 5}) {
     CAPTURE(bytes);
     const auto src = pattern(bytes, static_cast<unsigned>(bytes));
+    spill::Region r = arena->allocate(bytes);
     Granted writes, reads;
     FaultScope one_byte(counting(spill_test::unit_counts(1), 0, ~0ull, &writes, &reads));
-    CHECK(round_trip(*file, 8192, src) == src);
+    CHECK(round_trip(r, src) == src);
     CHECK(writes.calls == bytes);  // one pwrite per byte, each byte once
     CHECK(writes.bytes == bytes);
     CHECK(reads.calls == bytes);
@@ -232,7 +224,8 @@ TEST_CASE("faults: pwrite and pread moving one byte per call still round-trip (s
   Granted writes, reads;
   FaultScope halves(counting(spill_test::half_counts(1), 0, ~0ull, &writes, &reads));
   const auto big = pattern(spill::MiB + 13, 5);
-  CHECK(round_trip(*file, 0, big) == big);
+  spill::Region r = arena->allocate(big.size());
+  CHECK(round_trip(r, big) == big);
   CHECK(writes.calls > 10);
   CHECK(writes.bytes == big.size());
   CHECK(reads.bytes == big.size());
@@ -247,7 +240,7 @@ TEST_CASE("faults: short counts in both backends and modes are completed and rou
     auto arena = arena_for(dir.path(), s);
     if (!arena) continue;
     const std::uint64_t unit = s.mode == spill::IoMode::direct ? arena->io_alignment() : 1;
-    for (std::size_t bytes : {std::size_t{1}, std::size_t{4097}, 9 * spill::MiB + 13}) {
+    for (std::size_t bytes : {std::size_t{1}, spill::page_size_bytes() + 1, 9 * spill::MiB + 13}) {
       CAPTURE(bytes);
       const auto src = pattern(bytes, static_cast<unsigned>(bytes) + 1);
       spill::Region r = arena->allocate(bytes);
@@ -280,16 +273,18 @@ TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endl
     const bool data = spill_test::is_read(site) || spill_test::is_write(site);
     return data ? 0 : static_cast<std::int64_t>(bytes);
   };
-  auto file = spill_file_in(dir.path());
   const auto src = pattern(8192, 3);
-  file->write(0, src.data(), src.size());
-  drop_pages(*file, 0, src.size());
   {
+    auto arena = arena_for(dir.path(), kSynchronous);
+    REQUIRE(arena);
+    spill::Region r = arena->allocate(src.size());
+    r.write(src.data(), src.size());
+    r.drop_cached_pages();
     FaultScope eof(zero);
     std::vector<unsigned char> dst(src.size());
-    CHECK_THROWS_WITH_AS(file->read(0, dst.data(), dst.size()), doctest::Contains("read of 8192"),
+    CHECK_THROWS_WITH_AS(r.write(src.data(), src.size()), doctest::Contains("write of 8192"),
                          spill::IoError);
-    CHECK_THROWS_WITH_AS(file->write(0, src.data(), src.size()), doctest::Contains("write of 8192"),
+    CHECK_THROWS_WITH_AS(r.read(dst.data(), dst.size()), doctest::Contains("read of 8192"),
                          spill::IoError);
   }
   for (const Setup& s : setups()) {
@@ -315,28 +310,29 @@ TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endl
 TEST_CASE("faults: EIO and ENOSPC of the synchronous pwrite and pread are typed IoErrors") {
   ScratchDir dir;
   Deadline deadline("synchronous errors", kDeadlineSeconds);
-  auto file = spill_file_in(dir.path());
-  const auto src = pattern(3 * 4096, 1);
-  file->write(4096, src.data(), src.size());
-  drop_pages(*file, 4096, src.size());
+  auto arena = arena_for(dir.path(), kSynchronous);
+  REQUIRE(arena);
+  const auto src = pattern(3 * spill::page_size_bytes(), 1);
   for (int error : {EIO, ENOSPC}) {
     CAPTURE(error);
+    spill::Region r = arena->allocate(src.size());  // a fresh one: a failed read lasts until freed
+    r.write(src.data(), src.size());
+    r.drop_cached_pages();
     {
       FaultScope fail(failing(spill_test::is_write, error));
       const spill::IoError e =
-          expect_io_error([&] { file->write(4096, src.data(), src.size()); }, kWriteLost);
+          expect_io_error([&] { r.write(src.data(), src.size()); }, kWriteLost);
       CHECK(e.error_number() == error);
       CHECK(e.op() == spill::IoOp::write);
-      CHECK(e.offset() == 4096);
+      CHECK(e.offset() == r.offset());
       CHECK(e.bytes() == src.size());
     }
     FaultScope fail(failing(spill_test::is_read, error));
     std::vector<unsigned char> dst(src.size());
-    const spill::IoError e =
-        expect_io_error([&] { file->read(4096, dst.data(), dst.size()); }, kReadLost);
+    const spill::IoError e = expect_io_error([&] { r.read(dst.data(), dst.size()); }, kReadLost);
     CHECK(e.error_number() == error);
     CHECK(e.op() == spill::IoOp::read);
-    CHECK(e.offset() == 4096);
+    CHECK(e.offset() == r.offset());
     CHECK(e.bytes() == src.size());
   }
 }

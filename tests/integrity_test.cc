@@ -1,7 +1,7 @@
 // ArenaOptions::verify_integrity: bytes changed in the spill file behind the arena's back become
 // a spill::IntegrityError naming the region, on every path bytes come back through: Region::read,
 // read_async (buffered and direct, thread pool and io_uring), read_in_place, and the backward of
-// spill::checkpoint. See Note [Integrity hashing] in src/integrity.cc.
+// spill::checkpoint. See Note [Integrity hashing] in src/core/integrity.cc.
 // clang-format off
 #include <torch/torch.h>  // first: its CHECK macro (c10 logging) must not replace doctest's
 // clang-format on
@@ -75,10 +75,12 @@ class FileBehindTheArena {
 
 // A buffer aligned for direct reads that land without staging.
 struct AlignedBuffer {
-  explicit AlignedBuffer(std::size_t n)
-      : data(static_cast<unsigned char*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {}
+  explicit AlignedBuffer(std::size_t n) {
+    const std::uint64_t page = spill::page_size_bytes();
+    data = static_cast<unsigned char*>(std::aligned_alloc(page, (n + page - 1) / page * page));
+  }
   ~AlignedBuffer() { std::free(data); }
-  unsigned char* data;
+  unsigned char* data = nullptr;
 };
 
 // The error names the region, the hashed bytes holding `changed` (one write's bytes in one
@@ -268,7 +270,8 @@ TEST_CASE(
       REQUIRE(spilled > 0);
       {
         FileBehindTheArena file(dir.path());
-        for (std::uint64_t at = 0; at < spilled; at += 4096) file.flip(at);  // every region
+        const std::uint64_t page = spill::page_size_bytes();
+        for (std::uint64_t at = 0; at < spilled; at += page) file.flip(at);  // every region
       }
       CHECK_THROWS_AS(loss.backward(), spill::IntegrityError);
       CHECK_FALSE(x.grad().defined());
@@ -298,33 +301,36 @@ TEST_CASE("integrity: with verify_integrity off nothing is hashed and changed by
 TEST_CASE("integrity: a hash covers one write; a read checks the writes it covers whole") {
   ScratchDir dir;
   spill::SpillArena arena(options_in(dir.path()));
-  spill::Region r = arena.allocate(64 * 1024);
-  const auto a = pattern(4096, 1);
-  const auto b = pattern(4096, 2);
+  const std::uint64_t page = spill::page_size_bytes();
+  spill::Region r = arena.allocate(16 * page);
+  const auto a = pattern(page, 1);  // a page written at 0
+  const auto b = pattern(page, 2);  // and one at the third page
+  const std::uint64_t at_b = 2 * page;
   r.write(a.data(), a.size(), 0);
-  r.write(b.data(), b.size(), 8192);
-  std::vector<unsigned char> dst(64 * 1024);
+  r.write(b.data(), b.size(), at_b);
+  std::vector<unsigned char> dst(16 * page);
   r.read(dst.data(), dst.size());
-  CHECK(arena.stats().bytes_verified == 8192);
+  CHECK(arena.stats().bytes_verified == 2 * page);
   r.read(dst.data(), 100);  // part of a's bytes: not checked
-  CHECK(arena.stats().bytes_verified == 8192);
-  r.read(dst.data(), 4096, 8192);  // b's bytes exactly
-  CHECK(arena.stats().bytes_verified == 12288);
+  CHECK(arena.stats().bytes_verified == 2 * page);
+  r.read(dst.data(), page, at_b);  // b's bytes exactly
+  CHECK(arena.stats().bytes_verified == 3 * page);
 
   FileBehindTheArena file(dir.path());
-  file.flip(r.offset() + 8192 + 7);
+  file.flip(r.offset() + at_b + 7);
   try {
     r.read(dst.data(), dst.size());
     FAIL("the changed byte in b was read back without an error");
   } catch (const spill::IntegrityError& e) {
     CHECK(e.region_offset() == r.offset());
-    CHECK(e.offset_in_region() == 8192);
-    CHECK(e.bytes() == 4096);
-    CHECK(std::string(e.what()).find("at offset 8192 of the region") != std::string::npos);
+    CHECK(e.offset_in_region() == at_b);
+    CHECK(e.bytes() == page);
+    const std::string where = "at offset " + std::to_string(at_b) + " of the region";
+    CHECK(std::string(e.what()).find(where) != std::string::npos);
   }
-  r.write(b.data(), b.size(), 8192);  // rewritten: the arena is usable again
-  r.write(a.data(), 2048, 0);         // overlaps a: a's hash is forgotten, this one kept
-  file.flip(r.offset() + 3000);       // in a's old bytes only
+  r.write(b.data(), b.size(), at_b);       // rewritten: the arena is usable again
+  r.write(a.data(), page / 2, 0);          // overlaps a: a's hash is forgotten, this one kept
+  file.flip(r.offset() + page / 2 + 952);  // in a's old bytes only
   CHECK_NOTHROW(r.read(dst.data(), dst.size()));
   file.flip(r.offset() + 100);  // in the new write's bytes
   CHECK_THROWS_AS(r.read(dst.data(), dst.size()), spill::IntegrityError);
@@ -333,7 +339,8 @@ TEST_CASE("integrity: a hash covers one write; a read checks the writes it cover
 TEST_CASE("integrity: a freed region's hashes go with it") {
   ScratchDir dir;
   spill::SpillArena arena(options_in(dir.path()));
-  const auto src = pattern(8192, 9);
+  const std::uint64_t page = spill::page_size_bytes();
+  const auto src = pattern(2 * page, 9);
   std::uint64_t offset = 0;
   {
     spill::Region r = arena.allocate(src.size());
@@ -342,7 +349,7 @@ TEST_CASE("integrity: a freed region's hashes go with it") {
   }
   spill::Region again = arena.allocate(src.size());
   REQUIRE(again.offset() == offset);  // LIFO reuse: the same bytes
-  again.write(src.data(), 100, 4096);
+  again.write(src.data(), 100, page);
   FileBehindTheArena(dir.path()).flip(offset + 10);  // covered only by the freed region's write
   std::vector<unsigned char> dst(src.size());
   CHECK_NOTHROW(again.read(dst.data(), dst.size()));

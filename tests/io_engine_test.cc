@@ -10,7 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include "io_queue.h"
 #include "io_test_support.h"
 #include "spill/core.h"
 #include "test_support.h"
@@ -170,10 +169,17 @@ TEST_CASE("io engine: a failed write surfaces as a typed error with op, offset, 
 }
 
 TEST_CASE("io engine: a real file-size limit (EFBIG) names ulimit, not the file system") {
-  const spill::IoStatus s{EFBIG, spill::IoOp::write, 4096, 8192};
+  ScratchDir dir;
+  HookScope too_big([](spill::IoOp op) { return op == spill::IoOp::write ? EFBIG : 0; });
+  spill::SpillArena arena(
+      options_in(dir.path(), spill::MiB, spill::IoMode::buffered, spill::IoBackend::thread_pool));
+  const auto src = pattern(8192, 3);
+  spill::Region r = arena.allocate(src.size());
   try {
-    spill::detail::throw_io_error(s);
+    r.write_async(src.data(), src.size()).wait();
+    FAIL("the injected EFBIG was lost");
   } catch (const spill::IoError& e) {
+    CHECK(e.error_number() == EFBIG);
     CHECK(std::string(e.what()).find("ulimit -f") != std::string::npos);
     CHECK(std::string(e.what()).find("file system") == std::string::npos);
   }
@@ -188,7 +194,7 @@ TEST_CASE("io engine: many threads writing and reading with random delays lose n
       std::atomic<int> mismatches{0};
       auto worker = [&](unsigned id) {
         for (unsigned i = 0; i < 12; ++i) {
-          const auto src = pattern(300 * 1024 + id * 4096 + i, id * 100 + i);
+          const auto src = pattern(300 * 1024 + id * spill::page_size_bytes() + i, id * 100 + i);
           spill::Region r = arena.allocate(src.size());
           spill::Pending w = r.write_async(src.data(), src.size());
           w.wait();

@@ -16,17 +16,16 @@
 #include <string>
 #include <thread>
 
-#include "io_queue.h"
-#include "platform.h"
+#include "spill/testing.h"
 
 namespace spill_test {
 
-// Installs a test hook for the queues made while it lives. See spill::detail::set_io_test_hook.
+// Installs a test hook for the queues made while it lives. See spill::testing::set_io_test_hook.
 struct HookScope {
   explicit HookScope(std::function<int(spill::IoOp)> hook) {
-    spill::detail::set_io_test_hook(std::move(hook));
+    spill::testing::set_io_test_hook(std::move(hook));
   }
-  ~HookScope() { spill::detail::set_io_test_hook({}); }
+  ~HookScope() { spill::testing::set_io_test_hook({}); }
   HookScope(const HookScope&) = delete;
   HookScope& operator=(const HookScope&) = delete;
 };
@@ -42,37 +41,37 @@ inline std::function<int(spill::IoOp)> random_delays(unsigned seed, unsigned max
 }
 
 // Installs a platform fault hook for its lifetime (see Note [Fault injection at the seam] in
-// src/platform_linux.cc).
+// src/core/fault_injection.cc).
 struct FaultScope {
-  explicit FaultScope(spill::platform::FaultHook hook) {
-    spill::platform::set_fault_hook(std::move(hook));
+  explicit FaultScope(spill::testing::FaultHook hook) {
+    spill::testing::set_fault_hook(std::move(hook));
   }
-  ~FaultScope() { spill::platform::set_fault_hook({}); }
+  ~FaultScope() { spill::testing::set_fault_hook({}); }
   FaultScope(const FaultScope&) = delete;
   FaultScope& operator=(const FaultScope&) = delete;
 };
 
-inline bool is_write(spill::platform::FaultSite site) {
-  using spill::platform::FaultSite;
+inline bool is_write(spill::testing::FaultSite site) {
+  using spill::testing::FaultSite;
   return site == FaultSite::pwrite || site == FaultSite::ring_write;
 }
-inline bool is_read(spill::platform::FaultSite site) {
-  using spill::platform::FaultSite;
+inline bool is_read(spill::testing::FaultSite site) {
+  using spill::testing::FaultSite;
   return site == FaultSite::pread || site == FaultSite::ring_read;
 }
 
 // Every read and write call moves `unit` bytes (or what is left, if less): one byte at a time
 // with unit 1; one direct-I/O block at a time with the alignment.
-inline spill::platform::FaultHook unit_counts(std::uint64_t unit) {
-  return [unit](spill::platform::FaultSite site, std::uint64_t bytes, std::uint64_t) {
+inline spill::testing::FaultHook unit_counts(std::uint64_t unit) {
+  return [unit](spill::testing::FaultSite site, std::uint64_t bytes, std::uint64_t) {
     if (!is_write(site) && !is_read(site)) return static_cast<std::int64_t>(bytes);
     return static_cast<std::int64_t>(std::min(unit, bytes));
   };
 }
 
 // Every read and write call moves half of what it asks, in whole units (at least one unit).
-inline spill::platform::FaultHook half_counts(std::uint64_t unit) {
-  return [unit](spill::platform::FaultSite site, std::uint64_t bytes, std::uint64_t) {
+inline spill::testing::FaultHook half_counts(std::uint64_t unit) {
+  return [unit](spill::testing::FaultSite site, std::uint64_t bytes, std::uint64_t) {
     if (!is_write(site) && !is_read(site)) return static_cast<std::int64_t>(bytes);
     return static_cast<std::int64_t>(std::max(bytes / 2 / unit * unit, std::min(unit, bytes)));
   };

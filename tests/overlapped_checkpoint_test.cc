@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "gpt_test_support.h"
-#include "io_queue.h"
 #include "io_test_support.h"
 #include "test_support.h"
 

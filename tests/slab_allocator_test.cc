@@ -8,19 +8,22 @@
 #include <vector>
 
 #include "spill/error.h"
+#include "spill/sizing.h"
 
 using spill::Block;
 using spill::SlabAllocator;
 
 namespace {
-constexpr std::uint64_t kPage = 4096;
+// The alignment the arena gives its allocator: the OS page.
+const std::uint64_t kPage = spill::page_size_bytes();
 constexpr std::uint64_t kMiB = 1ull << 20;
 }  // namespace
 
 TEST_CASE("slab allocator: blocks are page aligned and never overlap") {
-  SlabAllocator slabs(64 * kMiB);
+  SlabAllocator slabs(64 * kMiB, kPage);
   std::vector<Block> blocks;
-  for (std::uint64_t bytes : {1ull, 4095ull, 4097ull, 12345ull, 1000000ull, 3ull * kMiB}) {
+  for (std::uint64_t bytes : {std::uint64_t{1}, kPage - 1, kPage + 1, std::uint64_t{12345},
+                              std::uint64_t{1000000}, 3 * kMiB}) {
     auto b = slabs.allocate(bytes);
     REQUIRE(b);
     CHECK(b->offset % kPage == 0);
@@ -58,7 +61,7 @@ TEST_CASE("slab allocator: requests above the exact-carve threshold are only pag
 }
 
 TEST_CASE("slab allocator: reuses the most recently freed block of a size") {
-  SlabAllocator slabs(64 * kPage);
+  SlabAllocator slabs(64 * kPage, kPage);
   std::vector<Block> b;
   for (int i = 0; i < 6; ++i) b.push_back(*slabs.allocate(kPage));
   slabs.free(b[1]);
@@ -68,7 +71,7 @@ TEST_CASE("slab allocator: reuses the most recently freed block of a size") {
 }
 
 TEST_CASE("slab allocator: a training step reuses the same offsets the next step") {
-  SlabAllocator slabs(64 * kMiB);
+  SlabAllocator slabs(64 * kMiB, kPage);
   std::vector<std::uint64_t> first;
   for (int step = 0; step < 3; ++step) {
     std::vector<Block> stash;
@@ -83,11 +86,11 @@ TEST_CASE("slab allocator: a training step reuses the same offsets the next step
     }
   }
   CHECK(slabs.stats().reuse_hits == 16);
-  CHECK(slabs.stats().high_water_bytes == 8 * SlabAllocator::rounded_size(3 * kMiB + 100));
+  CHECK(slabs.stats().high_water_bytes == 8 * SlabAllocator::rounded_size(3 * kMiB + 100, kPage));
 }
 
 TEST_CASE("slab allocator: freed neighbours coalesce into one block") {
-  SlabAllocator slabs(12 * kPage);
+  SlabAllocator slabs(12 * kPage, kPage);
   Block a = *slabs.allocate(4 * kPage);
   Block b = *slabs.allocate(4 * kPage);
   Block c = *slabs.allocate(4 * kPage);
@@ -104,7 +107,7 @@ TEST_CASE("slab allocator: freed neighbours coalesce into one block") {
 }
 
 TEST_CASE("slab allocator: exhaustion leaves the allocator unchanged and usable") {
-  SlabAllocator slabs(8 * kPage);
+  SlabAllocator slabs(8 * kPage, kPage);
   Block a = *slabs.allocate(6 * kPage);
   const spill::AllocatorStats before = slabs.stats();
   CHECK_FALSE(slabs.allocate(4 * kPage));
@@ -118,7 +121,7 @@ TEST_CASE("slab allocator: exhaustion leaves the allocator unchanged and usable"
 }
 
 TEST_CASE("slab allocator: zero bytes and double frees are refused") {
-  SlabAllocator slabs(8 * kPage);
+  SlabAllocator slabs(8 * kPage, kPage);
   CHECK_THROWS_AS(slabs.allocate(0), spill::InvalidArgumentError);
   Block a = *slabs.allocate(kPage);
   slabs.free(a);
@@ -127,7 +130,7 @@ TEST_CASE("slab allocator: zero bytes and double frees are refused") {
 }
 
 TEST_CASE("slab allocator: stats are exact") {
-  SlabAllocator slabs(64 * kPage);
+  SlabAllocator slabs(64 * kPage, kPage);
   Block a = *slabs.allocate(100);
   Block b = *slabs.allocate(5 * kPage + 1);  // 6 pages
   spill::AllocatorStats s = slabs.stats();
@@ -152,7 +155,7 @@ TEST_CASE("slab allocator: stats are exact") {
 }
 
 TEST_CASE("slab allocator: concurrent allocate and free keep every invariant") {
-  SlabAllocator slabs(256 * kMiB);
+  SlabAllocator slabs(256 * kMiB, kPage);
   constexpr int kThreads = 4;
   constexpr int kRounds = 4000;
   std::vector<std::thread> threads;
@@ -192,7 +195,7 @@ TEST_CASE("slab allocator: concurrent allocate and free keep every invariant") {
 
 TEST_CASE("slab allocator: a random workload agrees with a page-map reference model") {
   constexpr std::uint64_t kPages = 2048;
-  SlabAllocator slabs(kPages * kPage);
+  SlabAllocator slabs(kPages * kPage, kPage);
   std::vector<bool> used(kPages, false);
   std::vector<Block> live;
   std::mt19937_64 rng(42);

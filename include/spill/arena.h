@@ -45,9 +45,9 @@ struct ArenaOptions {
   bool start_writeback_after_write = true;
   // When > 0, the arena keeps at most this many bytes of written regions in the page cache:
   // older ones are written back and dropped (POSIX_FADV_DONTNEED), oldest first. 0: the kernel
-  // decides. See Note [Bounded page cache] in src/io_engine.cc. Buffered I/O only.
+  // decides. See Note [Bounded page cache] in src/core/io_engine.cc. Buffered I/O only.
   std::uint64_t page_cache_limit_bytes = 0;
-  // How bytes reach the disk: see Note [Direct I/O and the staging pool] in src/io_engine.cc.
+  // How bytes reach the disk: see Note [Direct I/O and the staging pool] in src/core/io_engine.cc.
   // automatic picks direct when capacity_bytes exceeds the memory this process may use (cgroup
   // limit, MemAvailable).
   IoMode io = IoMode::automatic;
@@ -56,7 +56,7 @@ struct ArenaOptions {
   std::uint64_t staging_bytes = 64ull << 20;
   // For spill::checkpoint (the arena stash): overlap spilling with compute; false spills and
   // restores synchronously (the comparison point). See Note [Overlapped spilling] in
-  // src/arena_stash.cc.
+  // src/torch_layer/arena_stash.cc.
   bool asynchronous = true;
   // In backward, reads of this many predecessors are queued when a layer's input is restored.
   std::uint32_t prefetch_depth = 2;
@@ -66,7 +66,8 @@ struct ArenaOptions {
   // Hash what each write puts in a region (XXH3-64) and check every read against it, so bytes
   // changed behind the arena's back raise spill::IntegrityError instead of reaching a gradient.
   // Costs CPU time (XXH3: ~20 GB/s of cached bytes per core), mostly off the training thread; a
-  // zero-copy restore pays it on the caller's. See Note [Integrity hashing] in src/integrity.cc.
+  // zero-copy restore pays it on the caller's. See Note [Integrity hashing] in
+  // src/core/integrity.cc.
   bool verify_integrity = true;
 };
 
@@ -90,7 +91,7 @@ struct ArenaStats {
   std::uint64_t high_water_bytes = 0;    // highest end offset ever handed out
   std::uint64_t bytes_written = 0;       // through write(), all time
   std::uint64_t bytes_read = 0;          // through read(), all time
-  // The I/O engine (disk backing). See Note [The I/O queue] in src/io_queue.cc.
+  // The I/O engine (disk backing). See Note [The I/O queue] in src/core/io_queue.cc.
   IoMode io_mode = IoMode::buffered;     // resolved: buffered or direct
   IoBackend io_backend = IoBackend::thread_pool;
   std::string io_note;                   // why this mode/backend (automatic choices, fallbacks)
@@ -128,8 +129,8 @@ class Region {
 
   // Copies bytes in and out. `offset_in_region + bytes` must be <= size(). With
   // verify_integrity a read throws spill::IntegrityError when the bytes of a write it covers
-  // whole differ from what was written (see Note [Integrity hashing] in src/integrity.cc); `dst`
-  // must not be used then.
+  // whole differ from what was written (see Note [Integrity hashing] in
+  // src/core/integrity.cc); `dst` must not be used then.
   void write(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
   void read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0) const;
   // Queued copies: they return before the bytes moved. `src`/`dst` must stay valid until the

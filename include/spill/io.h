@@ -21,14 +21,14 @@
 
 namespace spill {
 
-// How spilled bytes travel. See Note [Direct I/O and the staging pool] in src/io_engine.cc.
+// How spilled bytes travel. See Note [Direct I/O and the staging pool] in src/core/io_engine.cc.
 enum class IoMode {
   buffered,   // through the page cache; restores are zero-copy views of the mapping
   direct,     // O_DIRECT through a preallocated staging pool: spilled bytes never sit in RAM
   automatic,  // direct when the arena is larger than the memory this process may use
 };
 
-// What executes the queued operations. See Note [The I/O queue] in src/io_queue.cc.
+// What executes the queued operations. See Note [The I/O queue] in src/core/io_queue.cc.
 enum class IoBackend {
   automatic,    // io_uring where io_uring_setup works, else the thread pool
   io_uring,     // liburing; asked for explicitly, failure to set it up is an error

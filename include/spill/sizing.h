@@ -21,6 +21,9 @@ struct ActivationShape {
   std::uint64_t hidden = 0;
 };
 
+// The OS page size in bytes: every region starts on a page and reserves whole pages.
+std::uint64_t page_size_bytes();
+
 // Bytes of one layer input of `shape`, as the arena reserves it (rounded). Throws
 // spill::InvalidArgumentError for a zero dimension or element size, or on overflow.
 std::uint64_t bytes_for_layer_input(const ActivationShape& shape, std::uint64_t element_size_bytes);

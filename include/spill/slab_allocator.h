@@ -52,7 +52,8 @@ class SlabAllocator {
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
 
-  // The rounded size a request of `bytes` reserves. See Note [Size classes].
+  // The rounded size a request of `bytes` reserves. See Note [Size classes] in
+  // src/core/slab_allocator.cc.
   static std::uint64_t rounded_size(std::uint64_t bytes, std::uint64_t alignment_bytes = 4096);
 
   // A block of at least `bytes` (> 0), or nullopt when no free block is large enough.

@@ -9,9 +9,9 @@
 //   torch::Tensor y = spill::checkpoint(*disk, layer_fn, x);
 //
 // Stashes are thread-safe; a stashed tensor may be restored on another thread. The arena stash
-// overlaps its disk traffic with compute (see Note [Overlapped spilling] in src/arena_stash.cc):
-// store() returns before the bytes reached the disk, restore() finds them already read back when
-// prefetched.
+// overlaps its disk traffic with compute (see Note [Overlapped spilling] in
+// src/torch_layer/arena_stash.cc): store() returns before the bytes reached the disk, restore()
+// finds them already read back when prefetched.
 #pragma once
 
 #include <torch/torch.h>

@@ -10,8 +10,8 @@
 // Note [Why the model tracks free order]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The allocator promises best fit, the most recently freed block among equal fits, carved from
-// the front (see Note [LIFO reuse] in src/slab_allocator.cc). The model stamps each gap with the
-// count of frees when it last grew, so best_fit can name the exact offset the allocator must
+// the front (see Note [LIFO reuse] in src/core/slab_allocator.cc). The model stamps each gap with
+// the count of frees when it last grew, so best_fit can name the exact offset the allocator must
 // return, not merely "some block that fits".
 #pragma once
 

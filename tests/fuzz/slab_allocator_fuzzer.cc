@@ -135,7 +135,7 @@ std::uint64_t decode_request(FuzzedDataProvider& in, const Session& s) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Checks of the rounded size (see Note [Size classes] in src/slab_allocator.cc)
+// Checks of the rounded size (see Note [Size classes] in src/core/slab_allocator.cc)
 // ---------------------------------------------------------------------------------------------
 
 int floor_log2(std::uint64_t v) { return 63 - __builtin_clzll(v); }

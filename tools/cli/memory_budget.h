@@ -18,7 +18,8 @@
 namespace spill::cli {
 
 // The staging pool the CLI gives direct I/O: two layer inputs (one being written while the next
-// arrives), at most the arena's default. See Note [Staging sized to the layer].
+// arrives), at most the arena's default. See Note [Staging sized to the layer] in
+// tools/cli/memory_budget.cc.
 std::uint64_t staging_bytes_for_layer(std::uint64_t bytes_per_layer);
 
 struct MemoryVerdict {

@@ -1,6 +1,10 @@
 #include "progress.h"
 
+#include <unistd.h>
+
 namespace spill::cli {
+
+bool stdout_is_terminal() { return isatty(STDOUT_FILENO) == 1; }
 
 void ProgressLine::update(const std::string& text, bool milestone) {
   if (terminal_) {

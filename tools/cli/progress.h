@@ -7,6 +7,9 @@
 
 namespace spill::cli {
 
+// Whether standard output is a terminal (isatty), where a progress line redraws in place.
+bool stdout_is_terminal();
+
 class ProgressLine {
  public:
   ProgressLine(std::ostream& out, bool terminal) : out_(out), terminal_(terminal) {}

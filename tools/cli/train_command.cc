@@ -19,7 +19,6 @@
 #include "corpus.h"
 #include "memory_budget.h"
 #include "modes.h"
-#include "platform.h"
 #include "progress.h"
 #include "spill/spill.h"
 #include "tiny_gpt.h"
@@ -196,7 +195,7 @@ struct Trainer {
 
 void train_loop(Trainer& t, BatchSampler& sampler, std::ostream& out) {
   const TrainRequest& r = t.r;
-  ProgressLine progress(out, !r.json && platform::stdout_is_terminal());
+  ProgressLine progress(out, !r.json && stdout_is_terminal());
   double total_s = 0;
   const std::int64_t every = std::max<std::int64_t>(1, r.steps / 10);
   for (std::int64_t n = 1; n <= r.steps; ++n) {
@@ -234,7 +233,7 @@ int run_train(const TrainRequest& request, std::ostream& out) {
   if (r.mode == "per-file") r.mode = "per_file";
   // Without this call glibc keeps freed tensor memory and RssAnon (what a memory cgroup kills
   // on) follows malloc's high-water mark, not live memory (see Note [Returning freed memory] in
-  // src/process_memory.cc).
+  // src/core/process_memory.cc).
   if (!r.keep_freed_memory) return_freed_memory_promptly();
   t.summary.returns_freed_memory = !r.keep_freed_memory;
   torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));

@@ -1,7 +1,7 @@
 // IoQueue: the submit/complete split every spill transfer goes through. submit(request) returns
 // a ticket at once; ticket->wait() blocks until the operation finished and returns its status.
 // Two backends behind one interface: io_uring (io_uring_queue.cc) and a small thread pool
-// (thread_pool_queue.cc). See Note [The I/O queue].
+// (thread_pool_queue.cc). See Note [The I/O queue] in src/core/io_queue.cc.
 #pragma once
 
 #include <condition_variable>
@@ -55,19 +55,12 @@ class IoQueue {
  protected:
   IoQueue();
   // The test hook's verdict for an operation about to run (thread pool) or complete (io_uring):
-  // 0, or an errno to fail it with. See set_io_test_hook.
+  // 0, or an errno to fail it with. See spill::testing::set_io_test_hook in <spill/testing.h>.
   int test_hook(IoOp op) const { return hook_ ? hook_(op) : 0; }
 
  private:
   std::function<int(IoOp)> hook_;
 };
-
-// Test-only: queues created afterwards call `hook` on their worker thread for every read and
-// write, before it runs (thread pool) or before its completion is delivered (io_uring). The hook
-// may sleep (to shuffle timings) and returns 0, or an errno that fails the whole operation. An
-// empty function removes it. Faults of single system calls and io_uring pieces (EIO, ENOSPC,
-// short counts, end of file) are injected lower, at the platform seam: platform::set_fault_hook.
-void set_io_test_hook(std::function<int(IoOp)> hook);
 
 // Throws the spill::IoError for a failed operation: op, offset, bytes, errno and the fix.
 [[noreturn]] void throw_io_error(const IoStatus& status);

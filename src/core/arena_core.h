@@ -46,7 +46,7 @@ class ArenaCore {
   IoEngine* engine() { return engine_.get(); }  // null for the RAM backing
 
  private:
-  // verify_integrity (see Note [Integrity hashing] in src/integrity.cc): what an asynchronous
+  // verify_integrity (see Note [Integrity hashing] in src/core/integrity.cc): what an asynchronous
   // write hashes and a read checks, piece by piece; a synchronous check that throws
   // spill::IntegrityError.
   IoEngine::Hooks hash_written(std::uint64_t region, std::uint64_t at, const void* src,

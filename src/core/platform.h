@@ -1,21 +1,45 @@
-// The operating-system seam. Every system call of the library lives in platform_linux.cc, behind
-// the functions below; nothing else in src/ includes <fcntl.h>, <sys/mman.h> or friends, except
-// the io_uring ring itself (io_uring_queue.cc, through liburing).
+// The operating-system seam. Every system call of the library lives behind the functions below,
+// in one file per OS family:
+//   platform_posix.cc  what every POSIX system has: open, close, fstat, unlink, mkostemp,
+//                      pread/pwrite, mmap/munmap, sysconf; and capabilities();
+//   platform_linux.cc  what only Linux has: O_TMPFILE, O_DIRECT reopened through /proc/self/fd,
+//                      fallocate, sync_file_range, posix_fadvise, mincore, MADV_DONTNEED, statfs
+//                      magic numbers, /proc and cgroup files, glibc's malloc tuning;
+//   platform_other.cc  the same functions on other systems, where they answer ENOSYS.
+// CMakeLists.txt is the one place that picks platform_linux.cc or platform_other.cc. Nothing else
+// in src/ includes <fcntl.h>, <sys/mman.h> or friends, except the io_uring ring itself
+// (io_uring_queue.cc, through liburing). The test hooks of the seam are in fault_injection.cc.
 //
 // Contract, stated once for every function here:
 //   - result parameters are never null;
-//   - the return value is 0 on success or a positive errno value on failure (the process facts
-//     and the test-only fault_verdict at the end return what they name);
+//   - the return value is 0 on success or a positive errno value on failure (the process facts,
+//     capabilities() and fault_verdict return what they name);
+//   - functions marked [Linux] answer ENOSYS on other systems (facts: 0 or "unknown");
+//     capabilities() tells beforehand which of them work;
 //   - nothing throws, nothing allocates LibTorch objects, nothing logs.
 // Callers turn errno values into typed spill:: errors at the public API.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 
+#include "spill/testing.h"
+
 namespace spill::platform {
+
+// ---------------------------------------------------------------------------------------------
+// What this system offers
+// ---------------------------------------------------------------------------------------------
+
+// Asked once, on the first call (thread-safe), instead of at every use.
+struct Capabilities {
+  std::uint64_t page_size_bytes = 0;  // the OS page: mappings, mincore, region alignment
+  bool unnamed_files = false;      // O_TMPFILE: files made without a name (else mkostemp + unlink)
+  bool writeback_control = false;  // sync_file_range, posix_fadvise: page-cache hints on a range
+  bool direct_io = false;          // O_DIRECT: transfers that bypass the page cache
+};
+const Capabilities& capabilities();
 
 // ---------------------------------------------------------------------------------------------
 // Files and file systems
@@ -28,24 +52,21 @@ struct FileSystemInfo {
   bool ram_backed = false;        // tmpfs, ramfs, hugetlbfs: spilling there saves no memory
 };
 
-// Fills *info for the file system holding `directory`.
+// [Linux] Fills *info for the file system holding `directory`.
 int file_system_info(const std::string& directory, FileSystemInfo* info);
 
 // 0 when `directory` exists, is a directory and is writable and searchable by this process.
 int check_writable_directory(const std::string& directory);
 
 // Opens a new, nameless read-write file of mode 0600 in `directory`: O_TMPFILE | O_EXCL where the
-// file system supports it (it can never be linked to a name), else mkostemp (O_EXCL) and unlink at
-// once, checked to have left no link. *used_tmpfile says which.
-// See Note [Unnamed spill file] in src/platform_linux.cc.
+// system and the file system support it (it can never be linked to a name), else mkostemp
+// (O_EXCL) and unlink at once, checked to have left no link. *used_tmpfile says which.
+// See Note [Unnamed spill file] in src/core/platform_posix.cc.
 int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile);
 
-// Like open_unnamed_file, with O_DIRECT (benchmarks measure the disk's own limit with it).
-int open_unnamed_direct_file(const std::string& directory, int* fd);
-
-// Opens the file behind `fd` a second time (through /proc/self/fd) with O_DIRECT, checked to be
-// the same inode, and tells the alignment direct I/O needs there (statx's dio_offset_align where
-// the kernel reports it, else the page size).
+// [Linux] Opens the file behind `fd` a second time (through /proc/self/fd) with O_DIRECT, checked
+// to be the same inode, and tells the alignment direct I/O needs there (statx's dio_offset_align
+// where the kernel reports it, else the page size).
 int reopen_direct(int fd, int* direct_fd, std::uint64_t* alignment);
 
 // Creates `path` for writing, mode 0600: O_CREAT | O_EXCL | O_NOFOLLOW, so an existing name (a
@@ -69,7 +90,8 @@ int file_status(int fd, FileStatus* status);
 // unlink: a symlink is removed itself, never its target.
 int remove_file(const std::string& path);
 
-// Allocates real blocks for [0, bytes) of fd (never a sparse file). ENOSPC / EOPNOTSUPP pass up.
+// [Linux] Allocates real blocks for [0, bytes) of fd (never a sparse file). ENOSPC / EOPNOTSUPP
+// pass up.
 int preallocate(int fd, std::uint64_t bytes);
 
 int close_file(int fd);
@@ -84,12 +106,12 @@ int map_anonymous(std::uint64_t bytes, void** addr);
 int map_shared_file(int fd, std::uint64_t bytes, void** addr);
 int unmap(void* addr, std::uint64_t bytes);
 
-// *resident_bytes = bytes of the pages of [addr, addr + bytes) that are in memory (mincore; addr
-// page aligned).
+// [Linux] *resident_bytes = bytes of the pages of [addr, addr + bytes) that are in memory
+// (mincore; addr page aligned).
 int pages_resident(void* addr, std::uint64_t bytes, std::uint64_t* resident_bytes);
 
-// MADV_DONTNEED on a sub-range of a shared file mapping: removes this process's page-table
-// entries (dirty data stays in the page cache), so the pages can then be dropped from it.
+// [Linux] MADV_DONTNEED on a sub-range of a shared file mapping: removes this process's
+// page-table entries (dirty data stays in the page cache), so the pages can then be dropped.
 int unmap_pages(void* addr, std::uint64_t bytes);
 
 // MADV_WILLNEED on a sub-range of a mapping (addr page aligned).
@@ -104,31 +126,29 @@ int advise_will_need(void* addr, std::uint64_t bytes);
 int write_at(int fd, const void* src, std::uint64_t bytes, std::uint64_t offset);
 int read_at(int fd, void* dst, std::uint64_t bytes, std::uint64_t offset);
 
-// sync_file_range(SYNC_FILE_RANGE_WRITE): start writeback, do not wait.
+// [Linux] sync_file_range(SYNC_FILE_RANGE_WRITE): start writeback, do not wait.
 int start_writeback(int fd, std::uint64_t offset, std::uint64_t bytes);
-// Waits for writeback of the range, then POSIX_FADV_DONTNEED: the clean pages leave the cache.
+// [Linux] Waits for writeback of the range, then POSIX_FADV_DONTNEED: the clean pages leave the
+// cache.
 int drop_cached_pages(int fd, std::uint64_t offset, std::uint64_t bytes);
-// POSIX_FADV_WILLNEED: asynchronous readahead of the range.
+// [Linux] POSIX_FADV_WILLNEED: asynchronous readahead of the range.
 int prefetch_range(int fd, std::uint64_t offset, std::uint64_t bytes);
 
 // ---------------------------------------------------------------------------------------------
 // Process facts
 // ---------------------------------------------------------------------------------------------
 
-std::uint64_t page_size_bytes();
 std::uint64_t process_id();
 std::uint64_t physical_memory_bytes();
-// RssAnon from /proc/self/status, in bytes (0 when unreadable).
+// [Linux] RssAnon from /proc/self/status, in bytes (0 when unreadable).
 std::uint64_t resident_anonymous_bytes();
 // The system temp directory: $TMPDIR when set and non-empty, else "/tmp".
 std::string temp_directory();
-// Whether standard output is a terminal (progress lines redraw in place there).
-bool stdout_is_terminal();
-// MemAvailable of /proc/meminfo in bytes (0 when unreadable).
+// [Linux] MemAvailable of /proc/meminfo in bytes (0 when unreadable).
 std::uint64_t mem_available_bytes();
 
-// The memory cgroup this process belongs to. A limit of "max" (v2) or the v1 "unlimited"
-// sentinel (>= 2^62) reads as 0. version = 0 when none was found; always returns 0.
+// [Linux] The memory cgroup this process belongs to. A limit of "max" (v2) or the v1
+// "unlimited" sentinel (>= 2^62) reads as 0. version = 0 when none was found; always returns 0.
 struct CgroupMemory {
   int version = 0;
   std::uint64_t limit_bytes = 0;
@@ -137,38 +157,18 @@ struct CgroupMemory {
 };
 int memory_cgroup(CgroupMemory* out);
 
-// glibc: fixed mmap threshold (no dynamic growth), so large frees go back to the system.
+// [Linux] glibc: fixed mmap threshold (no dynamic growth), so large frees go back to the system.
+// Does nothing elsewhere.
 void set_malloc_mmap_threshold(std::uint64_t bytes);
 
 // ---------------------------------------------------------------------------------------------
-// Test-only: fault injection (see Note [Fault injection at the seam] in src/platform_linux.cc)
+// Test-only: fault injection (spill::testing::set_fault_hook in <spill/testing.h> installs the
+// hook; see Note [Fault injection at the seam] in src/core/fault_injection.cc)
 // ---------------------------------------------------------------------------------------------
-//
-//   spill::platform::set_fault_hook([](spill::platform::FaultSite site, std::uint64_t bytes,
-//                                      std::uint64_t /*offset*/) -> std::int64_t {
-//     if (site == spill::platform::FaultSite::pread) return -EIO;  // every pread fails
-//     return std::max<std::uint64_t>(bytes / 2, 1);                // everything else: half
-//   });
-//   ...
-//   spill::platform::set_fault_hook({});  // gone
 
-// The calls a test may shape: the pwrite/pread inside write_at/read_at, a read or write piece
-// submitted to io_uring, and the O_TMPFILE open of open_unnamed_file.
-enum class FaultSite { pwrite, pread, ring_write, ring_read, o_tmpfile };
-
-// Called before each such call with the bytes it asks for (0 for o_tmpfile) and its file offset.
-// Returns what the call may do: `bytes` (all of it), fewer (a real short count: only that many
-// move), 0 (nothing moves: end of file), or -errno (it fails and moves nothing). May sleep;
-// must not throw.
-using FaultHook = std::function<std::int64_t(FaultSite site, std::uint64_t bytes,
-                                             std::uint64_t offset)>;
-
-// Test-only. Installs `hook` for every call from now on (any thread); an empty function removes
-// it. Not installed, each call pays one relaxed atomic load.
-void set_fault_hook(FaultHook hook);
-
-// The hook's verdict for one call, clamped to `bytes`; `bytes` when no hook is installed. The
-// io_uring backend asks it for each piece it submits.
-std::int64_t fault_verdict(FaultSite site, std::uint64_t bytes, std::uint64_t offset);
+// The hook's verdict for one call at `site` asking for `bytes` at file `offset`, clamped to
+// `bytes`; `bytes` when no hook is installed. write_at/read_at, the O_TMPFILE open and the
+// io_uring backend (for each piece it submits) ask it before the call.
+std::int64_t fault_verdict(testing::FaultSite site, std::uint64_t bytes, std::uint64_t offset);
 
 }  // namespace spill::platform

@@ -36,7 +36,7 @@ Region::~Region() { release(); }
 // A queued write or read still targets this region's bytes: the block goes back to the
 // allocator (and to the next layer's forward) only after it completed. Its failure, if any, is
 // reported by its own Pending and by every write or read of the arena while this region lives;
-// once freed here it is forgotten (see Note [Failures last until freed] in src/io_engine.cc).
+// once freed here it is forgotten (see Note [Failures last until freed] in src/core/io_engine.cc).
 void Region::release() {
   if (!core_) return;
   in_flight_.settle();

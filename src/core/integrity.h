@@ -1,6 +1,6 @@
 // IntegrityLedger: the XXH3-64 hashes of the bytes written into live regions, and the check of
 // bytes read back against them (ArenaOptions::verify_integrity). Owned by ArenaCore;
-// thread-safe. See Note [Integrity hashing].
+// thread-safe. See Note [Integrity hashing] in src/core/integrity.cc.
 //
 //   IntegrityLedger ledger;
 //   const Span all{0, bytes};

@@ -90,7 +90,7 @@ class SpillFile final : public Storage {
   // Reads have no such trap: read faults on resident page-cache pages are cheap and mapped 16 at a
   // time (fault-around), so resident ranges are copied from the mapping, skipping pread's per-page
   // lookups. Non-resident reads go through the I/O engine
-  // (see Note [Parallel reads from disk] in src/io_engine.cc); this single-stream pread is its
+  // (see Note [Parallel reads from disk] in src/core/io_engine.cc); this single-stream pread is its
   // fallback.
   void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const override {
     if (resident(offset, bytes)) {
@@ -128,7 +128,7 @@ class SpillFile final : public Storage {
   }
 
  private:
-  static std::uintptr_t page_mask() { return ~(platform::page_size_bytes() - 1); }
+  static std::uintptr_t page_mask() { return ~(platform::capabilities().page_size_bytes - 1); }
   static void* page_start(char* p) {
     return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) & page_mask());
   }
@@ -243,7 +243,7 @@ int open_direct_or_throw(int fd, const SpillFileOptions& o, const platform::File
                          std::uint64_t* alignment) {
   int direct = -1;
   const int e = platform::reopen_direct(fd, &direct, alignment);
-  if (e == 0 && *alignment <= platform::page_size_bytes()) return direct;
+  if (e == 0 && *alignment <= platform::capabilities().page_size_bytes) return direct;
   if (e == 0) platform::close_file(direct);
   throw InvalidArgumentError(
       "spill: ArenaOptions::io = direct, but the file system of '" + o.directory + "' (" +
@@ -294,6 +294,10 @@ std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
 void check_directory(const std::string& directory) { check_directory_or_throw(directory); }
 
 bool direct_io_supported(const std::string& directory, std::string* why) {
+  if (!platform::capabilities().direct_io) {
+    *why = "this system has no O_DIRECT";
+    return false;
+  }
   int raw_fd = -1;
   bool used_tmpfile = false;
   if (int e = platform::open_unnamed_file(directory, &raw_fd, &used_tmpfile); e != 0) {
@@ -308,7 +312,7 @@ bool direct_io_supported(const std::string& directory, std::string* why) {
     return false;
   }
   FileDescriptor closer(direct);
-  if (alignment > platform::page_size_bytes()) {
+  if (alignment > platform::capabilities().page_size_bytes) {
     *why = "O_DIRECT needs " + std::to_string(alignment) + "-byte alignment, above the page size";
     return false;
   }

@@ -30,13 +30,15 @@ std::uint64_t round_up(std::uint64_t bytes, std::uint64_t unit) {
 // unaligned tail goes through one slot. The mapping stays, untouched in direct mode, so the
 // buffered mode keeps its zero-copy restore.
 
+// Page-cache hints need writeback control (platform::Capabilities); without it they are skipped.
 IoEngine::IoEngine(Storage& storage, const ArenaOptions& options, IoMode mode)
     : storage_(storage),
       mode_(mode),
-      start_writeback_(options.start_writeback_after_write),
-      page_cache_limit_(options.page_cache_limit_bytes) {
+      hints_(platform::capabilities().writeback_control),
+      start_writeback_(hints_ && options.start_writeback_after_write),
+      page_cache_limit_(hints_ ? options.page_cache_limit_bytes : 0) {
   queue_ = make_io_queue(options.io_backend, &backend_note_);
-  alignment_ = std::max(platform::page_size_bytes(), storage.direct_alignment());
+  alignment_ = std::max(platform::capabilities().page_size_bytes, storage.direct_alignment());
   if (mode_ == IoMode::direct) {
     const std::uint64_t slot = std::min(kPieceBytes, options.staging_bytes);
     staging_ = std::make_unique<StagingPool>(options.staging_bytes / slot * slot, slot);
@@ -253,7 +255,7 @@ void IoEngine::written(std::uint64_t offset, std::uint64_t bytes) {
 // and an SSD wants more. Reads are cut into kPieceBytes pieces queued together, so the backend
 // runs several at once. Buffered writes are cut the same way: each piece's integrity hash then
 // runs as soon as that piece is in the page cache, on whichever worker completed it, while the
-// others are still being copied (see Note [Integrity hashing] in src/integrity.cc).
+// others are still being copied (see Note [Integrity hashing] in src/core/integrity.cc).
 Pending IoEngine::read(std::uint64_t offset, void* dst, std::uint64_t bytes, Hooks hooks) {
   throw_if_failed();
   const auto t = transfer(IoOp::read, offset, bytes, std::move(hooks));
@@ -300,6 +302,7 @@ Ticket IoEngine::read_staged(std::uint64_t offset, char* dst, std::uint64_t byte
 }
 
 void IoEngine::prefetch(std::uint64_t offset, std::uint64_t bytes) {
+  if (!hints_) return;
   queue_->submit(IoRequest{IoOp::prefetch, storage_.fd(), nullptr, bytes, offset, {}});
 }
 

@@ -1,6 +1,6 @@
 // The thread-pool backend of IoQueue: a fixed set of workers doing pread/pwrite/hints, for
 // machines and containers where io_uring is not available. See Note [The I/O queue] in
-// src/io_queue.cc.
+// src/core/io_queue.cc.
 #include <deque>
 #include <thread>
 #include <utility>

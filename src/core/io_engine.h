@@ -1,7 +1,8 @@
 // IoEngine: moves bytes between memory and a spill file through the IoQueue, in buffered or
 // direct mode, and keeps the page cache bounded in buffered mode. Owned by ArenaCore (disk
 // backing only); every asynchronous write and read of a region goes through it.
-// See Note [Direct I/O and the staging pool] and Note [Bounded page cache].
+// See Note [Direct I/O and the staging pool] and Note [Bounded page cache] in
+// src/core/io_engine.cc.
 #pragma once
 
 #include <cstdint>
@@ -58,7 +59,8 @@ class IoEngine {
   void written(std::uint64_t offset, std::uint64_t bytes);
   void drain() { queue_->drain(); }
   // The block [offset, offset + bytes) was freed: failures inside it are no longer reported,
-  // since nothing can read the bytes they left wrong. See Note [Failures last until freed].
+  // since nothing can read the bytes they left wrong. See Note [Failures last until freed] in
+  // src/core/io_engine.cc.
   void forget_failures(std::uint64_t offset, std::uint64_t bytes);
   // Throws the first failure still reported (spill::IoError). Every write and read of the
   // arena asks first, the synchronous and zero-copy ones too.
@@ -90,6 +92,7 @@ class IoEngine {
 
   Storage& storage_;
   const IoMode mode_;
+  const bool hints_;  // page-cache hints work here (platform::Capabilities::writeback_control)
   const bool start_writeback_;
   const std::uint64_t page_cache_limit_;
   std::uint64_t alignment_ = 0;

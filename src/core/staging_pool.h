@@ -1,7 +1,7 @@
 // StagingPool: aligned host memory for direct I/O, preallocated once and reused forever. A
 // transfer takes a slot, fills or drains it, and gives it back when its operation completed; a
 // writer that finds every slot busy waits, and the pool counts those waits and their time.
-// See Note [Direct I/O and the staging pool] in src/io_engine.cc.
+// See Note [Direct I/O and the staging pool] in src/core/io_engine.cc.
 #pragma once
 
 #include <condition_variable>

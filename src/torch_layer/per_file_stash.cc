@@ -7,7 +7,7 @@
 #include <cstring>
 #include <utility>
 
-#include "platform.h"
+#include "core/platform.h"
 #include "spill/tensor_stash.h"
 
 namespace spill {

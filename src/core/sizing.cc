@@ -28,6 +28,8 @@ void check_positive(std::uint64_t value, const char* name) {
 
 }  // namespace
 
+std::uint64_t page_size_bytes() { return platform::capabilities().page_size_bytes; }
+
 std::uint64_t bytes_for_layer_input(const ActivationShape& shape,
                                     std::uint64_t element_size_bytes) {
   check_positive(shape.batch, "batch");
@@ -37,7 +39,7 @@ std::uint64_t bytes_for_layer_input(const ActivationShape& shape,
   std::uint64_t bytes = checked_mul(shape.batch, shape.seq, "batch x seq");
   bytes = checked_mul(bytes, shape.hidden, "batch x seq x hidden");
   bytes = checked_mul(bytes, element_size_bytes, "layer input bytes");
-  return SlabAllocator::rounded_size(bytes, platform::page_size_bytes());
+  return SlabAllocator::rounded_size(bytes, platform::capabilities().page_size_bytes);
 }
 
 std::uint64_t bytes_for_layer_inputs(std::uint64_t layers, const ActivationShape& shape,

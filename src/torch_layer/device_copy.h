@@ -1,7 +1,7 @@
 // DeviceCopy: a copy between an accelerator and host memory on a side stream, ordered after the
 // work already queued on the current stream, with an event that says when it is done. Device-
 // generic through c10's stream/event interfaces: nothing here names CUDA. CPU tensors never get
-// here. See Note [Accelerator copies].
+// here. See Note [Accelerator copies] in src/torch_layer/device_copy.cc.
 #pragma once
 
 #include <c10/core/Event.h>

@@ -9,7 +9,7 @@ ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> stora
     : options_(options),
       io_note_(std::move(io_note)),
       storage_(std::move(storage)),
-      allocator_(options.capacity_bytes, platform::page_size_bytes()) {
+      allocator_(options.capacity_bytes, platform::capabilities().page_size_bytes) {
   if (options_.verify_integrity) ledger_ = std::make_unique<IntegrityLedger>();
   if (options_.backing == Backing::disk) {
     engine_ = std::make_unique<IoEngine>(*storage_, options_, options_.io);
@@ -34,7 +34,7 @@ void ArenaCore::free(const Block& block) noexcept {
 
 // Synchronous buffered writes stay on the calling thread: a queue hop buys nothing when the
 // caller waits anyway (see Note [Why pwrite, not memcpy, for the forward copy] in
-// src/spill_file.cc).
+// src/core/spill_file.cc).
 void ArenaCore::write(std::uint64_t region, std::uint64_t at, const void* src,
                       std::uint64_t bytes) {
   if (engine_) engine_->throw_if_failed();
@@ -76,7 +76,7 @@ std::vector<Span> in_region(std::uint64_t region, const std::vector<IoEngine::Pi
 
 // Each piece hashes the chunks it holds whole once its bytes are on the file, on the completing
 // thread (the source is unchanged until then, by contract); the chunks split between pieces are
-// hashed after the last. See Note [Integrity hashing] in src/integrity.cc.
+// hashed after the last. See Note [Integrity hashing] in src/core/integrity.cc.
 IoEngine::Hooks ArenaCore::hash_written(std::uint64_t region, std::uint64_t at, const void* src,
                                         std::uint64_t bytes) {
   const Span written{at, bytes};
@@ -176,7 +176,7 @@ void ArenaCore::record_restore(bool prefetched, bool was_ready, std::uint64_t wa
 }
 
 std::uint64_t ArenaCore::io_alignment() const {
-  return engine_ ? engine_->alignment() : platform::page_size_bytes();
+  return engine_ ? engine_->alignment() : platform::capabilities().page_size_bytes;
 }
 
 ArenaStats ArenaCore::stats() const {

@@ -1,7 +1,7 @@
 // The io_uring backend of IoQueue (liburing). Reads and writes go to the kernel's ring; one
 // completion thread reaps them. Page-cache hints (writeback, drop, readahead) block in ways the
 // ring cannot chain cheaply, so they run on one helper thread. See Note [The I/O queue] in
-// src/io_queue.cc.
+// src/core/io_queue.cc.
 #include "io_queue.h"
 
 #ifdef SPILLARENA_HAVE_LIBURING
@@ -90,12 +90,13 @@ class IoUringQueue final : public IoQueue {
   }
 
   // Submits the next piece of `op`: what is left, at most kMaxPieceBytes, and no more than the
-  // fault hook lets through (see Note [Fault injection at the seam] in src/platform_linux.cc).
+  // fault hook lets through (see Note [Fault injection at the seam] in
+  // src/core/fault_injection.cc).
   void enqueue(Operation* op) {
     const IoRequest& r = op->request;
     const std::uint64_t at = op->done_bytes;
     const bool write = r.op == IoOp::write;
-    const auto site = write ? platform::FaultSite::ring_write : platform::FaultSite::ring_read;
+    const auto site = write ? testing::FaultSite::ring_write : testing::FaultSite::ring_read;
     const std::int64_t verdict =
         platform::fault_verdict(site, std::min(r.bytes - at, kMaxPieceBytes), r.offset + at);
     op->injected_error = verdict < 0 ? static_cast<int>(-verdict) : 0;

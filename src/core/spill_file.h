@@ -1,7 +1,7 @@
 // SpillFile: one nameless file in a vetted directory, preallocated with fallocate and mapped
-// shared. Nothing of it can outlive the process: it never has a name
-// (see Note [Unnamed spill file] in src/platform_linux.cc), so the kernel frees its blocks when the
-// last descriptor closes, on a normal exit, an exception or kill -9 alike.
+// shared. Nothing of it can outlive the process: it never has a name, so the kernel frees its
+// blocks when the last descriptor closes, on a normal exit, an exception or kill -9 alike.
+// See Note [Unnamed spill file] in src/core/platform_posix.cc.
 #pragma once
 
 #include <memory>

@@ -21,12 +21,12 @@ namespace {
 // store() keeps a reference to the input and returns. The input is spilled once keep_last newer
 // inputs were stored (the last layers' inputs are needed first in backward, so they stay where they
 // are): its region is allocated and its write queued; an accelerator tensor is first copied to host
-// memory on a side stream (see Note [Accelerator copies] in src/device_copy.cc) and written once
-// that copy is done. The reference is dropped when the write completed, so until then restore()
-// simply gives the input back and no read can overtake the write. restore() of layer i first queues
-// the reads of its prefetch_depth predecessors — this stash's own chain of stored tensors, not the
-// arena's last write — then waits for its own bytes only. An input changed in place before it was
-// spilled would be spilled wrong, so its version counter is checked.
+// memory on a side stream (see Note [Accelerator copies] in src/torch_layer/device_copy.cc) and
+// written once that copy is done. The reference is dropped when the write completed, so until then
+// restore() simply gives the input back and no read can overtake the write. restore() of layer i
+// first queues the reads of its prefetch_depth predecessors — this stash's own chain of stored
+// tensors, not the arena's last write — then waits for its own bytes only. An input changed in
+// place before it was spilled would be spilled wrong, so its version counter is checked.
 
 std::string describe(const torch::Tensor& t) {
   std::ostringstream text;

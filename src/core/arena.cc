@@ -33,7 +33,7 @@ void check_staging(std::uint64_t staging) {
 }
 
 std::uint64_t round_to_pages(std::uint64_t bytes) {
-  const std::uint64_t page = platform::page_size_bytes();
+  const std::uint64_t page = platform::capabilities().page_size_bytes;
   return (bytes + page - 1) / page * page;
 }
 
@@ -80,10 +80,11 @@ std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
 }
 
 [[noreturn]] void throw_exhausted(const ArenaStats& s, std::uint64_t bytes) {
+  const std::uint64_t page = platform::capabilities().page_size_bytes;
   throw ArenaExhaustedError(
       bytes, s.free_bytes, s.largest_free_block,
       "spill: arena exhausted: asked for " + bytes_with_units(bytes) + " (reserving " +
-          bytes_with_units(SlabAllocator::rounded_size(bytes, platform::page_size_bytes())) + "), " +
+          bytes_with_units(SlabAllocator::rounded_size(bytes, page)) + "), " +
           bytes_with_units(s.free_bytes) + " free of " + bytes_with_units(s.capacity_bytes) +
           ", largest free block " + bytes_with_units(s.largest_free_block) +
           "; raise ArenaOptions::capacity_bytes or free regions first");

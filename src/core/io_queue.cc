@@ -7,6 +7,7 @@
 
 #include "platform.h"
 #include "spill/error.h"
+#include "spill/testing.h"
 
 namespace spill {
 
@@ -132,11 +133,6 @@ std::mutex hook_mutex;
 std::function<int(IoOp)> hook_for_new_queues;  // guarded by hook_mutex
 }  // namespace
 
-void set_io_test_hook(std::function<int(IoOp)> hook) {
-  std::lock_guard<std::mutex> lock(hook_mutex);
-  hook_for_new_queues = std::move(hook);
-}
-
 IoQueue::IoQueue() {
   std::lock_guard<std::mutex> lock(hook_mutex);
   hook_ = hook_for_new_queues;
@@ -172,4 +168,10 @@ std::unique_ptr<IoQueue> make_io_queue(IoBackend backend, std::string* why) {
 }
 
 }  // namespace detail
+
+void testing::set_io_test_hook(std::function<int(IoOp)> hook) {
+  std::lock_guard<std::mutex> lock(detail::hook_mutex);
+  detail::hook_for_new_queues = std::move(hook);
+}
+
 }  // namespace spill

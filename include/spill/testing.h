@@ -1,0 +1,49 @@
+// Hooks for tests; not for production use. They make the library misbehave on purpose, so a test
+// can prove what happens when a disk does: the system calls at the platform seam return short
+// counts or errors, and queued I/O operations run late or fail.
+//
+//   #include <spill/testing.h>
+//   spill::testing::set_fault_hook([](spill::testing::FaultSite site, std::uint64_t bytes,
+//                                     std::uint64_t /*offset*/) -> std::int64_t {
+//     if (site == spill::testing::FaultSite::pread) return -EIO;  // every pread fails
+//     return static_cast<std::int64_t>(std::max<std::uint64_t>(bytes / 2, 1));  // others: half
+//   });
+//   spill::testing::set_io_test_hook([](spill::IoOp op) {
+//     return op == spill::IoOp::write ? ENOSPC : 0;  // every queued write fails whole
+//   });
+//   ... arena.allocate(...), write, read: the hooks decide ...
+//   spill::testing::set_fault_hook({});    // both gone
+//   spill::testing::set_io_test_hook({});
+//
+// Both hooks are process-wide and may be called on any thread, concurrently; they must not throw.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "spill/io.h"
+
+namespace spill::testing {
+
+// The calls the fault hook may shape: the pwrite/pread of synchronous and thread-pool transfers,
+// a read or write piece submitted to io_uring, and the O_TMPFILE open of a spill file.
+enum class FaultSite { pwrite, pread, ring_write, ring_read, o_tmpfile };
+
+// Called before each such call with the bytes it asks for (0 for o_tmpfile) and its file offset.
+// Returns what the call may do: `bytes` (all of it), fewer (a real short count: only that many
+// move), 0 (nothing moves: end of file), or -errno (it fails and moves nothing). May sleep.
+using FaultHook =
+    std::function<std::int64_t(FaultSite site, std::uint64_t bytes, std::uint64_t offset)>;
+
+// Installs `hook` for every call from now on (any thread); an empty function removes it. Not
+// installed, each call pays one relaxed atomic load. See Note [Fault injection at the seam] in
+// src/core/fault_injection.cc.
+void set_fault_hook(FaultHook hook);
+
+// I/O queues created afterwards call `hook` on their worker thread for every read and write,
+// before it runs (thread pool) or before its completion is delivered (io_uring). The hook may
+// sleep (to shuffle timings) and returns 0, or an errno that fails the whole operation. An empty
+// function removes it. See Note [The I/O queue] in src/core/io_queue.cc.
+void set_io_test_hook(std::function<int(IoOp op)> hook);
+
+}  // namespace spill::testing

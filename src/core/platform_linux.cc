@@ -1,0 +1,287 @@
+// The Linux half of platform.h: what only Linux has (O_TMPFILE, O_DIRECT through /proc/self/fd,
+// fallocate, sync_file_range, posix_fadvise, mincore, statfs magic numbers, /proc and cgroup
+// files, glibc's malloc tuning). CMakeLists.txt compiles it on Linux, platform_other.cc
+// elsewhere; the POSIX calls are in platform_posix.cc.
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <malloc.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "platform.h"
+#include "platform_os.h"
+
+namespace spill::platform {
+
+using os::close_with;
+using os::retry_eintr;
+
+// ---------------------------------------------------------------------------------------------
+// What Linux offers
+// ---------------------------------------------------------------------------------------------
+
+Capabilities os::capabilities() {
+  Capabilities c;
+  c.unnamed_files = true;      // O_TMPFILE since 3.11; the file system may still refuse it
+  c.writeback_control = true;  // sync_file_range, posix_fadvise
+  c.direct_io = true;          // O_DIRECT; the file system may still refuse it
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files and file systems
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
+
+std::string type_name_of(long magic) {
+  switch (static_cast<unsigned long>(magic)) {
+    case EXT4_SUPER_MAGIC: return "ext4";
+    case TMPFS_MAGIC: return "tmpfs";
+    case RAMFS_MAGIC: return "ramfs";
+    case HUGETLBFS_MAGIC: return "hugetlbfs";
+    case XFS_SUPER_MAGIC: return "xfs";
+    case BTRFS_SUPER_MAGIC: return "btrfs";
+    case OVERLAYFS_SUPER_MAGIC: return "overlayfs";
+    case NFS_SUPER_MAGIC: return "nfs";
+    case 0x65735546: return "fuse";
+    case 0xf15f: return "ecryptfs";
+    case 0x2011BAB0: return "exfat";
+    case 0x4d44: return "vfat";
+    default: break;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%lx", static_cast<unsigned long>(magic));
+  return text;
+}
+
+bool is_ram_backed(long magic) {
+  auto m = static_cast<unsigned long>(magic);
+  return m == TMPFS_MAGIC || m == RAMFS_MAGIC || m == HUGETLBFS_MAGIC;
+}
+
+}  // namespace
+
+int file_system_info(const std::string& directory, FileSystemInfo* info) {
+  struct statfs s;
+  if (statfs(directory.c_str(), &s) != 0) return errno;
+  info->free_bytes = static_cast<std::uint64_t>(s.f_bavail) * static_cast<std::uint64_t>(s.f_bsize);
+  info->total_bytes = static_cast<std::uint64_t>(s.f_blocks) * static_cast<std::uint64_t>(s.f_bsize);
+  info->type_name = type_name_of(s.f_type);
+  info->ram_backed = is_ram_backed(s.f_type);
+  return 0;
+}
+
+// See Note [Unnamed spill file] in src/core/platform_posix.cc.
+int os::open_tmpfile(const std::string& directory, int* fd) {
+  if (std::int64_t v = fault_verdict(testing::FaultSite::o_tmpfile, 0, 0); v < 0) {
+    return static_cast<int>(-v);
+  }
+  const int f = static_cast<int>(retry_eintr([&] {
+    return open(directory.c_str(), O_TMPFILE | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  }));
+  if (f < 0) return errno;
+  *fd = f;
+  return 0;
+}
+
+// The file is opened twice (see Note [Direct descriptor] in src/core/spill_file.cc).
+// /proc/self/fd/N is a magic link to this process's own descriptor (O_NOFOLLOW would refuse it);
+// the reopened file is checked to be the same inode all the same.
+int reopen_direct(int fd, int* direct_fd, std::uint64_t* alignment) {
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const int f = static_cast<int>(
+      retry_eintr([&] { return open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC); }));
+  if (f < 0) return errno;
+  struct stat original, reopened;
+  if (fstat(fd, &original) != 0 || fstat(f, &reopened) != 0) return close_with(f, errno);
+  if (original.st_dev != reopened.st_dev || original.st_ino != reopened.st_ino) {
+    return close_with(f, EXDEV);
+  }
+  *alignment = capabilities().page_size_bytes;
+#if defined(STATX_DIOALIGN)
+  struct statx sx;
+  if (statx(f, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
+      sx.stx_dio_offset_align > 0) {
+    *alignment = std::max<std::uint64_t>(sx.stx_dio_offset_align, sx.stx_dio_mem_align);
+  }
+#endif
+  *direct_fd = f;
+  return 0;
+}
+
+int preallocate(int fd, std::uint64_t bytes) {
+  if (retry_eintr([&] { return fallocate(fd, 0, 0, static_cast<off_t>(bytes)); }) != 0) {
+    return errno;
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mappings
+// ---------------------------------------------------------------------------------------------
+
+int pages_resident(void* addr, std::uint64_t bytes, std::uint64_t* resident_bytes) {
+  const std::uint64_t page = capabilities().page_size_bytes;
+  std::vector<unsigned char> vec((bytes + page - 1) / page);
+  if (mincore(addr, bytes, vec.data()) != 0) return errno;
+  const auto pages = std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1) != 0; });
+  *resident_bytes = std::min<std::uint64_t>(static_cast<std::uint64_t>(pages) * page, bytes);
+  return 0;
+}
+
+int unmap_pages(void* addr, std::uint64_t bytes) {
+  return madvise(addr, bytes, MADV_DONTNEED) == 0 ? 0 : errno;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Page-cache control
+// ---------------------------------------------------------------------------------------------
+
+int start_writeback(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  if (sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes),
+                      SYNC_FILE_RANGE_WRITE) != 0) {
+    return errno;
+  }
+  return 0;
+}
+
+int drop_cached_pages(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  const unsigned flags =
+      SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER;
+  if (sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes), flags) != 0) {
+    return errno;
+  }
+  return posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes),
+                       POSIX_FADV_DONTNEED);
+}
+
+int prefetch_range(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  return posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes),
+                       POSIX_FADV_WILLNEED);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process facts
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// The "Key:  N kB" field of a /proc file, in bytes (0 when absent or unreadable).
+std::uint64_t proc_kib_field(const char* file, const std::string& wanted) {
+  std::ifstream in(file);
+  std::string key;
+  while (in >> key) {
+    if (key == wanted) {
+      std::uint64_t kib = 0;
+      in >> kib;
+      return kib * 1024;
+    }
+    in.ignore(4096, '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::uint64_t resident_anonymous_bytes() { return proc_kib_field("/proc/self/status", "RssAnon:"); }
+
+std::uint64_t mem_available_bytes() { return proc_kib_field("/proc/meminfo", "MemAvailable:"); }
+
+namespace {
+
+// Note [Reading the memory cgroup]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// /proc/self/cgroup names this process's cgroup per hierarchy: "0::/path" for v2, and
+// "N:memory:/path" (or "N:...,memory,...:/path") for v1's memory controller. Inside a container
+// the path may not exist under /sys/fs/cgroup (the namespace root is mounted instead), so the
+// path is tried first and the mount's root second.
+bool read_number(const std::string& file, std::uint64_t* value) {
+  std::ifstream in(file);
+  std::string text;
+  if (!(in >> text)) return false;
+  if (text == "max") {
+    *value = 0;
+    return true;
+  }
+  try {
+    *value = std::stoull(text);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (*value >= (1ull << 62)) *value = 0;  // v1 "unlimited" is LONG_MAX rounded to pages
+  return true;
+}
+
+std::string cgroup_path(const std::string& controller_match) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto first = line.find(':');
+    const auto second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const bool match = controller_match.empty()
+                           ? line.compare(0, 3, "0::") == 0
+                           : ("," + controllers + ",").find("," + controller_match + ",") !=
+                                 std::string::npos;
+    if (match) return line.substr(second + 1);
+  }
+  return "";
+}
+
+bool cgroup_dir(const std::string& root, const std::string& path, const std::string& probe,
+                std::string* dir) {
+  for (const std::string& candidate : {root + path, root}) {
+    if (access((candidate + "/" + probe).c_str(), R_OK) == 0) {
+      *dir = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+int memory_cgroup(CgroupMemory* out) {
+  *out = CgroupMemory{};
+  std::string dir;
+  const std::string v1 = cgroup_path("memory");
+  if (!v1.empty() && cgroup_dir("/sys/fs/cgroup/memory", v1, "memory.limit_in_bytes", &dir)) {
+    out->version = 1;
+    read_number(dir + "/memory.limit_in_bytes", &out->limit_bytes);
+    read_number(dir + "/memory.usage_in_bytes", &out->usage_bytes);
+    read_number(dir + "/memory.max_usage_in_bytes", &out->peak_bytes);
+    return 0;
+  }
+  const std::string v2 = cgroup_path("");
+  if (!v2.empty() && cgroup_dir("/sys/fs/cgroup", v2, "memory.max", &dir)) {
+    out->version = 2;
+    read_number(dir + "/memory.max", &out->limit_bytes);
+    read_number(dir + "/memory.current", &out->usage_bytes);
+    read_number(dir + "/memory.peak", &out->peak_bytes);
+  }
+  return 0;
+}
+
+void set_malloc_mmap_threshold(std::uint64_t bytes) {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes));
+  mallopt(M_TRIM_THRESHOLD, static_cast<int>(bytes));
+  malloc_trim(0);  // what the heap already holds free goes back too
+#endif
+}
+
+}  // namespace spill::platform
