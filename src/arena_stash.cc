@@ -207,8 +207,12 @@ void Chain::finish_write(const EntryPtr& e, const Pending& write) {
   }
 }
 
+// Only the host buffer is kept: the device tensor belongs to the caller. Finished copies are
+// dropped here too, as backward stores nothing.
 void Chain::keep_until_done(detail::DeviceCopy copy) {
+  copy.release_result();
   std::lock_guard<std::mutex> lock(mutex_);
+  while (!copies_.empty() && copies_.front().done()) copies_.pop_front();
   copies_.push_back(std::move(copy));
 }
 
@@ -254,12 +258,25 @@ void Chain::retire(Entry& e) {
 }
 
 // Direct reads skip the staging pool when the destination is aligned: allocate with slack and
-// view the aligned part.
+// view the aligned part. Pinned buffers come page-aligned from LibTorch's host allocator, which
+// rounds sizes up to a power of two: slack there would double a 128 MiB buffer, so an exact
+// pinned buffer is tried first.
 torch::Tensor Chain::aligned_host_buffer(const Entry& e) const {
   const auto align = static_cast<std::int64_t>(arena_.io_alignment());
   const std::int64_t bytes = static_cast<std::int64_t>(e.region.requested_bytes());
   auto host_options = torch::TensorOptions().dtype(torch::kUInt8);
-  if (!e.options.device().is_cpu()) host_options = host_options.pinned_memory(true);
+  const auto typed = [&e](const torch::Tensor& raw) {
+    return raw.view(e.options.dtype().toScalarType()).view(e.sizes);
+  };
+  if (!e.options.device().is_cpu()) {
+    host_options = host_options.pinned_memory(true);
+    try {
+      torch::Tensor exact = torch::empty({bytes}, host_options);
+      if (reinterpret_cast<std::uintptr_t>(exact.data_ptr()) % align == 0) return typed(exact);
+    } catch (const c10::Error&) {
+      host_options = torch::TensorOptions().dtype(torch::kUInt8);  // pinning refused
+    }
+  }
   torch::Tensor raw;
   try {
     raw = torch::empty({bytes + align}, host_options);
@@ -268,7 +285,7 @@ torch::Tensor Chain::aligned_host_buffer(const Entry& e) const {
   }
   const auto address = reinterpret_cast<std::uintptr_t>(raw.data_ptr());
   const auto pad = static_cast<std::int64_t>((align - address % align) % align);
-  return raw.narrow(0, pad, bytes).view(e.options.dtype().toScalarType()).view(e.sizes);
+  return typed(raw.narrow(0, pad, bytes));
 }
 
 void Chain::queue_read(Entry& e) {
