@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "modes.h"
 #include "spill/arena.h"
 
 namespace spill_bench {
@@ -29,14 +30,26 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_;
 };
 
+// A mode of spill::models::make_mode, or one of the disk variants the step benchmarks compare:
+// disk (synchronous, buffered, every input spilled), disk_async (buffered, overlapped: keep_last 1,
+// prefetch depth 2), disk_direct (direct I/O through the staging pool, overlapped).
+spill::models::ModeSetup make_step_mode(const std::string& mode, std::uint64_t capacity,
+                                        bool eager_writeback = true);
+
 void register_round_trip_benchmarks();
 void register_allocator_benchmarks();
 void register_training_step_benchmarks();
 void register_regime_benchmarks();
+void register_accelerator_benchmarks();
+void register_integrity_benchmarks();
 // The child side of the memory probe (see Note [Memory in a fresh process] in
 // bench/training_step_benchmark.cc): argv = {exe, --memory-probe, MODE, SHAPE}.
 int run_memory_probe(int argc, char** argv);
 // The child of BM_Regime: argv = {exe, --regime-child, IO, LAYERS, ROWS, HIDDEN, STEPS, DIR}.
 int run_regime_child(int argc, char** argv);
+// The child of BM_AcceleratorStep that measures a mode's host memory: argv = {exe,
+// --accelerator-child, MODE}. See Note [Peak host memory of a step] in
+// bench/accelerator_benchmark.cc.
+int run_accelerator_child(int argc, char** argv);
 
 }  // namespace spill_bench

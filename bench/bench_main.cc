@@ -19,6 +19,10 @@ int main(int argc, char** argv) {
     torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
     return spill_bench::run_regime_child(argc, argv);
   }
+  if (argc > 1 && std::string(argv[1]) == "--accelerator-child") {
+    torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
+    return spill_bench::run_accelerator_child(argc, argv);
+  }
   const int threads = static_cast<int>(std::thread::hardware_concurrency());
   torch::set_num_threads(threads);
   benchmark::AddCustomContext("libtorch_threads", std::to_string(torch::get_num_threads()));
@@ -28,6 +32,8 @@ int main(int argc, char** argv) {
   spill_bench::register_allocator_benchmarks();
   spill_bench::register_training_step_benchmarks();
   spill_bench::register_regime_benchmarks();
+  spill_bench::register_accelerator_benchmarks();
+  spill_bench::register_integrity_benchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

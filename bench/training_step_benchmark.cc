@@ -33,28 +33,6 @@ struct Shape {
 const Shape kShapes[] = {{"compute", 4, 256, 256, 4, 4}, {"io", 64, 128, 32, 2, 8}};
 const Shape kSmokeShape = {"smoke", 2, 16, 16, 2, 2};
 
-// The disk variants compared here; everything else is a mode of spill::models::make_mode.
-spill::models::ModeSetup make_step_mode(const std::string& mode, std::uint64_t capacity,
-                                        bool eager_writeback) {
-  if (mode.rfind("disk", 0) != 0) {
-    return spill::models::make_mode(mode, capacity, spill_dir(), eager_writeback);
-  }
-  spill::ArenaOptions o;
-  o.directory = spill_dir();
-  o.capacity_bytes = capacity;
-  o.start_writeback_after_write = eager_writeback;
-  o.io = mode == "disk_direct" ? spill::IoMode::direct : spill::IoMode::buffered;
-  const bool synchronous = mode == "disk";
-  o.asynchronous = !synchronous;
-  o.keep_last = synchronous ? 0 : 1;
-  o.prefetch_depth = synchronous ? 1 : 2;
-  spill::models::ModeSetup m;
-  m.mode = mode;
-  m.arena = std::make_unique<spill::SpillArena>(o);
-  m.stash = spill::make_arena_stash(*m.arena);
-  return m;
-}
-
 const std::vector<std::string>& step_modes() {
   static const std::vector<std::string> modes = {"none", "recompute", "ram", "disk",
                                                  "disk_async", "disk_direct", "per_file"};
@@ -203,6 +181,27 @@ void paired_steps(benchmark::State& state, const std::string& variant, Shape sha
 }
 
 }  // namespace
+
+spill::models::ModeSetup make_step_mode(const std::string& mode, std::uint64_t capacity,
+                                        bool eager_writeback) {
+  if (mode.rfind("disk", 0) != 0) {
+    return spill::models::make_mode(mode, capacity, spill_dir(), eager_writeback);
+  }
+  spill::ArenaOptions o;
+  o.directory = spill_dir();
+  o.capacity_bytes = capacity;
+  o.start_writeback_after_write = eager_writeback;
+  o.io = mode == "disk_direct" ? spill::IoMode::direct : spill::IoMode::buffered;
+  const bool synchronous = mode == "disk";
+  o.asynchronous = !synchronous;
+  o.keep_last = synchronous ? 0 : 1;
+  o.prefetch_depth = synchronous ? 1 : 2;
+  spill::models::ModeSetup m;
+  m.mode = mode;
+  m.arena = std::make_unique<spill::SpillArena>(o);
+  m.stash = spill::make_arena_stash(*m.arena);
+  return m;
+}
 
 int run_memory_probe(int argc, char** argv) {
   const Shape* shape = argc == 4 ? find_shape(argv[3]) : nullptr;

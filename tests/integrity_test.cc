@@ -24,11 +24,8 @@ namespace {
 
 spill::ArenaOptions options_in(const std::string& dir, spill::IoMode io = spill::IoMode::buffered,
                                spill::IoBackend backend = spill::IoBackend::thread_pool) {
-  spill::ArenaOptions o;
-  o.directory = dir;
+  spill::ArenaOptions o = spill_test::engine_options(dir, io, true, backend, 1);
   o.capacity_bytes = 64 * spill::MiB;
-  o.io = io;
-  o.io_backend = backend;
   o.staging_bytes = 4 * spill::MiB;
   return o;
 }

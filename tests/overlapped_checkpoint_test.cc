@@ -14,25 +14,12 @@
 #include "io_test_support.h"
 #include "test_support.h"
 
+using spill_test::engine_options;
 using spill_test::HookScope;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
 
 namespace {
-
-spill::ArenaOptions engine_options(const std::string& dir, spill::IoMode io, bool asynchronous,
-                                   spill::IoBackend backend, std::uint32_t keep_last) {
-  spill::ArenaOptions o;
-  o.directory = dir;
-  o.capacity_bytes = 16 * spill::MiB;
-  o.io = io;
-  o.asynchronous = asynchronous;
-  o.io_backend = backend;
-  o.keep_last = keep_last;
-  o.staging_bytes = spill::MiB;
-  return o;
-}
-
 
 // CPU autocast to bfloat16 for its lifetime, as torch.autocast("cpu") sets it.
 struct CpuAutocast {
@@ -78,14 +65,16 @@ TEST_CASE("overlap: backward queues the reads of the stash's own predecessors") 
   auto blocks = gpt_blocks(6);
   const torch::Tensor x0 = torch::randn({1, 16, 64});
   for (std::uint32_t depth : {0u, 1u, 2u}) {
-    auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::automatic, 0);
+    auto o =
+        engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::automatic, 0);
     o.prefetch_depth = depth;
     spill::SpillArena arena(o);
     auto stash = spill::make_arena_stash(arena);
     spill::SpillArena other(o);  // a second chain in between must not confuse the first
     auto other_stash = spill::make_arena_stash(other);
     torch::Tensor noise = torch::randn({8, 8}, torch::TensorOptions().requires_grad(true));
-    torch::Tensor side = spill::checkpoint(*other_stash, [](const torch::Tensor& t) { return t * 2; }, noise);
+    torch::Tensor side = spill::checkpoint(
+        *other_stash, [](const torch::Tensor& t) { return t * 2; }, noise);
     gpt_step(blocks, stash, x0);
     const spill::ArenaStats s = arena.stats();
     CAPTURE(depth);
@@ -101,7 +90,8 @@ TEST_CASE("overlap: keep_last keeps the last inputs where they are and spills th
   ScratchDir dir;
   auto blocks = gpt_blocks(5);
   const torch::Tensor x0 = torch::randn({1, 16, 64});
-  auto o = engine_options(dir.path(), spill::IoMode::buffered, true, spill::IoBackend::automatic, 2);
+  auto o =
+      engine_options(dir.path(), spill::IoMode::buffered, true, spill::IoBackend::automatic, 2);
   spill::SpillArena arena(o);
   gpt_step(blocks, spill::make_arena_stash(arena), x0);
   CHECK(arena.stats().allocations == 3);
@@ -115,12 +105,13 @@ TEST_CASE("overlap: spill::checkpoint(arena, ...) chains consecutive layers in o
   torch::Tensor x = torch::randn({64, 64}, torch::TensorOptions().requires_grad(true));
   torch::Tensor h = x;
   for (int i = 0; i < 5; ++i) {
-    h = spill::checkpoint(arena, [](const torch::Tensor& t) { return torch::tanh(t) * 1.5; }, h);
+    h = spill::checkpoint(
+        arena, [](const torch::Tensor& t) { return torch::tanh(t) * 1.5; }, h);
   }
   h.sum().backward();
   const spill::ArenaStats s = arena.stats();
   CHECK(s.allocations == 4);  // keep_last = 1 holds the last input
-  CHECK(s.prefetches == 4);  // each spilled input, queued by a successor's restore
+  CHECK(s.prefetches == 4);   // each spilled input, queued by a successor's restore
   CHECK(s.bytes_in_use == 0);
 }
 
@@ -137,8 +128,7 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
   // Autocast changes the numbers, so a recomputation in full precision would be caught.
   CHECK_FALSE(torch::equal(reference.input, full_precision.input));
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-    spill::SpillArena arena(
-        engine_options(dir.path(), io, true, spill::IoBackend::automatic, 0));
+    spill::SpillArena arena(engine_options(dir.path(), io, true, spill::IoBackend::automatic, 0));
     Grads spilled;
     {
       CpuAutocast autocast;  // forward under autocast; backward runs inside too, as users do
@@ -173,12 +163,14 @@ TEST_CASE("overlap: an input changed in place before it was spilled is a clear e
   auto stash = spill::make_arena_stash(arena);
   torch::Tensor x = torch::randn({16, 16}, torch::TensorOptions().requires_grad(true));
   torch::Tensor h = x * 1;
-  torch::Tensor y = spill::checkpoint(*stash, [](const torch::Tensor& t) { return t * 2; }, h);
+  torch::Tensor y = spill::checkpoint(
+      *stash, [](const torch::Tensor& t) { return t * 2; }, h);
   {
     torch::NoGradGuard no_grad;
     h.add_(1);  // h is held (keep_last), not yet spilled
   }
-  CHECK_THROWS_WITH_AS(spill::checkpoint(*stash, [](const torch::Tensor& t) { return t * 2; }, y),
+  CHECK_THROWS_WITH_AS(spill::checkpoint(
+                           *stash, [](const torch::Tensor& t) { return t * 2; }, y),
                        doctest::Contains("modified in place"), spill::CheckpointError);
 }
 

@@ -4,13 +4,16 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "device_copy.h"
+#include "serial_worker.h"
 #include "spill/tensor_stash.h"
 
 namespace spill {
@@ -27,6 +30,20 @@ namespace {
 // first queues the reads of its prefetch_depth predecessors — this stash's own chain of stored
 // tensors, not the arena's last write — then waits for its own bytes only. An input changed in
 // place before it was spilled would be spilled wrong, so its version counter is checked.
+
+// Note [Progress on accelerators]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The training thread queues kernels far ahead of the device, so at the next store() the device
+// -> host copy of an input is rarely done, and the copies of a forward's last layers are never
+// looked at again before backward: their writes were not queued and their inputs stayed on the
+// device, holding the memory the spill exists to free (on an H200, 4 of 15 inputs per step were
+// spilled in direct mode). So a chain with accelerator inputs has one progress thread (a
+// SerialWorker): for each copy it waits for the copy's event and queues the write, then, in a
+// later job, waits for the write and drops the device tensor. The training thread still does the
+// same when it gets there first: retire() is idempotent under the entry's mutex. A failure in the
+// thread (a write that could not be queued) is kept and rethrown on the training thread at the
+// next store() or restore(); the entry keeps its input, so nothing is read from a region that was
+// never written.
 
 std::string describe(const torch::Tensor& t) {
   std::ostringstream text;
@@ -45,13 +62,15 @@ struct Entry {
   std::mutex mutex;  // guards the mutable fields below
   torch::Tensor held;        // the input itself, until its write completed
   std::int64_t version = 0;  // held's version counter at store()
-  std::optional<detail::DeviceCopy> to_host;    // accelerator: device -> host before the write
+  std::shared_ptr<detail::DeviceCopy> to_host;  // accelerator: device -> host before the write
   std::optional<detail::DeviceCopy> to_device;  // accelerator: host -> device after the read
   torch::Tensor host;  // bytes being written, or the destination of the read
   Region region;
   Pending write;
   Pending read;
   bool spilled = false;
+  bool write_queued = false;
+  bool handed_off = false;  // to the progress thread; see Note [Progress on accelerators]
   bool read_queued = false;
   bool prefetched = false;
   bool restored = false;
@@ -74,6 +93,8 @@ class Chain {
 
   void stored(const EntryPtr& e);
   void keep_until_done(detail::DeviceCopy copy);
+  // Rethrows, once, a failure of the progress thread.
+  void rethrow_failure();
 
   void spill(Entry& e);        // caller holds e.mutex
   void retire(Entry& e);       // caller holds e.mutex
@@ -82,13 +103,19 @@ class Chain {
 
  private:
   void write(Entry& e, torch::Tensor host);
+  void hand_off(const EntryPtr& e);  // caller holds e->mutex
+  void finish_copy(const EntryPtr& e);
+  void finish_write(const EntryPtr& e, const Pending& write);
+  void record_failure(std::exception_ptr failure);
 
   SpillArena arena_;
   const ArenaOptions options_;
-  std::mutex mutex_;  // guards last_, unsafe_, copies_
+  std::mutex mutex_;  // guards last_, unsafe_, copies_, failure_
   std::weak_ptr<Entry> last_;
   std::deque<std::weak_ptr<Entry>> unsafe_;  // stored, write not yet complete, oldest first
   std::deque<detail::DeviceCopy> copies_;
+  std::exception_ptr failure_;
+  detail::SerialWorker progress_;  // last: joined before the members its jobs use are destroyed
 };
 
 void Chain::stored(const EntryPtr& e) {
@@ -115,6 +142,7 @@ void Chain::stored(const EntryPtr& e) {
     std::lock_guard<std::mutex> lock(alive[i]->mutex);
     if (i + keep < alive.size()) spill(*alive[i]);
     retire(*alive[i]);
+    hand_off(alive[i]);
     if (!alive[i]->held.defined() && !alive[i]->to_host) safe.push_back(alive[i].get());
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -126,8 +154,65 @@ void Chain::stored(const EntryPtr& e) {
                 unsafe_.end());
 }
 
-void Chain::keep_until_done(detail::DeviceCopy copy) {
+void Chain::rethrow_failure() {
+  std::exception_ptr failure;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failure = std::exchange(failure_, nullptr);
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+void Chain::record_failure(std::exception_ptr failure) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!failure_) failure_ = std::move(failure);
+}
+
+void Chain::hand_off(const EntryPtr& e) {
+  if (e->handed_off || !e->to_host || !options_.asynchronous) return;
+  e->handed_off = true;
+  progress_.post([this, e] { finish_copy(e); });
+}
+
+// On the progress thread: once the copy is done, queue the write, and wait for it in a later job.
+void Chain::finish_copy(const EntryPtr& e) {
+  try {
+    std::shared_ptr<detail::DeviceCopy> copy;
+    {
+      std::lock_guard<std::mutex> lock(e->mutex);
+      copy = e->to_host;
+    }
+    if (copy) copy->synchronize();
+    Pending write;
+    {
+      std::lock_guard<std::mutex> lock(e->mutex);
+      retire(*e);
+      write = e->write;
+    }
+    progress_.post([this, e, write] { finish_write(e, write); });
+  } catch (...) {
+    record_failure(std::current_exception());
+  }
+}
+
+// On the progress thread: once the write is done, drop the device tensor. A failed write is
+// reported by the arena at the next read of the region.
+void Chain::finish_write(const EntryPtr& e, const Pending& write) {
+  try {
+    write.settle();
+    std::lock_guard<std::mutex> lock(e->mutex);
+    retire(*e);
+  } catch (...) {
+    record_failure(std::current_exception());
+  }
+}
+
+// Only the host buffer is kept: the device tensor belongs to the caller. Finished copies are
+// dropped here too, as backward stores nothing.
+void Chain::keep_until_done(detail::DeviceCopy copy) {
+  copy.release_result();
+  std::lock_guard<std::mutex> lock(mutex_);
+  while (!copies_.empty() && copies_.front().done()) copies_.pop_front();
   copies_.push_back(std::move(copy));
 }
 
@@ -149,13 +234,14 @@ void Chain::spill(Entry& e) {
                                   ": " + x.what());
   }
   if (e.held.device().is_cpu()) return write(e, e.held);
-  e.to_host = detail::DeviceCopy::to_host(e.held);
+  e.to_host = std::make_shared<detail::DeviceCopy>(detail::DeviceCopy::to_host(e.held));
   if (!options_.asynchronous) e.to_host->synchronize();
 }
 
 void Chain::write(Entry& e, torch::Tensor host) {
   e.host = std::move(host);
   e.write = e.region.write_async(e.host.data_ptr(), e.host.nbytes());
+  e.write_queued = true;
   if (!options_.asynchronous) e.write.wait();
 }
 
@@ -165,19 +251,32 @@ void Chain::retire(Entry& e) {
     e.to_host.reset();
     write(e, std::move(host));
   }
-  if (e.spilled && !e.to_host && e.write.ready()) {
+  if (e.spilled && !e.to_host && e.write_queued && e.write.ready()) {
     e.held = torch::Tensor();
     if (!e.read_queued) e.host = torch::Tensor();
   }
 }
 
 // Direct reads skip the staging pool when the destination is aligned: allocate with slack and
-// view the aligned part.
+// view the aligned part. Pinned buffers come page-aligned from LibTorch's host allocator, which
+// rounds sizes up to a power of two: slack there would double a 128 MiB buffer, so an exact
+// pinned buffer is tried first.
 torch::Tensor Chain::aligned_host_buffer(const Entry& e) const {
   const auto align = static_cast<std::int64_t>(arena_.io_alignment());
   const std::int64_t bytes = static_cast<std::int64_t>(e.region.requested_bytes());
   auto host_options = torch::TensorOptions().dtype(torch::kUInt8);
-  if (!e.options.device().is_cpu()) host_options = host_options.pinned_memory(true);
+  const auto typed = [&e](const torch::Tensor& raw) {
+    return raw.view(e.options.dtype().toScalarType()).view(e.sizes);
+  };
+  if (!e.options.device().is_cpu()) {
+    host_options = host_options.pinned_memory(true);
+    try {
+      torch::Tensor exact = torch::empty({bytes}, host_options);
+      if (reinterpret_cast<std::uintptr_t>(exact.data_ptr()) % align == 0) return typed(exact);
+    } catch (const c10::Error&) {
+      host_options = torch::TensorOptions().dtype(torch::kUInt8);  // pinning refused
+    }
+  }
   torch::Tensor raw;
   try {
     raw = torch::empty({bytes + align}, host_options);
@@ -186,7 +285,7 @@ torch::Tensor Chain::aligned_host_buffer(const Entry& e) const {
   }
   const auto address = reinterpret_cast<std::uintptr_t>(raw.data_ptr());
   const auto pad = static_cast<std::int64_t>((align - address % align) % align);
-  return raw.narrow(0, pad, bytes).view(e.options.dtype().toScalarType()).view(e.sizes);
+  return typed(raw.narrow(0, pad, bytes));
 }
 
 void Chain::queue_read(Entry& e) {
@@ -212,6 +311,7 @@ class ArenaStashed final : public StashedTensor {
   }
 
   torch::Tensor restore() override {
+    chain_->rethrow_failure();
     prefetch_predecessors();
     std::lock_guard<std::mutex> lock(entry_->mutex);
     Entry& e = *entry_;
@@ -302,6 +402,7 @@ class ArenaStash final : public TensorStash {
   explicit ArenaStash(const SpillArena& arena) : chain_(std::make_shared<Chain>(arena)) {}
 
   std::unique_ptr<StashedTensor> store(const torch::Tensor& tensor) override {
+    chain_->rethrow_failure();
     auto e = std::make_shared<Entry>();
     e->held = tensor.detach().contiguous();
     e->version = e->held._version();

@@ -25,6 +25,9 @@ class DeviceCopy {
   const torch::Tensor& result() const { return result_; }
   // Releases the tensor kept alive for the copy once it is done (call from time to time).
   void release_source_if_done();
+  // Drops this handle's reference to the result. Safe once order_current_stream() ran: the
+  // current stream's later work, which may reuse the memory, is ordered after the copy.
+  void release_result() { result_ = torch::Tensor(); }
 
  private:
   DeviceCopy(torch::Tensor source, torch::Tensor result, c10::Event event);

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The accelerator check. Run THERE, on a GPU machine with CUDA PyTorch, cmake and ninja but no
+# package registry, after scripts/gpu-fetch-debs.sh here:
+#   1. builds against that machine's LibTorch, the carried Debian packages unpacked into
+#      .deps/root (never into /);
+#   2. runs the CUDA tests (tests/accelerator_test.cc: bitwise gradients in fp32 and bf16 with
+#      dropout, autocast replay, random queue delays) and the CPU tests of the engine beside them;
+#   3. runs BM_AcceleratorStep (bench/accelerator_benchmark.cc) in every mode.
+# Everything it reports goes to $OUT (at most 8 files): env.txt, build.log, tests.log,
+# accelerator.json, bench.log. Budget: about 6 minutes on 16 cores.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/spillarena-gpu-check}
+build=${SPILLARENA_GPU_BUILD:-build-gpu}
+python=${SPILLARENA_PYTHON:-python3}
+mkdir -p "$out" .deps/root
+for deb in .deps/debs/*.deb; do dpkg -x "$deb" .deps/root; done
+usr=$PWD/.deps/root/usr
+export LD_LIBRARY_PATH="$usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+
+# A spill directory on a real disk: the first candidate that is not RAM-backed.
+for d in /var/tmp "$PWD/.spill" /root; do
+  mkdir -p "$d" 2>/dev/null || continue
+  case $(stat -f -c %T "$d") in tmpfs|ramfs) continue ;; esac
+  export SPILL_DIR=$d
+  break
+done
+
+{
+  date -u
+  "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  echo "cores $(nproc); kernel $(uname -r); SPILL_DIR=${SPILL_DIR:-unset} ($(stat -f -c %T "${SPILL_DIR:-/}"))"
+  free -g | head -2
+  df -h "${SPILL_DIR:-/}" | tail -1
+  c++ --version | head -1
+} > "$out/env.txt" 2>&1
+cat "$out/env.txt"
+
+torch_prefix=$("$python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)")
+start=$SECONDS
+if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPILLARENA_BUILD_TOOLS=OFF -DSPILLARENA_WERROR=OFF \
+         -DCMAKE_PREFIX_PATH="$torch_prefix;$usr" \
+         -DBoost_DIR="$usr/lib/x86_64-linux-gnu/cmake/Boost-1.74.0" \
+         -DCMAKE_CXX_FLAGS="-isystem $usr/include" &&
+       cmake --build "$build" --parallel "$(nproc)" --target accelerator_test \
+         overlapped_checkpoint_test checkpoint_test integrity_test io_engine_test arena_test \
+         spillarena_bench; } > "$out/build.log" 2>&1; then
+  grep -E -A4 'error|Error' "$out/build.log" | head -n 80
+  tail -n 20 "$out/build.log"
+  exit 1
+fi
+echo "built in $((SECONDS - start)) s"
+
+status=0
+for t in accelerator_test overlapped_checkpoint_test checkpoint_test integrity_test io_engine_test \
+         arena_test; do
+  echo "=== $t" >> "$out/tests.log"
+  timeout 300 "$build/tests/$t" >> "$out/tests.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || status=1
+  echo "$t: rc=$rc $(grep -E '^\[doctest\] test cases' "$out/tests.log" | tail -n 1)"
+done
+grep -E 'ERROR|skipped' "$out/tests.log" | head -n 40
+
+"$build/bench/spillarena_bench" --benchmark_filter='BM_AcceleratorStep' \
+  --benchmark_out_format=json --benchmark_out="$out/accelerator.json" > "$out/bench.log" 2>&1 ||
+  status=1
+cat "$out/bench.log"
+exit $status
