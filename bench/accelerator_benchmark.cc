@@ -3,7 +3,7 @@
 // hidden^2 parameters per block, 3.2 B in all; a 128 MiB input per block, 2 GiB per step).
 //   modes  none         no checkpointing (every activation stays on the GPU)
 //          recompute    checkpointing, inputs kept on the GPU
-//          ram          inputs in a RAM-backed arena, through pinned host memory, overlapped
+//          ram          inputs in a RAM arena, through pinned host memory, overlapped
 //          disk_async   inputs in a disk arena, buffered I/O, overlapped
 //          disk_direct  inputs in a disk arena, direct I/O through the staging pool, overlapped
 //          per_file     one torch::save file per input (the approach spillarena replaces)
@@ -143,7 +143,7 @@ std::map<std::string, double>& step_ms_by_mode() {
   return times;
 }
 
-double step(torch::nn::Sequential& blocks, const spill::models::ModeSetup& mode,
+double step(torch::nn::Sequential& blocks, const spill::harness::ModeSetup& mode,
             const torch::Tensor& x0, const torch::Device& device) {
   Stopwatch watch;
   torch::Tensor x = x0.clone().requires_grad_(true);
@@ -197,7 +197,7 @@ void accelerator_step(benchmark::State& state, const std::string& mode_name) {
   const AccelShape s = accel_shape();
   const torch::Dtype dtype = device->is_cuda() ? torch::kBFloat16 : torch::kFloat;
   torch::nn::Sequential& blocks = shared_blocks(s, *device);
-  spill::models::ModeSetup mode = make_step_mode(mode_name, capacity_for(s, dtype));
+  spill::harness::ModeSetup mode = make_step_mode(mode_name, capacity_for(s, dtype));
   torch::manual_seed(1);
   const torch::Tensor x0 = torch::randn({s.batch, s.seq, s.hidden}).to(*device, dtype);
   step(blocks, mode, x0, *device);  // warm-up: kernels chosen, allocator caches filled
@@ -243,7 +243,7 @@ int run_accelerator_child(int argc, char** argv) {
   const torch::Dtype dtype = device->is_cuda() ? torch::kBFloat16 : torch::kFloat;
   torch::nn::Sequential& blocks = shared_blocks(s, *device);
   const double before_mode = status_bytes("VmRSS:");
-  spill::models::ModeSetup mode = make_step_mode(argv[2], capacity_for(s, dtype));
+  spill::harness::ModeSetup mode = make_step_mode(argv[2], capacity_for(s, dtype));
   torch::manual_seed(1);
   const torch::Tensor x0 = torch::randn({s.batch, s.seq, s.hidden}).to(*device, dtype);
   step(blocks, mode, x0, *device);

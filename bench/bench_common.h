@@ -30,11 +30,11 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_;
 };
 
-// A mode of spill::models::make_mode, or one of the disk variants the step benchmarks compare:
+// A mode of spill::harness::make_mode, or one of the disk variants the step benchmarks compare:
 // disk (synchronous, buffered, every input spilled), disk_async (buffered, overlapped: keep_last 1,
 // prefetch depth 2), disk_direct (direct I/O through the staging pool, overlapped).
-spill::models::ModeSetup make_step_mode(const std::string& mode, std::uint64_t capacity,
-                                        bool eager_writeback = true);
+spill::harness::ModeSetup make_step_mode(const std::string& mode, std::uint64_t capacity,
+                                        bool start_writeback_after_write = true);
 
 void register_round_trip_benchmarks();
 void register_allocator_benchmarks();

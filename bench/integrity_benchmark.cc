@@ -1,4 +1,4 @@
-// BM_Integrity/<MiB>: what ArenaOptions::verify_integrity costs. Two RAM-backed arenas, one
+// BM_Integrity/<MiB>: what ArenaOptions::verify_integrity costs. Two RAM arenas, one
 // hashing and one not, each write a region of <MiB> and read it back, alternating within every
 // iteration (the same bytes, the same cache state). Counters: ratio = time with hashing / time
 // without; hash_Bps = bytes hashed (written and verified) / extra time, the rate behind the

@@ -3,7 +3,7 @@
 //                  the restore is zero-copy, see Note [Zero-copy restore] in
 //                  src/torch_layer/arena_stash.cc)
 //   arena_evicted  the disk arena, its pages dropped from the page cache before the read
-//   arena_ram      the RAM-backed arena through the same stash
+//   arena_ram      the RAM arena through the same stash
 //   arena_direct   the disk arena with IoMode::direct: staged O_DIRECT write, O_DIRECT read into
 //                  an aligned buffer; counter page_cache_bytes = the region's bytes still in the
 //                  page cache afterwards (mincore), which direct I/O keeps at 0

@@ -43,9 +43,9 @@ const std::vector<std::string>& step_modes() {
 // right after forward.
 class StepRunner {
  public:
-  StepRunner(const std::string& mode, const Shape& shape, bool eager_writeback = true)
+  StepRunner(const std::string& mode, const Shape& shape, bool start_writeback_after_write = true)
       : blocks_(make_blocks(shape)),
-        mode_(make_step_mode(mode, capacity_for(shape), eager_writeback)),
+        mode_(make_step_mode(mode, capacity_for(shape), start_writeback_after_write)),
         x0_(torch::randn({shape.batch, shape.seq, shape.hidden})) {}
 
   std::uint64_t step() {
@@ -82,7 +82,7 @@ class StepRunner {
   }
 
   torch::nn::Sequential blocks_;
-  spill::models::ModeSetup mode_;
+  spill::harness::ModeSetup mode_;
   torch::Tensor x0_;
 };
 
@@ -182,21 +182,22 @@ void paired_steps(benchmark::State& state, const std::string& variant, Shape sha
 
 }  // namespace
 
-spill::models::ModeSetup make_step_mode(const std::string& mode, std::uint64_t capacity,
-                                        bool eager_writeback) {
+spill::harness::ModeSetup make_step_mode(const std::string& mode, std::uint64_t capacity,
+                                        bool start_writeback_after_write) {
   if (mode.rfind("disk", 0) != 0) {
-    return spill::models::make_mode(mode, capacity, spill_dir(), eager_writeback);
+    return spill::harness::make_mode(mode, capacity, spill_dir(),
+                                     {start_writeback_after_write});
   }
   spill::ArenaOptions o;
   o.directory = spill_dir();
   o.capacity_bytes = capacity;
-  o.start_writeback_after_write = eager_writeback;
+  o.start_writeback_after_write = start_writeback_after_write;
   o.io = mode == "disk_direct" ? spill::IoMode::direct : spill::IoMode::buffered;
   const bool synchronous = mode == "disk";
   o.asynchronous = !synchronous;
   o.keep_last = synchronous ? 0 : 1;
   o.prefetch_depth = synchronous ? 1 : 2;
-  spill::models::ModeSetup m;
+  spill::harness::ModeSetup m;
   m.mode = mode;
   m.arena = std::make_unique<spill::SpillArena>(o);
   m.stash = spill::make_arena_stash(*m.arena);
@@ -209,7 +210,7 @@ int run_memory_probe(int argc, char** argv) {
     std::fprintf(stderr, "usage: spillarena_bench --memory-probe MODE SHAPE\n");
     return 2;
   }
-  // Measured from before the model and the arena exist, so a RAM-backed arena's pages count;
+  // Measured from before the model and the arena exist, so a RAM arena's pages count;
   // the parameters and the input are in every mode's figure alike.
   spill::return_freed_memory_promptly();
   const std::uint64_t before = spill::resident_anonymous_bytes();

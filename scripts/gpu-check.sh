@@ -18,7 +18,7 @@ for deb in .deps/debs/*.deb; do dpkg -x "$deb" .deps/root; done
 usr=$PWD/.deps/root/usr
 export LD_LIBRARY_PATH="$usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 
-# A spill directory on a real disk: the first candidate that is not RAM-backed.
+# A spill directory on a real disk: the first candidate that is not memory-backed.
 for d in /var/tmp "$PWD/.spill" /root; do
   mkdir -p "$d" 2>/dev/null || continue
   case $(stat -f -c %T "$d") in tmpfs|ramfs) continue ;; esac

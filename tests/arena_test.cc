@@ -67,7 +67,7 @@ TEST_CASE("arena: a moved-from region throws a typed error and frees nothing twi
   CHECK_THROWS_AS(arena.write(a, &byte, 1), spill::MovedFromRegionError);
   CHECK_THROWS_AS(arena.read(a, &byte, 1), spill::MovedFromRegionError);
   CHECK(arena.stats().live_regions == 1);
-  b.release();
+  b.free();
   CHECK_THROWS_AS(b.size(), spill::MovedFromRegionError);
   CHECK(arena.stats().live_regions == 0);
 }
@@ -87,7 +87,7 @@ TEST_CASE("arena: exhaustion is a typed error with the numbers and the arena sta
     CHECK(std::string(e.what()).find("4194304") != std::string::npos);
   }
   CHECK(arena.stats().live_regions == 2);
-  b.release();
+  b.free();
   spill::Region c = arena.allocate(5 * spill::MiB);  // b's 3 MiB and the free 2 MiB coalesce
   CHECK(c.size() == 5 * spill::MiB);
 }
@@ -146,9 +146,7 @@ TEST_CASE("arena: regions outlive the arena object that made them") {
     r = arena.allocate(src.size());
     r.write(src.data(), src.size());
   }
-  std::vector<unsigned char> dst(src.size());
-  r.read(dst.data(), dst.size());
-  CHECK(dst == src);
+  CHECK(spill_test::read_back(r, src.size()) == src);
 }
 
 TEST_CASE("arena: a bounded page cache still returns every byte") {
@@ -204,9 +202,9 @@ TEST_CASE("arena: the default directory is SPILL_DIR when set") {
   CHECK(spill::default_spill_directory() != dir.path());
 }
 
-TEST_CASE("arena: the default directory avoids a RAM-backed TMPDIR") {
+TEST_CASE("arena: the default directory avoids a memory-backed TMPDIR") {
   const spill::DirectoryInfo var_tmp = spill::inspect_directory("/var/tmp");
-  if (!spill_test::fs::exists("/dev/shm") || !var_tmp.usable || var_tmp.ram_backed) {
+  if (!spill_test::fs::exists("/dev/shm") || !var_tmp.usable || var_tmp.memory_backed) {
     MESSAGE("skipped: needs /dev/shm and a disk-backed /var/tmp");
     return;
   }

@@ -83,7 +83,7 @@ TEST_CASE("cli: heads that do not divide the hidden size is a usage error") {
   check_usage_error("train --hidden 30 --heads 4", "--heads");
 }
 
-TEST_CASE("cli: a RAM-backed --dir is a runtime error and leaves nothing behind") {
+TEST_CASE("cli: a memory-backed --dir is a runtime error and leaves nothing behind") {
   const auto before = list_dir("/dev/shm");
   Run r = run(std::string("train ") + kTiny + " --steps 1 --dir /dev/shm");
   CHECK(r.exit_code == 1);
@@ -148,7 +148,7 @@ TEST_CASE("cli: plan --json reports capacity, file system, fit and bandwidth") {
   CHECK(j["bytes_per_layer"] == 65536);
   CHECK(j["capacity_bytes"] == 4 * 65536);
   CHECK(j["fits"] == true);
-  CHECK(j["ram_backed"] == false);
+  CHECK(j["memory_backed"] == false);
   CHECK_FALSE(j["file_system"].get<std::string>().empty());
   CHECK(j["probe"]["bytes"] == 8 << 20);
   CHECK(j["probe"]["write_GBps"].get<double>() > 0);
@@ -158,11 +158,11 @@ TEST_CASE("cli: plan --json reports capacity, file system, fit and bandwidth") {
   CHECK(list_dir(dir.path()).empty());
 }
 
-TEST_CASE("cli: plan on a RAM-backed or too small directory says so and exits 1") {
+TEST_CASE("cli: plan on a memory-backed or too small directory says so and exits 1") {
   nlohmann::json j;
   Run r = run_json("plan --layers 4 --batch 1 --seq 16 --hidden 16 --json --dir /dev/shm", &j);
   CHECK(r.exit_code == 1);
-  CHECK(j["ram_backed"] == true);
+  CHECK(j["memory_backed"] == true);
   CHECK(j["fits"] == false);
   CHECK(j["probe"].is_null());
   ScratchDir dir;

@@ -84,20 +84,24 @@ std::optional<spill::SpillArena> arena_for(const std::string& dir, const Setup& 
 
 using OptionsFor = spill::ArenaOptions (*)(const std::string& dir, const Setup& s);
 
-// Runs `body(arena, error)` for every setup and for EIO and ENOSPC, each with a fresh arena of
-// `options(dir, setup)`; setups this machine cannot serve (no io_uring) are skipped with the
-// reason.
+// Runs `body(setup, arena)` for every setup, each with a fresh arena of `options(dir, setup)`;
+// setups this machine cannot serve (no io_uring) are skipped with the reason.
+template <class Body>
+void for_each_setup(const std::string& dir, OptionsFor options, Body body) {
+  for (const Setup& s : setups()) {
+    const std::string setup = name(s);
+    CAPTURE(setup);
+    if (auto arena = arena_or_skip(options(dir, s), s)) body(s, *arena);
+  }
+}
+
+// Runs `body(arena, error)` for EIO and ENOSPC in every setup, each with a fresh arena.
 template <class Body>
 void for_each_setup_and_error(const std::string& dir, OptionsFor options, Body body) {
-  for (const Setup& s : setups()) {
-    for (int error : {EIO, ENOSPC}) {
-      const std::string setup = name(s);
-      CAPTURE(setup);
-      CAPTURE(error);
-      auto arena = arena_or_skip(options(dir, s), s);
-      if (!arena) break;
-      body(*arena, error);
-    }
+  for (int error : {EIO, ENOSPC}) {
+    CAPTURE(error);
+    auto with_error = [&](const Setup&, spill::SpillArena& arena) { body(arena, error); };
+    for_each_setup(dir, options, with_error);
   }
 }
 
@@ -234,16 +238,12 @@ TEST_CASE("faults: pwrite and pread moving one byte per call still round-trip (s
 TEST_CASE("faults: short counts in both backends and modes are completed and round-trip") {
   ScratchDir dir;
   Deadline deadline("queued short counts", kDeadlineSeconds);
-  for (const Setup& s : setups()) {
-    const std::string setup = name(s);
-    CAPTURE(setup);
-    auto arena = arena_for(dir.path(), s);
-    if (!arena) continue;
-    const std::uint64_t unit = s.mode == spill::IoMode::direct ? arena->io_alignment() : 1;
+  for_each_setup(dir.path(), options_in, [&](const Setup& s, spill::SpillArena& arena) {
+    const std::uint64_t unit = s.mode == spill::IoMode::direct ? arena.io_alignment() : 1;
     for (std::size_t bytes : {std::size_t{1}, spill::page_size_bytes() + 1, 9 * spill::MiB + 13}) {
       CAPTURE(bytes);
       const auto src = pattern(bytes, static_cast<unsigned>(bytes) + 1);
-      spill::Region r = arena->allocate(bytes);
+      spill::Region r = arena.allocate(bytes);
       Granted writes, reads;
       auto shape =
           bytes < spill::MiB ? spill_test::unit_counts(unit) : spill_test::half_counts(unit);
@@ -262,8 +262,8 @@ TEST_CASE("faults: short counts in both backends and modes are completed and rou
         CHECK(reads.calls > pieces);
       }
     }
-    CHECK(arena->stats().bytes_in_use == 0);
-  }
+    CHECK(arena.stats().bytes_in_use == 0);
+  });
 }
 
 TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endless loop") {
@@ -287,12 +287,8 @@ TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endl
     CHECK_THROWS_WITH_AS(r.read(dst.data(), dst.size()), doctest::Contains("read of 8192"),
                          spill::IoError);
   }
-  for (const Setup& s : setups()) {
-    const std::string setup = name(s);
-    CAPTURE(setup);
-    auto arena = arena_for(dir.path(), s);
-    if (!arena) continue;
-    spill::Region r = arena->allocate(src.size());
+  for_each_setup(dir.path(), options_in, [&](const Setup&, spill::SpillArena& arena) {
+    spill::Region r = arena.allocate(src.size());
     r.write_async(src.data(), src.size()).wait();
     {
       FaultScope eof(zero);
@@ -300,7 +296,7 @@ TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endl
       const auto read = [&] { r.read_async(dst.data, src.size()).wait(); };
       check_error(expect_io_error(read, "an empty read passed"), spill::IoOp::read, EIO, r);
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -408,26 +404,22 @@ TEST_CASE("faults: a failed read returns only after every piece of it finished")
 TEST_CASE("faults: once the fault is gone, regions are freed, allocated and written again") {
   ScratchDir dir;
   Deadline deadline("recovery", kDeadlineSeconds);
-  for (const Setup& s : setups()) {
-    const std::string setup = name(s);
-    CAPTURE(setup);
-    auto arena = arena_for(dir.path(), s);
-    if (!arena) continue;
+  for_each_setup(dir.path(), options_in, [&](const Setup&, spill::SpillArena& arena) {
     const auto src = pattern(2 * spill::MiB + 9, 8);
     std::uint64_t failed_offset = 0;
     {
       FaultScope fail(failing(spill_test::is_write, EIO));
-      spill::Region r = arena->allocate(src.size());
+      spill::Region r = arena.allocate(src.size());
       failed_offset = r.offset();
       CHECK_THROWS_AS(r.write_async(src.data(), src.size()).wait(), spill::IoError);
       CHECK_THROWS_AS(r.write(src.data(), src.size()), spill::IoError);
     }  // the region whose bytes are wrong is freed here
-    const spill::ArenaStats after_failure = arena->stats();
+    const spill::ArenaStats after_failure = arena.stats();
     CHECK(after_failure.bytes_in_use == 0);
     CHECK(after_failure.live_regions == 0);
     CHECK(after_failure.allocations == after_failure.frees);
     CHECK(after_failure.free_bytes == after_failure.capacity_bytes);
-    spill::Region again = arena->allocate(src.size());
+    spill::Region again = arena.allocate(src.size());
     CHECK(again.offset() == failed_offset);  // the same block, reused (LIFO)
     again.write_async(src.data(), src.size()).wait();
     again.write(src.data(), src.size());
@@ -437,9 +429,9 @@ TEST_CASE("faults: once the fault is gone, regions are freed, allocated and writ
     std::vector<unsigned char> sync_dst(src.size());
     again.read(sync_dst.data(), sync_dst.size());
     CHECK(sync_dst == src);
-    CHECK(arena->stats().live_regions == 1);
-    CHECK(arena->stats().bytes_in_use == again.size());
-  }
+    CHECK(arena.stats().live_regions == 1);
+    CHECK(arena.stats().bytes_in_use == again.size());
+  });
 }
 
 #ifdef SPILLARENA_TEST_WITH_TORCH
@@ -457,76 +449,74 @@ spill::ArenaOptions step_options(const std::string& dir, const Setup& s) {
   return o;
 }
 
-std::optional<spill::SpillArena> step_arena_for(const std::string& dir, const Setup& s) {
-  return arena_or_skip(step_options(dir, s), s);
-}
-
 }  // namespace
 
 using namespace spill_test::gpt;
 
-TEST_CASE("faults: a spill write failing fails the training step; the next step is exact") {
+// Three GPT blocks, an input and the gradients of a step without spilling, to compare against.
+struct GptCase {
+  GptCase(unsigned seed, std::vector<std::int64_t> input_shape)
+      : blocks(gpt_blocks(3)),
+        x0(seeded_input(seed, input_shape)),
+        reference(gpt_step(blocks, nullptr, x0)) {}
+  Grads step(spill::SpillArena& arena) {
+    return gpt_step(blocks, spill::make_arena_stash(arena), x0);
+  }
+  torch::nn::Sequential blocks;  // declared first: the reference is computed with it
+  torch::Tensor x0;
+  Grads reference;
+};
+
+// A step whose spill writes (op write) or restore reads (op read) fail with `error` throws that
+// IoError; the arena then holds no region, and the next step is bit-identical to the reference.
+void check_failed_step_then_exact(GptCase& c, spill::SpillArena& arena, spill::IoOp op,
+                                  int error) {
+  const bool write = op == spill::IoOp::write;
+  {
+    FaultScope fail(failing(write ? spill_test::is_write : spill_test::is_read, error));
+    const auto step = [&] { c.step(arena); };
+    const spill::IoError e = expect_io_error(step, write ? kWriteLost : kReadLost);
+    CHECK(e.error_number() == error);
+    CHECK(e.op() == op);
+  }
+  CHECK(arena.stats().live_regions == 0);
+  check_identical(c.reference, c.step(arena));
+  CHECK(arena.stats().bytes_in_use == 0);
+}
+
+// What each checkpoint fault case starts from: a scratch directory, a deadline, a GptCase.
+struct CheckpointFaults {
   ScratchDir dir;
-  Deadline deadline("checkpoint write errors", 4 * kDeadlineSeconds);
-  auto blocks = gpt_blocks(3);
-  const torch::Tensor x0 = seeded_input(5, {1, 16, 64});
-  const Grads reference = gpt_step(blocks, nullptr, x0);
+  Deadline deadline{"checkpoint faults", 4 * kDeadlineSeconds};
+  GptCase c{8, {2, 16, 64}};
+};
+
+TEST_CASE_FIXTURE(CheckpointFaults,
+                  "faults: a spill write failing fails the training step; the next step is exact") {
   for_each_setup_and_error(dir.path(), step_options, [&](spill::SpillArena& arena, int error) {
-    {
-      FaultScope fail(failing(spill_test::is_write, error));
-      const auto step = [&] { gpt_step(blocks, spill::make_arena_stash(arena), x0); };
-      const spill::IoError e = expect_io_error(step, kWriteLost);
-      CHECK(e.error_number() == error);
-      CHECK(e.op() == spill::IoOp::write);
-    }
-    CHECK(arena.stats().live_regions == 0);
-    check_identical(reference, gpt_step(blocks, spill::make_arena_stash(arena), x0));
-    CHECK(arena.stats().bytes_in_use == 0);
+    check_failed_step_then_exact(c, arena, spill::IoOp::write, error);
   });
 }
 
-TEST_CASE("faults: a read failing in backward fails the step; the next step is exact") {
-  ScratchDir dir;
-  Deadline deadline("checkpoint read errors", 4 * kDeadlineSeconds);
-  auto blocks = gpt_blocks(3);
-  const torch::Tensor x0 = seeded_input(6, {1, 16, 64});
-  const Grads reference = gpt_step(blocks, nullptr, x0);
+TEST_CASE_FIXTURE(CheckpointFaults,
+                  "faults: a read failing in backward fails the step; the next step is exact") {
   // Buffered CPU restores view the mapping and call no pread; direct restores read.
-  for (const Setup& s : setups()) {
-    if (s.mode != spill::IoMode::direct) continue;
-    const std::string setup = name(s);
-    CAPTURE(setup);
-    auto arena = step_arena_for(dir.path(), s);
-    if (!arena) continue;
-    {
-      FaultScope fail(failing(spill_test::is_read, EIO));
-      const auto step = [&] { gpt_step(blocks, spill::make_arena_stash(*arena), x0); };
-      const spill::IoError e = expect_io_error(step, kReadLost);
-      CHECK(e.error_number() == EIO);
-      CHECK(e.op() == spill::IoOp::read);
-    }
-    CHECK(arena->stats().live_regions == 0);
-    check_identical(reference, gpt_step(blocks, spill::make_arena_stash(*arena), x0));
-  }
+  for_each_setup(dir.path(), step_options, [&](const Setup& s, spill::SpillArena& arena) {
+    if (s.mode != spill::IoMode::direct) return;
+    check_failed_step_then_exact(c, arena, spill::IoOp::read, EIO);
+  });
 }
 
-TEST_CASE("faults: short counts under every spill and restore keep gradients bit-identical") {
-  ScratchDir dir;
-  Deadline deadline("checkpoint short counts", 4 * kDeadlineSeconds);
-  auto blocks = gpt_blocks(3);
-  const torch::Tensor x0 = seeded_input(8, {2, 16, 64});
-  const Grads reference = gpt_step(blocks, nullptr, x0);
-  for (const Setup& s : setups()) {
-    const std::string setup = name(s);
-    CAPTURE(setup);
-    auto arena = step_arena_for(dir.path(), s);
-    if (!arena) continue;
-    const std::uint64_t unit = s.mode == spill::IoMode::direct ? arena->io_alignment() : 1;
+TEST_CASE_FIXTURE(
+    CheckpointFaults,
+    "faults: short counts under every spill and restore keep gradients bit-identical") {
+  for_each_setup(dir.path(), step_options, [&](const Setup& s, spill::SpillArena& arena) {
+    const std::uint64_t unit = s.mode == spill::IoMode::direct ? arena.io_alignment() : 1;
     Granted writes, reads;
     FaultScope halves(counting(spill_test::half_counts(unit), 0, ~0ull, &writes, &reads));
-    check_identical(reference, gpt_step(blocks, spill::make_arena_stash(*arena), x0));
+    check_identical(c.reference, c.step(arena));
     CHECK(writes.calls > 3);  // three spills, each cut short at least once
-    CHECK(arena->stats().bytes_in_use == 0);
-  }
+    CHECK(arena.stats().bytes_in_use == 0);
+  });
 }
 #endif

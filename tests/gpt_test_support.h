@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "io_test_support.h"
 #include "spill/spill.h"
+#include "test_support.h"
 #include "tiny_gpt.h"
 
 namespace spill_test::gpt {
@@ -72,6 +74,25 @@ inline torch::nn::Sequential gpt_blocks(int layers) {
   for (int i = 0; i < layers; ++i) blocks->push_back(spill::models::GptBlock(cfg));
   blocks->train();
   return blocks;
+}
+
+// Twelve training steps through an arena stash under random queue delays, in each I/O mode with
+// the thread-pool and the automatic backend; `step(stash)` runs and checks one step. Every region
+// is freed by the end of each setting.
+template <class Step>
+void steps_under_random_delays(const std::string& dir, Step step) {
+  HookScope jitter(random_delays(7, 3000));
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
+      CAPTURE(spill::to_string(io));
+      CAPTURE(spill::to_string(backend));
+      spill::SpillArena arena(engine_options(dir, io, true, backend, 1));
+      auto stash = spill::make_arena_stash(arena);
+      for (int i = 0; i < 12; ++i) step(stash);
+      CHECK(arena.stats().bytes_in_use == 0);
+      CHECK(arena.stats().live_regions == 0);
+    }
+  }
 }
 
 }  // namespace spill_test::gpt

@@ -5,7 +5,7 @@
 #include "spill/core.h"
 #include "test_support.h"
 
-using spill::models::probe_stack_memory;
+using spill::harness::probe_stack_memory;
 
 TEST_CASE("memory: the disk arena's held memory does not grow with depth like the RAM stash") {
   spill::return_freed_memory_promptly();

@@ -198,19 +198,10 @@ TEST_CASE("overlap: a failed asynchronous write surfaces as spill::IoError, neve
 
 TEST_CASE("overlap: random delays in the queue over many steps keep gradients identical") {
   ScratchDir dir;
-  HookScope jitter(spill_test::random_delays(7, 3000));
   auto blocks = gpt_blocks(4);
   const torch::Tensor x0 = seeded_input(21, {2, 16, 64});
   const Grads reference = gpt_step(blocks, nullptr, x0);
-  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-    for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
-      CAPTURE(spill::to_string(io));
-      CAPTURE(spill::to_string(backend));
-      spill::SpillArena arena(engine_options(dir.path(), io, true, backend, 1));
-      auto stash = spill::make_arena_stash(arena);
-      for (int step = 0; step < 12; ++step) check_identical(reference, gpt_step(blocks, stash, x0));
-      CHECK(arena.stats().bytes_in_use == 0);
-      CHECK(arena.stats().live_regions == 0);
-    }
-  }
+  steps_under_random_delays(dir.path(), [&](const std::shared_ptr<spill::TensorStash>& stash) {
+    check_identical(reference, gpt_step(blocks, stash, x0));
+  });
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the tests with AddressSanitizer + UndefinedBehaviorSanitizer in their own tree ($1) and
-# runs them: the torch-free core tests and, unless $2 is OFF, the LibTorch checkpoint tests.
+# runs them: the torch-free core tests and, unless $2 is OFF, the LibTorch checkpoint tests. The
+# slab allocator checks its invariants after every operation here (SPILLARENA_EXPENSIVE_CHECKS).
 # Exit 77 (skipped) where the compiler cannot link -fsanitize=address,undefined.
 #
 # Note [Sanitizing next to an uninstrumented LibTorch]
@@ -25,6 +26,7 @@ with_torch=${2:-ON}
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -fno-omit-frame-pointer -fno-sanitize-recover=all" \
   -DSPILLARENA_SANITIZE=address,undefined -DSPILLARENA_WITH_TORCH="$with_torch" \
+  -DSPILLARENA_EXPENSIVE_CHECKS=ON \
   -DSPILLARENA_BUILD_BENCH=OFF -DSPILLARENA_BUILD_TOOLS=OFF -DSPILLARENA_WERROR=OFF >/dev/null
 tests=(slab_allocator_test spill_file_test arena_test sizing_test io_engine_test fault_injection_test
   security_test)

@@ -29,18 +29,19 @@
 #include "spill/tensor_stash.h"
 #endif
 
-using spill::testing::FaultSite;
 using spill_test::FaultScope;
 using spill_test::list_dir;
 using spill_test::ScratchDir;
 
 namespace {
 
+// The unprivileged user another process runs as in the cross-user checks.
 constexpr uid_t kNobody = 65534;
 
 // Forces open_unnamed_file's fallback: O_TMPFILE answers EOPNOTSUPP, as on some FUSE and network
 // file systems.
 spill::testing::FaultHook no_tmpfile() {
+  using spill::testing::FaultSite;
   return [](FaultSite site, std::uint64_t bytes, std::uint64_t) -> std::int64_t {
     return site == FaultSite::o_tmpfile ? -EOPNOTSUPP : static_cast<std::int64_t>(bytes);
   };
@@ -139,7 +140,7 @@ TEST_CASE("security: the spill file is mode 0600 and nameless, by O_TMPFILE and 
         std::optional<FaultScope> forced;
         if (fallback) forced.emplace(no_tmpfile());
         spill::SpillArena arena(options_in(dir.path(), io));
-        CHECK(arena.unnamed_by_o_tmpfile() == !fallback);
+        CHECK(arena.opened_without_name() == !fallback);
         const auto fds = spill_fds(dir.path());
         CHECK(fds.size() == (io == spill::IoMode::direct ? 2u : 1u));  // direct: a second one
         for (const SpillFd& f : fds) {

@@ -247,3 +247,43 @@ TEST_CASE("slab allocator: huge requests under a huge capacity stay aligned, or 
   CHECK(SlabAllocator::rounded_size(~0ull, 128) == ~0ull);
   CHECK_FALSE(slabs.allocate(~0ull - 5));
 }
+
+// tests/CMakeLists.txt compiles the allocator into this test with SPILLARENA_EXPENSIVE_CHECKS, so
+// each allocate and free below also runs the allocator's own validity check, which aborts the
+// test on a broken invariant. See Note [Expensive checks] in src/core/slab_allocator.cc.
+#if !SPILLARENA_EXPENSIVE_CHECKS
+#error "slab_allocator_test is built with SPILLARENA_EXPENSIVE_CHECKS=1 (tests/CMakeLists.txt)"
+#endif
+
+TEST_CASE("slab allocator: every invariant holds after each operation of a random workload") {
+  const std::uint64_t capacity = 1ull << 30;  // offsets only: the allocator touches no memory
+  SlabAllocator slabs(capacity, kPage);
+  std::mt19937_64 rng(11);
+  std::vector<Block> live;
+  auto random_bytes = [&]() -> std::uint64_t {
+    switch (rng() % 8) {
+      case 0: return SlabAllocator::kExactCarveAboveBytes + 1 + rng() % (8 * kPage);  // exact
+      case 1: case 2: return 1 + rng() % (4 * kPage);                                 // <= 4 pages
+      default: return 1 + rng() % (300 * kPage);                                       // classes
+    }
+  };
+  for (int i = 0; i < 6000; ++i) {
+    const std::uint64_t op = rng() % 8;
+    if (live.empty() || op < 4) {
+      if (auto b = slabs.allocate(random_bytes())) live.push_back(*b);
+    } else if (op < 7) {  // a random block: holes that must not coalesce, then ones that must
+      std::swap(live[rng() % live.size()], live.back());
+      slabs.free(live.back());
+      live.pop_back();
+    } else {  // newest first, as backward frees a step's regions
+      for (std::uint64_t n = 1 + rng() % 8; n > 0 && !live.empty(); --n) {
+        slabs.free(live.back());
+        live.pop_back();
+      }
+    }
+    REQUIRE(slabs.check_invariants());
+  }
+  for (const Block& b : live) slabs.free(b);
+  CHECK(slabs.check_invariants());
+  CHECK(slabs.stats().largest_free_block == capacity);
+}

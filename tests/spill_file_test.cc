@@ -70,13 +70,13 @@ TEST_CASE("spill file: a directory in RAM (tmpfs) is refused unless allowed") {
   try {
     spill::SpillArena arena(options_in("/dev/shm", spill::MiB));
     FAIL("a tmpfs directory was accepted");
-  } catch (const spill::RamBackedDirectoryError& e) {
+  } catch (const spill::MemoryBackedDirectoryError& e) {
     CHECK(e.path() == "/dev/shm");
     CHECK(e.file_system_type() == "tmpfs");
-    CHECK(std::string(e.what()).find("allow_ram_backed_directory") != std::string::npos);
+    CHECK(std::string(e.what()).find("allow_memory_backed_directory") != std::string::npos);
   }
   spill::ArenaOptions allowed = options_in("/dev/shm", spill::MiB);
-  allowed.allow_ram_backed_directory = true;
+  allowed.allow_memory_backed_directory = true;
   spill::SpillArena arena(allowed);
   CHECK(arena.file_system_type() == "tmpfs");
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "spill/arena.h"
 #include "spill/units.h"
@@ -32,6 +33,13 @@ inline spill::ArenaOptions engine_options(const std::string& dir, spill::IoMode 
   o.keep_last = keep_last;
   o.staging_bytes = spill::MiB;
   return o;
+}
+
+// The first `bytes` of a region, read back synchronously.
+inline std::vector<unsigned char> read_back(const spill::Region& region, std::size_t bytes) {
+  std::vector<unsigned char> dst(bytes);
+  region.read(dst.data(), dst.size());
+  return dst;
 }
 
 // A fresh directory under the default spill directory (on disk, even where /tmp is tmpfs),

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     options.capacity_bytes = spill::bytes_for_layer_inputs(layers, {1, mib, spill::MiB}, 1);
     spill::SpillArena arena(options);
     std::cout << "spill file in " << arena.directory() << " (" << arena.file_system_type()
-              << ", " << (arena.unnamed_by_o_tmpfile() ? "O_TMPFILE" : "mkstemp+unlink")
+              << ", " << (arena.opened_without_name() ? "never named" : "named, then unlinked")
               << "), " << layers << " layers x " << mib << " MiB\n";
     const std::uint64_t bytes = mib * spill::MiB;
     std::vector<unsigned char> src(bytes), dst(bytes);

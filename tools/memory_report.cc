@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   spill::return_freed_memory_promptly();
   torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
   try {
-    spill::models::probe_stack_memory("none", 2, rows, hidden, dir);  // warm-up
+    spill::harness::probe_stack_memory("none", 2, rows, hidden, dir);  // warm-up
     std::cout << "layer input " << rows << " x " << hidden << " float32 = "
               << spill::human_bytes(static_cast<std::uint64_t>(rows * hidden * 4))
               << "; LibTorch threads: " << torch::get_num_threads() << "\n\n"
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
                  " spilled |\n|---:|---|---:|---:|---:|\n";
     for (int layers : {4, 8, 16, 32}) {
       for (const char* mode : {"none", "recompute", "ram", "disk"}) {
-        auto r = spill::models::probe_stack_memory(mode, layers, rows, hidden, dir);
+        auto r = spill::harness::probe_stack_memory(mode, layers, rows, hidden, dir);
         std::cout << "| " << layers << " | " << mode << " | "
                   << spill::human_bytes(r.held_after_forward_bytes) << " | "
                   << spill::human_bytes(r.peak_during_step_bytes) << " | "

@@ -25,8 +25,10 @@ TEXT = pathlib.Path(__file__).resolve().parents[2] / "data" / "kjv-genesis-exodu
 
 
 class ByteBlocks(torch.utils.data.Dataset):
-    def __init__(self, seq):
-        ids = torch.tensor(list(TEXT.read_bytes()), dtype=torch.long)
+    """Byte ids (a 256-symbol vocabulary: no tokenizer to download) cut into blocks of seq;
+    each block is its own label. tests/python/test_trainer.py trains on it too."""
+
+    def __init__(self, ids, seq):
         self.blocks = ids[: len(ids) // seq * seq].view(-1, seq)
 
     def __len__(self):
@@ -45,6 +47,10 @@ class StepTimer(transformers.TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.times.append(time.perf_counter() - self.start)
+
+
+def text_ids():
+    return torch.tensor(list(TEXT.read_bytes()), dtype=torch.long)
 
 
 def peak_rss_mib():
@@ -85,7 +91,7 @@ def main():
             max_steps=args.steps, per_device_train_batch_size=args.batch, learning_rate=1e-3,
             logging_steps=max(1, args.steps // 5), save_strategy="no", report_to="none",
             use_cpu=True, seed=0, disable_tqdm=True)
-        trainer = transformers.Trainer(model=model, args=training_args, train_dataset=ByteBlocks(args.seq),
+        trainer = transformers.Trainer(model=model, args=training_args, train_dataset=ByteBlocks(text_ids(), args.seq),
                                        callbacks=[timer])
         result = trainer.train()
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "spill/error.h"
@@ -35,11 +36,13 @@ enum class Backing {
   ram,   // anonymous host memory: the same allocator, "offload to CPU RAM"
 };
 
+const char* to_string(Backing backing);  // "disk" or "ram"
+
 struct ArenaOptions {
   std::string directory;              // "" -> default_spill_directory()
   std::uint64_t capacity_bytes = 0;   // required; see spill::bytes_for_layer_inputs
   Backing backing = Backing::disk;
-  bool allow_ram_backed_directory = false;  // permit tmpfs/ramfs/hugetlbfs (saves no memory)
+  bool allow_memory_backed_directory = false;  // permit tmpfs/ramfs/hugetlbfs (saves no memory)
   // Start writeback of each region as soon as it is written, so dirty pages do not pile up
   // against a container's memory limit.
   bool start_writeback_after_write = true;
@@ -70,6 +73,26 @@ struct ArenaOptions {
   // src/core/integrity.cc.
   bool verify_integrity = true;
 };
+
+// Calls visit(name, field) for each field of `options` (const or not), in declaration order: the
+// one list of the options by name (the Python keywords are made from it).
+template <class Options, class Visit>
+std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, ArenaOptions>> visit_fields(
+    Options& options, Visit&& visit) {
+  visit("directory", options.directory);
+  visit("capacity_bytes", options.capacity_bytes);
+  visit("backing", options.backing);
+  visit("allow_memory_backed_directory", options.allow_memory_backed_directory);
+  visit("start_writeback_after_write", options.start_writeback_after_write);
+  visit("page_cache_limit_bytes", options.page_cache_limit_bytes);
+  visit("io", options.io);
+  visit("io_backend", options.io_backend);
+  visit("staging_bytes", options.staging_bytes);
+  visit("asynchronous", options.asynchronous);
+  visit("prefetch_depth", options.prefetch_depth);
+  visit("keep_last", options.keep_last);
+  visit("verify_integrity", options.verify_integrity);
+}
 
 // Largest staging pool accepted (64 GiB), against unit mistakes.
 constexpr std::uint64_t kMaxStagingBytes = 64ull << 30;
@@ -110,8 +133,41 @@ struct ArenaStats {
   std::uint64_t integrity_failures = 0;
 };
 
+// Calls visit(name, value) for each field of `stats`, in declaration order: the one list the
+// reports are made from (the CLI's JSON, the Python dict). Enums come as enums (to_string).
+template <class Visit>
+void visit_fields(const ArenaStats& stats, Visit&& visit) {
+  visit("capacity_bytes", stats.capacity_bytes);
+  visit("bytes_in_use", stats.bytes_in_use);
+  visit("peak_bytes_in_use", stats.peak_bytes_in_use);
+  visit("bytes_requested", stats.bytes_requested);
+  visit("live_regions", stats.live_regions);
+  visit("allocations", stats.allocations);
+  visit("frees", stats.frees);
+  visit("reuse_hits", stats.reuse_hits);
+  visit("largest_free_block", stats.largest_free_block);
+  visit("free_bytes", stats.free_bytes);
+  visit("high_water_bytes", stats.high_water_bytes);
+  visit("bytes_written", stats.bytes_written);
+  visit("bytes_read", stats.bytes_read);
+  visit("io_mode", stats.io_mode);
+  visit("io_backend", stats.io_backend);
+  visit("io_note", stats.io_note);
+  visit("staging_bytes", stats.staging_bytes);
+  visit("staging_waits", stats.staging_waits);
+  visit("staging_wait_ns", stats.staging_wait_ns);
+  visit("restores", stats.restores);
+  visit("restore_waits", stats.restore_waits);
+  visit("restore_wait_ns", stats.restore_wait_ns);
+  visit("prefetches", stats.prefetches);
+  visit("prefetch_hits", stats.prefetch_hits);
+  visit("bytes_hashed", stats.bytes_hashed);
+  visit("bytes_verified", stats.bytes_verified);
+  visit("integrity_failures", stats.integrity_failures);
+}
+
 // A move-only handle to one region of an arena. The region is freed when the handle dies (or on
-// release()). Using a moved-from or released handle throws spill::MovedFromRegionError.
+// free()). Using a moved-from or freed handle throws spill::MovedFromRegionError.
 class Region {
  public:
   Region() = default;
@@ -157,7 +213,7 @@ class Region {
   void drop_cached_pages() const;
 
   // Frees the region (after its queued operations completed); the handle becomes empty.
-  void release();
+  void free();
 
  private:
   friend class SpillArena;
@@ -176,7 +232,7 @@ class SpillArena {
  public:
   // Vets the directory, creates and preallocates the file (or reserves host memory). A
   // moved-from SpillArena throws spill::Error from every member. Throws
-  // InvalidArgumentError, DirectoryError, RamBackedDirectoryError, InsufficientSpaceError,
+  // InvalidArgumentError, DirectoryError, MemoryBackedDirectoryError, InsufficientSpaceError,
   // PreallocationError, IoError; nothing is left on disk after a throw.
   explicit SpillArena(const ArenaOptions& options);
   ~SpillArena();
@@ -206,7 +262,9 @@ class SpillArena {
   Backing backing() const;
   const std::string& directory() const;         // "" for the RAM backing
   const std::string& file_system_type() const;  // "ext4", ... or "ram"
-  bool unnamed_by_o_tmpfile() const;            // false: the mkstemp+unlink fallback was used
+  // True when the spill file never had a name (made unnamed by the system); false when it had
+  // one for an instant (created, then unlinked) or the arena is in RAM.
+  bool opened_without_name() const;
 
   // A second handle to this same arena (same file, same allocator, same stats). Layers that
   // must outlive the caller's SpillArena object (an autograd graph, a module) hold one.
@@ -220,7 +278,7 @@ class SpillArena {
 };
 
 // The directory an arena uses when options.directory is empty: $SPILL_DIR, else $TMPDIR (or
-// /tmp) unless that is RAM-backed (tmpfs), in which case /var/tmp when it is on disk.
+// /tmp) unless that is memory-backed (tmpfs), in which case /var/tmp when it is on disk.
 std::string default_spill_directory();
 
 }  // namespace spill

@@ -2,7 +2,7 @@
 //
 //   spill::DirectoryInfo d = spill::inspect_directory("/mnt/nvme/spill");
 //   if (!d.usable) std::cerr << d.problem << "\n";           // missing, not writable, ...
-//   else if (d.ram_backed) std::cerr << d.file_system_type << " lives in RAM\n";
+//   else if (d.memory_backed) std::cerr << d.file_system_type << " lives in RAM\n";
 //   else std::cout << spill::human_bytes(d.free_bytes) << " free on " << d.file_system_type;
 #pragma once
 
@@ -16,7 +16,7 @@ struct DirectoryInfo {
   bool usable = false;           // exists, is a directory, writable: an arena may be made there
   std::string problem;           // why not usable ("" when usable)
   std::string file_system_type;  // "ext4", "tmpfs", ...
-  bool ram_backed = false;       // tmpfs, ramfs, hugetlbfs
+  bool memory_backed = false;       // tmpfs, ramfs, hugetlbfs
   std::uint64_t free_bytes = 0;
   std::uint64_t total_bytes = 0;
 };

@@ -50,9 +50,9 @@ class DirectoryError : public PathError {
 };
 
 // The spill directory lives in RAM (tmpfs, ramfs, hugetlbfs): spilling there saves no memory.
-class RamBackedDirectoryError : public Error {
+class MemoryBackedDirectoryError : public Error {
  public:
-  RamBackedDirectoryError(const std::string& path, const std::string& fs_type,
+  MemoryBackedDirectoryError(const std::string& path, const std::string& fs_type,
                           const std::string& message)
       : Error(message), path_(path), fs_type_(fs_type) {}
   const std::string& path() const { return path_; }
@@ -101,7 +101,7 @@ class ArenaExhaustedError : public Error {
   std::uint64_t largest_;
 };
 
-// A Region handle was used after it was moved from (or released).
+// A Region handle was used after it was moved from (or freed).
 class MovedFromRegionError : public Error {
  public:
   using Error::Error;

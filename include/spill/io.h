@@ -37,6 +37,7 @@ enum class IoBackend {
 
 enum class IoOp { write, read, writeback, drop, prefetch };
 
+// The names the library, the CLI and Python use; "?" past the last value.
 const char* to_string(IoMode mode);
 const char* to_string(IoBackend backend);
 const char* to_string(IoOp op);

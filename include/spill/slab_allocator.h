@@ -13,12 +13,8 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <mutex>
+#include <memory>
 #include <optional>
-#include <set>
-#include <tuple>
-#include <unordered_map>
 
 namespace spill {
 
@@ -49,6 +45,7 @@ class SlabAllocator {
   // capacity_bytes is rounded down to a multiple of alignment_bytes (a power of two).
   explicit SlabAllocator(std::uint64_t capacity_bytes, std::uint64_t alignment_bytes = 4096);
 
+  ~SlabAllocator();
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
 
@@ -69,33 +66,18 @@ class SlabAllocator {
   std::uint64_t capacity_bytes() const { return capacity_; }
 
   // Checks every internal invariant (free blocks sorted, disjoint, coalesced, indexes agree,
-  // counters add up). For tests; O(n).
+  // counters add up). For tests; O(n log n). Builds with SPILLARENA_EXPENSIVE_CHECKS run it after
+  // every allocate and free. See Note [Expensive checks] in src/core/slab_allocator.cc.
   bool check_invariants() const;
 
  private:
-  struct FreeBlock {
-    std::uint64_t size;
-    std::uint64_t freed_seq;  // larger = freed more recently
-  };
-  struct LiveBlock {
-    std::uint64_t size;
-    std::uint64_t requested;
-  };
-  // (size, ~freed_seq, offset): the first entry >= (n, 0, 0) is the best fit, most recent first.
-  using SizeKey = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;
-
-  void insert_free(std::uint64_t offset, std::uint64_t size, std::uint64_t seq);
-  void erase_free(std::map<std::uint64_t, FreeBlock>::iterator it);
-  std::uint64_t largest_free_locked() const;
+  // The free-block indexes, the live blocks, the counters and the mutex that guards them, in
+  // src/core/slab_allocator_state.h: one pointer keeps containers and locks out of this header.
+  struct State;
 
   const std::uint64_t alignment_;
   const std::uint64_t capacity_;
-  mutable std::mutex mutex_;
-  std::map<std::uint64_t, FreeBlock> free_by_offset_;
-  std::set<SizeKey> free_by_size_;
-  std::unordered_map<std::uint64_t, LiveBlock> live_;
-  std::uint64_t seq_ = 0;
-  AllocatorStats stats_;
+  const std::unique_ptr<State> state_;
 };
 
 }  // namespace spill

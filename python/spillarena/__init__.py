@@ -23,6 +23,7 @@ from .errors import (
     IntegrityError,
     InvalidArgumentError,
     IoError,
+    MemoryBackedDirectoryError,
     MovedFromRegionError,
     PathError,
     PreallocationError,

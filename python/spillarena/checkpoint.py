@@ -159,7 +159,7 @@ class _SpillCheckpoint(torch.autograd.Function):
         job.output_template = [_TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
         out_tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         if not out_tensors:
-            job.stashed.release()
+            job.stashed.free()
             raise InvalidArgumentError(
                 "spillarena.checkpoint: the layer returned no tensor; a checkpointed layer must "
                 "return a tensor (or a tuple, list or dict holding tensors)"
@@ -184,7 +184,7 @@ class _SpillCheckpoint(torch.autograd.Function):
             )
         stashed, job.stashed = job.stashed, None
         restored = stashed.restore()  # queues the reads of the layers before it
-        stashed.release()
+        stashed.free()
         saved = ctx.saved_tensors
         inputs = []
         for i, tensor in enumerate(saved):

@@ -28,8 +28,12 @@ class DirectoryError(PathError):
     """The spill directory is missing, not a directory or not writable (``path``, ``errno``)."""
 
 
-class RamBackedDirectoryError(Error):
+class MemoryBackedDirectoryError(Error):
     """The spill directory lives in RAM (tmpfs, ...) (``path``, ``file_system_type``)."""
+
+
+# The name before 0.2 ("RAM-backed" read like the RAM arena); kept as an alias for now.
+RamBackedDirectoryError = MemoryBackedDirectoryError
 
 
 class InsufficientSpaceError(Error):
@@ -47,7 +51,7 @@ class ArenaExhaustedError(Error):
 
 
 class MovedFromRegionError(Error):
-    """A region handle was used after it was moved from or released."""
+    """A region handle was used after it was moved from or freed."""
 
 
 class IoError(Error):
@@ -69,7 +73,7 @@ __all__ = [
     "InvalidArgumentError",
     "PathError",
     "DirectoryError",
-    "RamBackedDirectoryError",
+    "MemoryBackedDirectoryError",
     "InsufficientSpaceError",
     "PreallocationError",
     "ArenaExhaustedError",

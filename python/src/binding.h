@@ -1,13 +1,11 @@
 // Shared pieces of the spillarena._C extension: the per-area bind functions called by module.cc,
-// and FieldTable, which maps a C++ options/stats struct to Python one field per line:
+// Convert<T> between field values and Python objects, and structs as dicts by field name:
 //
-//   static const auto table = FieldTable<spill::ArenaOptions>()
-//       .field("capacity_bytes", &spill::ArenaOptions::capacity_bytes)
-//       .field("backing", &spill::ArenaOptions::backing);
-//   table.set(options, "capacity_bytes", py::int_(1 << 30));  // checked, typed errors
-//   py::dict d = table.to_dict(options);                      // {"capacity_bytes": ..., ...}
+//   spill::ArenaOptions options;
+//   set_field(options, "capacity_bytes", py::int_(1 << 30));  // checked, typed errors
+//   py::dict d = to_dict(options);                            // {"directory": "", ...}
 //
-// A field of a new type needs a Convert<T> specialization (an enum: an EnumNames<E> entry).
+// A field of a new type needs a Convert<T> specialization (an enum: a spill::to_string for it).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -17,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -40,11 +39,6 @@ void bind_stash(py::module_& m);
   throw spill::InvalidArgumentError("spillarena: " + field + " must be " + expected + ", got " +
                                     py::repr(value).cast<std::string>());
 }
-
-// Each enum that appears in options or stats lists its names here (specialized in the .cc that
-// knows the enum). Python sees enums as these strings.
-template <class E>
-struct EnumNames;
 
 template <class T, class Enable = void>
 struct Convert;
@@ -105,71 +99,50 @@ struct Convert<std::string> {
   }
 };
 
+// Python sees an enum as the names spill::to_string gives its values (found by argument-dependent
+// lookup); to_string answers "?" past the last value.
 template <class E>
 struct Convert<E, std::enable_if_t<std::is_enum_v<E>>> {
-  static py::object to_python(E v) {
-    for (const auto& [name, value] : EnumNames<E>::values) {
-      if (value == v) return py::str(name);
-    }
-    return py::int_(static_cast<std::int64_t>(v));
-  }
+  static py::object to_python(E v) { return py::str(to_string(v)); }
   static E from_python(py::handle v, const std::string& field) {
     std::string names;
-    for (const auto& [name, value] : EnumNames<E>::values) {
-      if (py::isinstance<py::str>(v) && v.cast<std::string>() == name) return value;
-      names += (names.empty() ? "\"" : ", \"") + std::string(name) + "\"";
+    for (int i = 0; std::string_view(to_string(static_cast<E>(i))) != "?"; ++i) {
+      const std::string name = to_string(static_cast<E>(i));
+      if (py::isinstance<py::str>(v) && v.cast<std::string>() == name) return static_cast<E>(i);
+      names += (names.empty() ? "\"" : ", \"") + name + "\"";
     }
     throw_bad_value(field, "one of " + names, v);
   }
 };
 
-// ---------------------------------------------------------------------------------------------
-// FieldTable
+// Structs by field name, through spill::visit_fields (found by argument-dependent lookup): the
+// library's one list of an options or stats struct's fields.
 // ---------------------------------------------------------------------------------------------
 
 template <class Struct>
-class FieldTable {
- public:
-  template <class T>
-  FieldTable& field(const char* name, T Struct::*member) {
-    entries_.push_back(
-        {name, [member](const Struct& s) { return Convert<T>::to_python(s.*member); },
-         [member, name](Struct& s, py::handle v) {
-           s.*member = Convert<T>::from_python(v, name);
-         }});
-    return *this;
-  }
+py::dict to_dict(const Struct& s) {
+  py::dict out;
+  visit_fields(s, [&](const char* name, const auto& value) {
+    out[name] = Convert<std::decay_t<decltype(value)>>::to_python(value);
+  });
+  return out;
+}
 
-  py::dict to_dict(const Struct& s) const {
-    py::dict out;
-    for (const auto& e : entries_) out[py::str(e.name)] = e.get(s);
-    return out;
-  }
-
-  // Throws spill::InvalidArgumentError for an unknown name or a value of the wrong kind.
-  void set(Struct& s, const std::string& name, py::handle value) const {
-    for (const auto& e : entries_) {
-      if (name == e.name) return e.set(s, value);
-    }
-    std::string known;
-    for (const auto& e : entries_) known += (known.empty() ? "" : ", ") + std::string(e.name);
+// Throws spill::InvalidArgumentError for an unknown name or a value of the wrong kind.
+template <class Struct>
+void set_field(Struct& s, const std::string& name, py::handle value) {
+  bool found = false;
+  std::string known;
+  visit_fields(s, [&](const char* field, auto& target) {
+    known += (known.empty() ? "" : ", ") + std::string(field);
+    if (name != field) return;
+    target = Convert<std::decay_t<decltype(target)>>::from_python(value, field);
+    found = true;
+  });
+  if (!found) {
     throw spill::InvalidArgumentError("spillarena: unknown option '" + name +
                                       "'; the options are: " + known);
   }
-
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& e : entries_) out.emplace_back(e.name);
-    return out;
-  }
-
- private:
-  struct Entry {
-    const char* name;
-    std::function<py::object(const Struct&)> get;
-    std::function<void(Struct&, py::handle)> set;
-  };
-  std::vector<Entry> entries_;
-};
+}
 
 }  // namespace spillarena_python

@@ -36,8 +36,8 @@ void translate(std::exception_ptr thrown) {
                        : dynamic_cast<const spill::PreallocationError*>(&e) ? "PreallocationError"
                                                                              : "PathError";
     raise(type, e, {{"path", text(e.path())}, {"errno", py::int_(e.error_number())}});
-  } catch (const spill::RamBackedDirectoryError& e) {
-    raise("RamBackedDirectoryError", e,
+  } catch (const spill::MemoryBackedDirectoryError& e) {
+    raise("MemoryBackedDirectoryError", e,
           {{"path", text(e.path())}, {"file_system_type", text(e.file_system_type())}});
   } catch (const spill::InsufficientSpaceError& e) {
     raise("InsufficientSpaceError", e,
@@ -81,8 +81,8 @@ void bind_errors(py::module_& m) {
     if (type == "InvalidArgumentError") throw spill::InvalidArgumentError(message);
     if (type == "PathError") throw spill::PathError("/spill", 13, message);
     if (type == "DirectoryError") throw spill::DirectoryError("/nowhere", 2, message);
-    if (type == "RamBackedDirectoryError")
-      throw spill::RamBackedDirectoryError("/dev/shm", "tmpfs", message);
+    if (type == "MemoryBackedDirectoryError")
+      throw spill::MemoryBackedDirectoryError("/dev/shm", "tmpfs", message);
     if (type == "InsufficientSpaceError")
       throw spill::InsufficientSpaceError("/spill", 2048, 1024, message);
     if (type == "PreallocationError") throw spill::PreallocationError("/spill", 95, message);

@@ -12,7 +12,7 @@ namespace spillarena_python {
 namespace {
 
 // One stored tensor, as Python holds it. restore() may run once (a second backward through the
-// same graph must fail, not read a freed region); release() frees an unrestored region at once.
+// same graph must fail, not read a freed region); free() frees an unrestored region at once.
 class Stashed {
  public:
   explicit Stashed(std::unique_ptr<spill::StashedTensor> inner) : inner_(std::move(inner)) {}
@@ -20,7 +20,7 @@ class Stashed {
   torch::Tensor restore() {
     if (restored_ || !inner_) {
       throw spill::CheckpointError(
-          "spillarena: this stashed tensor was already restored (or released); its region was "
+          "spillarena: this stashed tensor was already restored (or freed); its region was "
           "consumed. Run forward again for a new graph (retain_graph is not supported with "
           "spilled inputs)");
     }
@@ -30,7 +30,7 @@ class Stashed {
   void prefetch() {
     if (inner_ && !restored_) inner_->prefetch();
   }
-  void release() { inner_.reset(); }
+  void free() { inner_.reset(); }
   bool restored() const { return restored_; }
 
  private:
@@ -48,7 +48,7 @@ void bind_stash(py::module_& m) {
            "The stored tensor (same values, shape, dtype, device; contiguous). Once only.")
       .def("prefetch", &Stashed::prefetch, Release(),
            "Starts bringing the tensor back without waiting; restore() then finds it ready.")
-      .def("release", &Stashed::release, Release(), "Free the stored bytes now.")
+      .def("free", &Stashed::free, Release(), "Free the stored bytes now.")
       .def_property_readonly("restored", &Stashed::restored);
 
   py::class_<spill::TensorStash, std::shared_ptr<spill::TensorStash>>(

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "arena_core.h"
+#include "enum_names.h"
 #include "host_memory.h"
 #include "platform.h"
 #include "spill/process_memory.h"
@@ -10,6 +11,8 @@
 #include "spill_file.h"
 
 namespace spill {
+
+const char* to_string(Backing backing) { return name_in({"disk", "ram"}, backing); }
 namespace {
 
 void check_capacity(std::uint64_t capacity) {
@@ -74,7 +77,7 @@ std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
   detail::SpillFileOptions f;
   f.directory = o.directory;
   f.capacity_bytes = o.capacity_bytes;
-  f.allow_ram_backed_directory = o.allow_ram_backed_directory;
+  f.allow_memory_backed_directory = o.allow_memory_backed_directory;
   f.direct = o.io == IoMode::direct;
   return detail::make_spill_file(f);
 }
@@ -94,7 +97,7 @@ std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
 
 // Note [Default spill directory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// /tmp (or $TMPDIR) is often tmpfs, where spilling saves nothing. When it is RAM-backed and
+// /tmp (or $TMPDIR) is often tmpfs, where spilling saves nothing. When it is memory-backed and
 // /var/tmp — on disk by convention — is usable, the arena goes there; the file has no name,
 // so /var/tmp's persistence does not matter. An explicit $SPILL_DIR is always taken as given.
 std::string default_spill_directory() {
@@ -102,10 +105,10 @@ std::string default_spill_directory() {
   if (dir != nullptr && *dir != '\0') return dir;
   const std::string temp = platform::temp_directory();
   platform::FileSystemInfo fs;
-  if (platform::file_system_info(temp, &fs) != 0 || !fs.ram_backed) return temp;
+  if (platform::file_system_info(temp, &fs) != 0 || !fs.memory_backed) return temp;
   platform::FileSystemInfo var_tmp;
   if (platform::check_writable_directory("/var/tmp") == 0 &&
-      platform::file_system_info("/var/tmp", &var_tmp) == 0 && !var_tmp.ram_backed) {
+      platform::file_system_info("/var/tmp", &var_tmp) == 0 && !var_tmp.memory_backed) {
     return "/var/tmp";
   }
   return temp;
@@ -143,7 +146,7 @@ Region SpillArena::allocate(std::uint64_t bytes) {
 void SpillArena::check_owner(const Region& region) const {
   live_core();
   if (!region.valid()) {
-    throw MovedFromRegionError("spill: use of a moved-from or released Region");
+    throw MovedFromRegionError("spill: use of a moved-from or freed Region");
   }
   if (region.core_ != core_) {
     throw InvalidArgumentError("spill: the Region at offset " + std::to_string(region.offset()) +
@@ -188,8 +191,8 @@ const std::string& SpillArena::directory() const { return live_core().options().
 const std::string& SpillArena::file_system_type() const {
   return live_core().storage().info().file_system_type;
 }
-bool SpillArena::unnamed_by_o_tmpfile() const {
-  return live_core().storage().info().unnamed_by_o_tmpfile;
+bool SpillArena::opened_without_name() const {
+  return live_core().storage().info().opened_without_name;
 }
 
 }  // namespace spill

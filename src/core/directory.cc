@@ -20,7 +20,7 @@ DirectoryInfo inspect_directory(const std::string& directory) {
   }
   d.usable = true;
   d.file_system_type = fs.type_name;
-  d.ram_backed = fs.ram_backed;
+  d.memory_backed = fs.memory_backed;
   d.free_bytes = fs.free_bytes;
   d.total_bytes = fs.total_bytes;
   return d;

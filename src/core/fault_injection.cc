@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
-#include <mutex>
 
+#include "mutex.h"
 #include "platform.h"
 #include "spill/testing.h"
 
@@ -22,12 +22,12 @@ namespace spill {
 // mutex, so a test may remove it while a worker thread is still calling it.
 namespace {
 std::atomic<bool> armed{false};
-std::mutex hook_mutex;
-std::shared_ptr<const testing::FaultHook> installed;  // guarded by hook_mutex
+detail::Mutex hook_mutex;
+std::shared_ptr<const testing::FaultHook> installed GUARDED_BY(hook_mutex);
 }  // namespace
 
 void testing::set_fault_hook(FaultHook hook) {
-  std::lock_guard<std::mutex> lock(hook_mutex);
+  detail::MutexLock lock(hook_mutex);
   installed = hook ? std::make_shared<const FaultHook>(std::move(hook)) : nullptr;
   armed.store(installed != nullptr, std::memory_order_relaxed);
 }
@@ -38,7 +38,7 @@ std::int64_t platform::fault_verdict(testing::FaultSite site, std::uint64_t byte
   if (!armed.load(std::memory_order_relaxed)) return all;
   std::shared_ptr<const testing::FaultHook> hook;
   {
-    std::lock_guard<std::mutex> lock(hook_mutex);
+    detail::MutexLock lock(hook_mutex);
     hook = installed;
   }
   return hook ? std::min(all, (*hook)(site, bytes, offset)) : all;

@@ -1,4 +1,4 @@
-// HostMemory: anonymous, private memory as arena storage (the RAM-backed arena). Pages are
+// HostMemory: anonymous, private memory as arena storage (the RAM arena). Pages are
 // touched only when written, so capacity costs address space, not RAM, until used.
 #pragma once
 

@@ -108,7 +108,7 @@ bool inside_any(const Span& span, const std::vector<Span>* spans) {
 }  // namespace
 
 void IntegrityLedger::forget(std::uint64_t region, const Span& write) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = regions_.find(region);
   if (it == regions_.end()) return;
   auto& hashed = it->second;
@@ -128,7 +128,7 @@ void IntegrityLedger::record(std::uint64_t region, const Span& write, const Span
     bytes_hashed_.fetch_add(c.bytes, std::memory_order_relaxed);
   }
   if (fresh.empty()) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto& hashed = regions_[region];
   hashed.insert(hashed.end(), fresh.begin(), fresh.end());
 }
@@ -136,7 +136,7 @@ void IntegrityLedger::record(std::uint64_t region, const Span& write, const Span
 std::vector<IntegrityLedger::Hashed> IntegrityLedger::hashed_inside(
     std::uint64_t region, const Span& within, const std::vector<Span>* skip) const {
   std::vector<Hashed> inside;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = regions_.find(region);
   if (it == regions_.end()) return inside;
   for (const Hashed& h : it->second) {
@@ -160,7 +160,7 @@ std::exception_ptr IntegrityLedger::check(std::uint64_t region, const Span& with
 }
 
 void IntegrityLedger::drop(std::uint64_t region) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   regions_.erase(region);
 }
 

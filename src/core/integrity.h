@@ -2,20 +2,23 @@
 // bytes read back against them (ArenaOptions::verify_integrity). Owned by ArenaCore;
 // thread-safe. See Note [Integrity hashing] in src/core/integrity.cc.
 //
-//   IntegrityLedger ledger;
-//   const Span all{0, bytes};
-//   ledger.forget(region, all);                    // a write of these bytes is under way
-//   ledger.record(region, all, all, src);          // ... and completed: its hashes are kept
+//   spill::detail::IntegrityLedger ledger;
+//   const spill::detail::Span all{0, bytes};           // region: the region's file offset
+//   const char* src = ...;                             // the bytes written
+//   ledger.forget(region, all);                        // a write of these bytes is under way
+//   ledger.record(region, all, all, src);              // ... and completed: its hashes are kept
+//   const char* dst = ...;                             // the same bytes, read back
 //   if (std::exception_ptr e = ledger.check(region, all, dst)) std::rethrow_exception(e);
-//   ledger.drop(region);                           // the region is freed
+//   ledger.drop(region);                               // the region is freed
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <exception>
 #include <map>
-#include <mutex>
 #include <vector>
+
+#include "mutex.h"
 
 namespace spill::detail {
 
@@ -68,8 +71,8 @@ class IntegrityLedger {
   std::vector<Hashed> hashed_inside(std::uint64_t region, const Span& within,
                                     const std::vector<Span>* skip) const;
 
-  mutable std::mutex mutex_;                              // guards regions_
-  std::map<std::uint64_t, std::vector<Hashed>> regions_;  // by the region's file offset
+  mutable Mutex mutex_;
+  std::map<std::uint64_t, std::vector<Hashed>> regions_ GUARDED_BY(mutex_);  // by file offset
   std::atomic<std::uint64_t> bytes_hashed_{0};
   std::atomic<std::uint64_t> bytes_verified_{0};
   std::atomic<std::uint64_t> failures_{0};

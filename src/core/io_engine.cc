@@ -55,7 +55,7 @@ class IoEngine::Transfer {
   Transfer(const IoStatus& whole, Hooks hooks) : whole_(whole), hooks_(std::move(hooks)) {}
 
   void add(std::uint64_t offset, std::uint64_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     pieces_.emplace_back(offset, bytes);
     open_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -66,10 +66,10 @@ class IoEngine::Transfer {
     } else if (hooks_.piece) {
       keep(guarded([&] { return hooks_.piece(offset, memory, bytes); }));
     }
-    release();
+    count_down();
   }
   // acq_rel: whoever runs `after` sees the bytes every other piece moved.
-  void release() {
+  void count_down() {
     if (open_.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
   }
   const Ticket& ticket() const { return done_; }
@@ -85,14 +85,14 @@ class IoEngine::Transfer {
   }
   void keep(std::exception_ptr error) {
     if (!error) return;
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!first_error_) first_error_ = std::move(error);
   }
   void finish() {
     if (hooks_.after) {
       std::vector<Piece> pieces;
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        MutexLock lock(mutex_);
         pieces = pieces_;
       }
       const bool all_succeeded = !failed_.load(std::memory_order_relaxed);
@@ -100,7 +100,7 @@ class IoEngine::Transfer {
     }
     std::exception_ptr error;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       error = first_error_;
     }
     done_->fail(whole_, std::move(error));
@@ -110,9 +110,9 @@ class IoEngine::Transfer {
   const Hooks hooks_;
   std::atomic<std::uint64_t> open_{1};
   std::atomic<bool> failed_{false};
-  std::mutex mutex_;  // guards pieces_, first_error_
-  std::vector<Piece> pieces_;
-  std::exception_ptr first_error_;
+  Mutex mutex_;
+  std::vector<Piece> pieces_ GUARDED_BY(mutex_);
+  std::exception_ptr first_error_ GUARDED_BY(mutex_);
   const Ticket done_ = std::make_shared<Completion>();
 };
 
@@ -138,7 +138,7 @@ Ticket IoEngine::submit(IoRequest request, const TransferPtr& t, const char* mem
 Pending IoEngine::submitted(std::vector<Ticket> parts, const TransferPtr& t) {
   if (t) {
     parts.push_back(t->ticket());
-    t->release();
+    t->count_down();
   }
   return Pending(std::move(parts));
 }
@@ -154,12 +154,12 @@ Pending IoEngine::submitted(std::vector<Ticket> parts, const TransferPtr& t) {
 // nothing read the bytes it spoiled.
 void IoEngine::record(const IoStatus& s) {
   if (s.error_number == 0) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   failures_.push_back(s);
 }
 
 void IoEngine::forget_failures(std::uint64_t offset, std::uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   failures_.erase(std::remove_if(failures_.begin(), failures_.end(),
                                  [&](const IoStatus& s) {
                                    return s.offset >= offset && s.offset - offset < bytes;
@@ -170,7 +170,7 @@ void IoEngine::forget_failures(std::uint64_t offset, std::uint64_t bytes) {
 void IoEngine::throw_if_failed() const {
   std::optional<IoStatus> failed;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!failures_.empty()) failed = failures_.front();
   }
   if (failed) throw_io_error(*failed);
@@ -181,23 +181,9 @@ void IoEngine::throw_if_failed() const {
 // ---------------------------------------------------------------------------------------------
 
 Pending IoEngine::write(std::uint64_t offset, const void* src, std::uint64_t bytes, Hooks hooks) {
-  throw_if_failed();
-  const auto t = transfer(IoOp::write, offset, bytes, std::move(hooks));
-  const char* from = static_cast<const char*>(src);
-  std::vector<Ticket> parts;
-  if (mode_ == IoMode::direct) {
-    write_direct(offset, from, bytes, t, &parts);
-    return submitted(std::move(parts), t);
-  }
-  for (std::uint64_t at = 0; at < bytes; at += kPieceBytes) {
-    const std::uint64_t n = std::min(kPieceBytes, bytes - at);
-    IoRequest r{IoOp::write, storage_.fd(), const_cast<char*>(from + at), n, offset + at, {}};
-    r.on_complete = [this](const IoStatus& s) {
-      if (s.error_number == 0) written(s.offset, s.bytes);
-    };
-    parts.push_back(submit(std::move(r), t, from + at, n));
-  }
-  return submitted(std::move(parts), t);
+  // The engine never writes through `memory` on a write: the cast only shares queue_pieces.
+  char* from = const_cast<char*>(static_cast<const char*>(src));
+  return queue_pieces(IoOp::write, offset, from, bytes, std::move(hooks));
 }
 
 // Copies each piece into a staging slot on the calling thread (memcpy is several times faster
@@ -230,7 +216,7 @@ void IoEngine::written(std::uint64_t offset, std::uint64_t bytes) {
   if (page_cache_limit_ == 0) return;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> drop;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     cached_.emplace_back(offset, bytes);
     cached_bytes_ += bytes;
     while (cached_bytes_ > page_cache_limit_ && cached_.size() > 1) {
@@ -257,18 +243,29 @@ void IoEngine::written(std::uint64_t offset, std::uint64_t bytes) {
 // runs as soon as that piece is in the page cache, on whichever worker completed it, while the
 // others are still being copied (see Note [Integrity hashing] in src/core/integrity.cc).
 Pending IoEngine::read(std::uint64_t offset, void* dst, std::uint64_t bytes, Hooks hooks) {
+  return queue_pieces(IoOp::read, offset, static_cast<char*>(dst), bytes, std::move(hooks));
+}
+
+// One write or read: through staging slots (direct), or cut into kPieceBytes pieces queued
+// together (buffered; see Note [Parallel reads from disk]), each written piece then handed to
+// written() for writeback and the page-cache limit.
+Pending IoEngine::queue_pieces(IoOp op, std::uint64_t offset, char* memory, std::uint64_t bytes,
+                               Hooks hooks) {
   throw_if_failed();
-  const auto t = transfer(IoOp::read, offset, bytes, std::move(hooks));
-  char* to = static_cast<char*>(dst);
+  const auto t = transfer(op, offset, bytes, std::move(hooks));
   std::vector<Ticket> parts;
-  if (mode_ == IoMode::direct) {
-    read_direct(offset, to, bytes, t, &parts);
-    return submitted(std::move(parts), t);
-  }
+  if (mode_ == IoMode::direct && op == IoOp::write) write_direct(offset, memory, bytes, t, &parts);
+  if (mode_ == IoMode::direct && op == IoOp::read) read_direct(offset, memory, bytes, t, &parts);
+  if (mode_ == IoMode::direct) return submitted(std::move(parts), t);
   for (std::uint64_t at = 0; at < bytes; at += kPieceBytes) {
     const std::uint64_t n = std::min(kPieceBytes, bytes - at);
-    parts.push_back(
-        submit(IoRequest{IoOp::read, storage_.fd(), to + at, n, offset + at, {}}, t, to + at, n));
+    IoRequest r{op, storage_.fd(), memory + at, n, offset + at, {}};
+    if (op == IoOp::write) {
+      r.on_complete = [this](const IoStatus& s) {
+        if (s.error_number == 0) written(s.offset, s.bytes);
+      };
+    }
+    parts.push_back(submit(std::move(r), t, memory + at, n));
   }
   return submitted(std::move(parts), t);
 }

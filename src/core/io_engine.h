@@ -10,13 +10,13 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "io_queue.h"
+#include "mutex.h"
 #include "spill/arena.h"
 #include "staging_pool.h"
 #include "storage.h"
@@ -78,6 +78,8 @@ class IoEngine {
   class Transfer;
   using TransferPtr = std::shared_ptr<Transfer>;
 
+  Pending queue_pieces(IoOp op, std::uint64_t offset, char* memory, std::uint64_t bytes,
+                       Hooks hooks);
   void write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes,
                     const TransferPtr& t, std::vector<Ticket>* parts);
   void read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes, const TransferPtr& t,
@@ -98,10 +100,11 @@ class IoEngine {
   std::uint64_t alignment_ = 0;
   std::string backend_note_;
   std::unique_ptr<StagingPool> staging_;  // direct mode only
-  mutable std::mutex mutex_;              // guards failures_, cached_, cached_bytes_
-  std::vector<IoStatus> failures_;        // failed writes and reads of regions not yet freed
-  std::deque<std::pair<std::uint64_t, std::uint64_t>> cached_;  // written ranges, oldest first
-  std::uint64_t cached_bytes_ = 0;
+  mutable Mutex mutex_;
+  std::vector<IoStatus> failures_ GUARDED_BY(mutex_);  // of regions not yet freed
+  // Written ranges, oldest first.
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> cached_ GUARDED_BY(mutex_);
+  std::uint64_t cached_bytes_ GUARDED_BY(mutex_) = 0;
   std::unique_ptr<IoQueue> queue_;  // last: destroyed (drained) first
 };
 

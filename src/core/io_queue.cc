@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "enum_names.h"
 #include "platform.h"
 #include "spill/error.h"
 #include "spill/testing.h"
@@ -20,33 +21,12 @@ namespace spill {
 // automatic choice probes io_uring_setup once per arena and says which one runs
 // (ArenaStats::io_backend). No thread is ever created per operation.
 
-const char* to_string(IoMode mode) {
-  switch (mode) {
-    case IoMode::buffered: return "buffered";
-    case IoMode::direct: return "direct";
-    case IoMode::automatic: return "automatic";
-  }
-  return "?";
-}
-
-const char* to_string(IoBackend backend) {
-  switch (backend) {
-    case IoBackend::automatic: return "automatic";
-    case IoBackend::io_uring: return "io_uring";
-    case IoBackend::thread_pool: return "thread_pool";
-  }
-  return "?";
-}
-
+const char* to_string(IoMode mode) { return name_in({"buffered", "direct", "automatic"}, mode); }
 const char* to_string(IoOp op) {
-  switch (op) {
-    case IoOp::write: return "write";
-    case IoOp::read: return "read";
-    case IoOp::writeback: return "writeback";
-    case IoOp::drop: return "drop";
-    case IoOp::prefetch: return "prefetch";
-  }
-  return "?";
+  return name_in({"write", "read", "writeback", "drop", "prefetch"}, op);
+}
+const char* to_string(IoBackend backend) {
+  return name_in({"automatic", "io_uring", "thread_pool"}, backend);
 }
 
 Pending::Pending(std::vector<std::shared_ptr<detail::Completion>> parts)
@@ -84,7 +64,7 @@ namespace detail {
 
 void Completion::finish(const IoStatus& status) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     status_ = status;
     done_ = true;
   }
@@ -93,25 +73,25 @@ void Completion::finish(const IoStatus& status) {
 
 void Completion::fail(const IoStatus& status, std::exception_ptr error) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     error_ = std::move(error);
   }
   finish(status);
 }
 
 std::exception_ptr Completion::error() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return error_;
 }
 
 bool Completion::done() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return done_;
 }
 
 IoStatus Completion::wait() const {
-  std::unique_lock<std::mutex> lock(mutex_);
-  finished_.wait(lock, [this] { return done_; });
+  MutexLock lock(mutex_);
+  finished_.wait(lock, [this]() REQUIRES(mutex_) { return done_; });
   return status_;
 }
 
@@ -129,12 +109,12 @@ void throw_io_error(const IoStatus& s) {
 }
 
 namespace {
-std::mutex hook_mutex;
-std::function<int(IoOp)> hook_for_new_queues;  // guarded by hook_mutex
+Mutex hook_mutex;
+std::function<int(IoOp)> hook_for_new_queues GUARDED_BY(hook_mutex);
 }  // namespace
 
 IoQueue::IoQueue() {
-  std::lock_guard<std::mutex> lock(hook_mutex);
+  MutexLock lock(hook_mutex);
   hook_ = hook_for_new_queues;
 }
 
@@ -170,7 +150,7 @@ std::unique_ptr<IoQueue> make_io_queue(IoBackend backend, std::string* why) {
 }  // namespace detail
 
 void testing::set_io_test_hook(std::function<int(IoOp)> hook) {
-  std::lock_guard<std::mutex> lock(detail::hook_mutex);
+  detail::MutexLock lock(detail::hook_mutex);
   detail::hook_for_new_queues = std::move(hook);
 }
 

@@ -9,8 +9,8 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 
+#include "mutex.h"
 #include "spill/io.h"
 
 namespace spill::detail {
@@ -26,11 +26,11 @@ class Completion {
   std::exception_ptr error() const;  // what fail() was given; nullptr otherwise
 
  private:
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   mutable std::condition_variable finished_;
-  bool done_ = false;
-  IoStatus status_;
-  std::exception_ptr error_;
+  bool done_ GUARDED_BY(mutex_) = false;
+  IoStatus status_ GUARDED_BY(mutex_);
+  std::exception_ptr error_ GUARDED_BY(mutex_);
 };
 using Ticket = std::shared_ptr<Completion>;
 

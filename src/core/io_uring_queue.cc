@@ -45,7 +45,7 @@ class IoUringQueue final : public IoQueue {
     if (init_error_ != 0) return;
     drain();
     {
-      std::lock_guard<std::mutex> lock(submit_mutex_);
+      MutexLock lock(submit_mutex_);
       io_uring_sqe* sqe = next_sqe();
       io_uring_prep_nop(sqe);
       io_uring_sqe_set_data(sqe, nullptr);  // the reaper's stop signal
@@ -62,7 +62,7 @@ class IoUringQueue final : public IoQueue {
     auto op = new Operation{std::move(request), std::make_shared<Completion>(), 0};
     Ticket ticket = op->ticket;
     {
-      std::lock_guard<std::mutex> lock(count_mutex_);
+      MutexLock lock(count_mutex_);
       ++in_flight_;
     }
     enqueue(op);
@@ -73,8 +73,8 @@ class IoUringQueue final : public IoQueue {
 
   void drain() override {
     {
-      std::unique_lock<std::mutex> lock(count_mutex_);
-      idle_.wait(lock, [this] { return in_flight_ == 0; });
+      MutexLock lock(count_mutex_);
+      idle_.wait(lock, [this]() REQUIRES(count_mutex_) { return in_flight_ == 0; });
     }
     hints_->drain();
   }
@@ -102,7 +102,7 @@ class IoUringQueue final : public IoQueue {
     op->injected_error = verdict < 0 ? static_cast<int>(-verdict) : 0;
     const auto piece = static_cast<unsigned>(std::max<std::int64_t>(verdict, 0));
     char* buffer = static_cast<char*>(r.buffer) + at;
-    std::lock_guard<std::mutex> lock(submit_mutex_);
+    MutexLock lock(submit_mutex_);
     io_uring_sqe* sqe = next_sqe();
     if (verdict < 0) {
       io_uring_prep_nop(sqe);
@@ -125,7 +125,7 @@ class IoUringQueue final : public IoQueue {
       // The submitter wrote *op before handing it to the kernel under submit_mutex_; taking the
       // mutex here makes that ordering visible to the memory model (and ThreadSanitizer), which
       // cannot see through the ring.
-      { std::lock_guard<std::mutex> ordered(submit_mutex_); }
+      { MutexLock ordered(submit_mutex_); }
       if (op == nullptr) return;
       advance(op, op->injected_error != 0 ? -op->injected_error : res);
     }
@@ -150,16 +150,16 @@ class IoUringQueue final : public IoQueue {
     if (op->request.on_complete) op->request.on_complete(status);
     op->ticket->finish(status);
     delete op;
-    std::lock_guard<std::mutex> lock(count_mutex_);
+    MutexLock lock(count_mutex_);
     if (--in_flight_ == 0) idle_.notify_all();
   }
 
   io_uring ring_{};
   int init_error_ = 0;
-  std::mutex submit_mutex_;  // guards the submission side of ring_
-  std::mutex count_mutex_;   // guards in_flight_
+  Mutex submit_mutex_;  // guards the submission side of ring_ (shared with the reaper)
+  Mutex count_mutex_;
   std::condition_variable idle_;
-  std::uint64_t in_flight_ = 0;
+  std::uint64_t in_flight_ GUARDED_BY(count_mutex_) = 0;
   std::unique_ptr<IoQueue> hints_;
   std::thread reaper_;  // the only reader of the completion side of ring_
 };

@@ -49,7 +49,7 @@ struct FileSystemInfo {
   std::uint64_t free_bytes = 0;   // available to an unprivileged writer (f_bavail)
   std::uint64_t total_bytes = 0;  // size of the file system
   std::string type_name;          // "ext4", "tmpfs", ... (or "0x<magic>" when unknown)
-  bool ram_backed = false;        // tmpfs, ramfs, hugetlbfs: spilling there saves no memory
+  bool memory_backed = false;        // tmpfs, ramfs, hugetlbfs: spilling there saves no memory
 };
 
 // [Linux] Fills *info for the file system holding `directory`.
@@ -100,7 +100,7 @@ int close_file(int fd);
 // Mappings
 // ---------------------------------------------------------------------------------------------
 
-// Private anonymous read-write memory of `bytes` (page aligned), for the RAM-backed arena.
+// Private anonymous read-write memory of `bytes` (page aligned), for the RAM arena.
 int map_anonymous(std::uint64_t bytes, void** addr);
 // A shared read-write mapping of [0, bytes) of the file behind fd: nothing is reopened by name.
 int map_shared_file(int fd, std::uint64_t bytes, void** addr);

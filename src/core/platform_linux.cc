@@ -67,7 +67,7 @@ std::string type_name_of(long magic) {
   return text;
 }
 
-bool is_ram_backed(long magic) {
+bool is_memory_backed(long magic) {
   auto m = static_cast<unsigned long>(magic);
   return m == TMPFS_MAGIC || m == RAMFS_MAGIC || m == HUGETLBFS_MAGIC;
 }
@@ -80,7 +80,7 @@ int file_system_info(const std::string& directory, FileSystemInfo* info) {
   info->free_bytes = static_cast<std::uint64_t>(s.f_bavail) * static_cast<std::uint64_t>(s.f_bsize);
   info->total_bytes = static_cast<std::uint64_t>(s.f_blocks) * static_cast<std::uint64_t>(s.f_bsize);
   info->type_name = type_name_of(s.f_type);
-  info->ram_backed = is_ram_backed(s.f_type);
+  info->memory_backed = is_memory_backed(s.f_type);
   return 0;
 }
 
@@ -253,25 +253,36 @@ bool cgroup_dir(const std::string& root, const std::string& path, const std::str
   return false;
 }
 
+// Where each cgroup version keeps the memory files: its mount, the controller to look for in
+// /proc/self/cgroup ("" on v2's unified line), and the limit, usage and peak files. v1 first:
+// a hybrid system mounts both, and v1 holds the memory controller there.
+struct CgroupFiles {
+  int version;
+  const char* root;
+  const char* controller;
+  const char* limit;
+  const char* usage;
+  const char* peak;
+};
+constexpr CgroupFiles kCgroupFiles[] = {
+    {1, "/sys/fs/cgroup/memory", "memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+     "memory.max_usage_in_bytes"},
+    {2, "/sys/fs/cgroup", "", "memory.max", "memory.current", "memory.peak"},
+};
+
 }  // namespace
 
 int memory_cgroup(CgroupMemory* out) {
   *out = CgroupMemory{};
-  std::string dir;
-  const std::string v1 = cgroup_path("memory");
-  if (!v1.empty() && cgroup_dir("/sys/fs/cgroup/memory", v1, "memory.limit_in_bytes", &dir)) {
-    out->version = 1;
-    read_number(dir + "/memory.limit_in_bytes", &out->limit_bytes);
-    read_number(dir + "/memory.usage_in_bytes", &out->usage_bytes);
-    read_number(dir + "/memory.max_usage_in_bytes", &out->peak_bytes);
+  for (const CgroupFiles& f : kCgroupFiles) {
+    const std::string path = cgroup_path(f.controller);
+    std::string dir;
+    if (path.empty() || !cgroup_dir(f.root, path, f.limit, &dir)) continue;
+    out->version = f.version;
+    read_number(dir + "/" + f.limit, &out->limit_bytes);
+    read_number(dir + "/" + f.usage, &out->usage_bytes);
+    read_number(dir + "/" + f.peak, &out->peak_bytes);
     return 0;
-  }
-  const std::string v2 = cgroup_path("");
-  if (!v2.empty() && cgroup_dir("/sys/fs/cgroup", v2, "memory.max", &dir)) {
-    out->version = 2;
-    read_number(dir + "/memory.max", &out->limit_bytes);
-    read_number(dir + "/memory.current", &out->usage_bytes);
-    read_number(dir + "/memory.peak", &out->peak_bytes);
   }
   return 0;
 }

@@ -63,7 +63,8 @@ namespace {
 // planted symlink included, is never opened) and unlink at once; the name then exists for
 // microseconds. Someone who may write the directory could rename the file in that window and
 // keep a name for it, so a link count above 0 after the unlink is refused. The mode is set to
-// 0600 whatever the umask (the reopen through /proc/self/fd checks it). Nothing survives the
+// 0600 whatever the umask, so another user's open through /proc/<pid>/fd is refused; the direct
+// reopen through /proc/self/fd checks device and inode, not the mode. Nothing survives the
 // process either way: the kernel frees the blocks when the last descriptor closes.
 bool tmpfile_unsupported(int e) { return e == EOPNOTSUPP || e == EISDIR || e == EINVAL; }
 

@@ -20,7 +20,7 @@ Region::Region(Region&& other) noexcept
 
 Region& Region::operator=(Region&& other) noexcept {
   if (this != &other) {
-    release();
+    free();
     core_ = std::move(other.core_);
     other.core_ = nullptr;
     offset_ = other.offset_;
@@ -31,13 +31,13 @@ Region& Region::operator=(Region&& other) noexcept {
   return *this;
 }
 
-Region::~Region() { release(); }
+Region::~Region() { free(); }
 
 // A queued write or read still targets this region's bytes: the block goes back to the
 // allocator (and to the next layer's forward) only after it completed. Its failure, if any, is
 // reported by its own Pending and by every write or read of the arena while this region lives;
 // once freed here it is forgotten (see Note [Failures last until freed] in src/core/io_engine.cc).
-void Region::release() {
+void Region::free() {
   if (!core_) return;
   in_flight_.settle();
   in_flight_ = Pending();
@@ -46,7 +46,7 @@ void Region::release() {
 }
 
 detail::ArenaCore& Region::core_or_throw() const {
-  if (!core_) throw MovedFromRegionError("spill: use of a moved-from or released Region");
+  if (!core_) throw MovedFromRegionError("spill: use of a moved-from or freed Region");
   return *core_;
 }
 

@@ -1,9 +1,23 @@
 #include "spill/slab_allocator.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <limits>
 #include <string>
 
+#include "slab_allocator_state.h"
 #include "spill/error.h"
+
+// See Note [Expensive checks]. Without the CMake option: on unless NDEBUG.
+#ifndef SPILLARENA_EXPENSIVE_CHECKS
+#ifdef NDEBUG
+#define SPILLARENA_EXPENSIVE_CHECKS 0
+#else
+#define SPILLARENA_EXPENSIVE_CHECKS 1
+#endif
+#endif
 
 namespace spill {
 namespace {
@@ -38,28 +52,36 @@ std::uint64_t SlabAllocator::rounded_size(std::uint64_t bytes, std::uint64_t ali
 }
 
 SlabAllocator::SlabAllocator(std::uint64_t capacity_bytes, std::uint64_t alignment_bytes)
-    : alignment_(alignment_bytes), capacity_(capacity_bytes / alignment_bytes * alignment_bytes) {
-  stats_.capacity_bytes = capacity_;
-  stats_.free_bytes = capacity_;
-  if (capacity_ > 0) insert_free(0, capacity_, 0);
+    : alignment_(alignment_bytes),
+      capacity_(capacity_bytes / alignment_bytes * alignment_bytes),
+      state_(std::make_unique<State>()) {
+  detail::MutexLock lock(state_->mutex);
+  state_->stats.capacity_bytes = capacity_;
+  state_->stats.free_bytes = capacity_;
+  if (capacity_ > 0) state_->insert_free(0, capacity_, 0);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Free-block index: by offset (for coalescing) and by (size, recency) (for best fit, LIFO)
-// ---------------------------------------------------------------------------------------------
+SlabAllocator::~SlabAllocator() = default;
 
-void SlabAllocator::insert_free(std::uint64_t offset, std::uint64_t size, std::uint64_t seq) {
-  free_by_offset_.emplace(offset, FreeBlock{size, seq});
-  free_by_size_.emplace(size, ~seq, offset);
-}
-
-void SlabAllocator::erase_free(std::map<std::uint64_t, FreeBlock>::iterator it) {
-  free_by_size_.erase(SizeKey{it->second.size, ~it->second.freed_seq, it->first});
-  free_by_offset_.erase(it);
-}
-
-std::uint64_t SlabAllocator::largest_free_locked() const {
-  return free_by_size_.empty() ? 0 : std::get<0>(*free_by_size_.rbegin());
+// Note [Expensive checks]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// With SPILLARENA_EXPENSIVE_CHECKS every allocate and free ends, still under the lock, by walking
+// the whole state (State::first_broken_invariant, O(n log n); see Note [Allocator invariants] in
+// src/core/slab_allocator_invariants.cc) and aborts naming the first broken invariant, as
+// mimalloc's mi_assert_expensive runs mi_page_is_valid: a bug shows at the operation that made
+// it, not thousands of operations later as two tensors sharing bytes. It is on in Debug builds
+// (the CMake option SPILLARENA_EXPENSIVE_CHECKS; without CMake, whenever NDEBUG is not defined),
+// in slab_allocator_test, under AddressSanitizer + UBSan (tests/sanitizer_check.sh) and in the
+// fuzzer (tests/fuzz/). Release builds compile it out: a walk per operation would undo the
+// O(log n) the indexes buy.
+void SlabAllocator::State::expensive_check(std::uint64_t alignment, std::uint64_t capacity,
+                                           const char* after) const {
+  if constexpr (SPILLARENA_EXPENSIVE_CHECKS != 0) {
+    if (const char* broken = first_broken_invariant(alignment, capacity)) {
+      std::fprintf(stderr, "spill: SlabAllocator invariant broken after %s: %s\n", after, broken);
+      std::abort();
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -78,51 +100,61 @@ std::optional<Block> SlabAllocator::allocate(std::uint64_t bytes) {
         "spill: cannot allocate a region of 0 bytes; skip empty tensors before allocating");
   }
   const std::uint64_t size = rounded_size(bytes, alignment_);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto fit = free_by_size_.lower_bound(SizeKey{size, 0, 0});
-  if (size > capacity_ || fit == free_by_size_.end()) return std::nullopt;
+  State& s = *state_;
+  detail::MutexLock lock(s.mutex);
+  auto fit = s.free_by_size.lower_bound(State::SizeKey{size, 0, 0});
+  if (size > capacity_ || fit == s.free_by_size.end()) return std::nullopt;
   const std::uint64_t offset = std::get<2>(*fit);
-  auto it = free_by_offset_.find(offset);
-  const FreeBlock found = it->second;
-  erase_free(it);
-  if (found.size > size) insert_free(offset + size, found.size - size, found.freed_seq);
-
-  live_.emplace(offset, LiveBlock{size, bytes});
-  if (offset + size <= stats_.high_water_bytes) ++stats_.reuse_hits;
-  stats_.high_water_bytes = std::max(stats_.high_water_bytes, offset + size);
-  stats_.bytes_in_use += size;
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  stats_.bytes_requested += bytes;
-  stats_.free_bytes -= size;
-  ++stats_.live_blocks;
-  ++stats_.allocations;
+  auto it = s.free_by_offset.find(offset);
+  const State::FreeBlock found = it->second;
+  s.erase_free(it);
+  if (found.size > size) s.insert_free(offset + size, found.size - size, found.freed_seq);
+  s.live.emplace(offset, State::LiveBlock{size, bytes});
+  s.count_allocation(offset, size, bytes);
+  s.expensive_check(alignment_, capacity_, "allocate");
   return Block{offset, size};
 }
 
+void SlabAllocator::State::count_allocation(std::uint64_t offset, std::uint64_t size,
+                                            std::uint64_t requested) {
+  if (offset + size <= stats.high_water_bytes) ++stats.reuse_hits;
+  stats.high_water_bytes = std::max(stats.high_water_bytes, offset + size);
+  stats.bytes_in_use += size;
+  stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
+  stats.bytes_requested += requested;
+  stats.free_bytes -= size;
+  ++stats.live_blocks;
+  ++stats.allocations;
+}
+
 void SlabAllocator::free(const Block& block) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto live = live_.find(block.offset);
-  if (live == live_.end() || live->second.size != block.size) {
+  State& s = *state_;
+  detail::MutexLock lock(s.mutex);
+  auto live = s.live.find(block.offset);
+  if (live == s.live.end() || live->second.size != block.size) {
     throw InvalidArgumentError("spill: free of a block that is not live (offset " +
                                std::to_string(block.offset) + ", size " +
                                std::to_string(block.size) + "): double free or foreign block");
   }
-  stats_.bytes_in_use -= block.size;
-  stats_.bytes_requested -= live->second.requested;
-  stats_.free_bytes += block.size;
-  --stats_.live_blocks;
-  ++stats_.frees;
-  live_.erase(live);
+  s.stats.bytes_in_use -= block.size;
+  s.stats.bytes_requested -= live->second.requested;
+  s.stats.free_bytes += block.size;
+  --s.stats.live_blocks;
+  ++s.stats.frees;
+  s.live.erase(live);
+  s.insert_coalesced(block.offset, block.size);
+  s.expensive_check(alignment_, capacity_, "free");
+}
 
-  std::uint64_t offset = block.offset;
-  std::uint64_t size = block.size;
-  auto next = free_by_offset_.lower_bound(offset);
-  if (next != free_by_offset_.end() && next->first == offset + size) {
+// Joins [offset, offset + size) with a free neighbour on either side, stamped as freed now.
+void SlabAllocator::State::insert_coalesced(std::uint64_t offset, std::uint64_t size) {
+  auto next = free_by_offset.lower_bound(offset);
+  if (next != free_by_offset.end() && next->first == offset + size) {
     size += next->second.size;
     next = std::next(next);
     erase_free(std::prev(next));
   }
-  if (next != free_by_offset_.begin()) {
+  if (next != free_by_offset.begin()) {
     auto prev = std::prev(next);
     if (prev->first + prev->second.size == offset) {
       offset = prev->first;
@@ -130,7 +162,7 @@ void SlabAllocator::free(const Block& block) {
       erase_free(prev);
     }
   }
-  insert_free(offset, size, ++seq_);
+  insert_free(offset, size, ++seq);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -138,42 +170,15 @@ void SlabAllocator::free(const Block& block) {
 // ---------------------------------------------------------------------------------------------
 
 AllocatorStats SlabAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  AllocatorStats s = stats_;
-  s.largest_free_block = largest_free_locked();
+  detail::MutexLock lock(state_->mutex);
+  AllocatorStats s = state_->stats;
+  s.largest_free_block = state_->largest_free();
   return s;
 }
 
 bool SlabAllocator::check_invariants() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (free_by_offset_.size() != free_by_size_.size()) return false;
-  std::uint64_t free_sum = 0;
-  std::uint64_t prev_end = 0;
-  bool first = true;
-  for (const auto& [offset, fb] : free_by_offset_) {
-    if (offset % alignment_ != 0 || fb.size == 0 || fb.size % alignment_ != 0) return false;
-    if (!first && offset <= prev_end) return false;  // overlapping or not coalesced
-    if (free_by_size_.count(SizeKey{fb.size, ~fb.freed_seq, offset}) == 0) return false;
-    prev_end = offset + fb.size;
-    first = false;
-    free_sum += fb.size;
-  }
-  if (prev_end > capacity_) return false;
-  std::uint64_t live_sum = 0;
-  std::uint64_t requested_sum = 0;
-  for (const auto& [offset, lb] : live_) {
-    auto after = free_by_offset_.upper_bound(offset);
-    if (after != free_by_offset_.end() && offset + lb.size > after->first) return false;
-    if (after != free_by_offset_.begin()) {
-      auto before = std::prev(after);
-      if (before->first + before->second.size > offset) return false;
-    }
-    live_sum += lb.size;
-    requested_sum += lb.requested;
-  }
-  return free_sum + live_sum == capacity_ && live_sum == stats_.bytes_in_use &&
-         requested_sum == stats_.bytes_requested && free_sum == stats_.free_bytes &&
-         live_.size() == stats_.live_blocks;
+  detail::MutexLock lock(state_->mutex);
+  return state_->first_broken_invariant(alignment_, capacity_) == nullptr;
 }
 
 }  // namespace spill

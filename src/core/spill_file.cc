@@ -177,12 +177,12 @@ platform::FileSystemInfo vet_file_system(const SpillFileOptions& o) {
     throw DirectoryError(o.directory, e, "spill: cannot statfs spill directory '" + o.directory +
                                              "': " + std::strerror(e));
   }
-  if (fs.ram_backed && !o.allow_ram_backed_directory) {
-    throw RamBackedDirectoryError(
+  if (fs.memory_backed && !o.allow_memory_backed_directory) {
+    throw MemoryBackedDirectoryError(
         o.directory, fs.type_name,
         "spill: spill directory '" + o.directory + "' is on " + fs.type_name +
             ", which lives in RAM: spilling there saves no memory. Choose a directory on a disk "
-            "(options.directory or $SPILL_DIR), or set options.allow_ram_backed_directory");
+            "(options.directory or $SPILL_DIR), or set options.allow_memory_backed_directory");
   }
   if (fs.free_bytes < o.capacity_bytes) {
     throw InsufficientSpaceError(

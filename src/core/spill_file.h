@@ -14,12 +14,12 @@ namespace spill::detail {
 struct SpillFileOptions {
   std::string directory;  // already resolved (not empty)
   std::uint64_t capacity_bytes = 0;
-  bool allow_ram_backed_directory = false;
+  bool allow_memory_backed_directory = false;
   bool direct = false;  // also open an O_DIRECT descriptor (IoMode::direct)
 };
 
 // Vets the directory, creates, preallocates and maps the file. Throws DirectoryError,
-// RamBackedDirectoryError, InsufficientSpaceError, PreallocationError or IoError; on a throw
+// MemoryBackedDirectoryError, InsufficientSpaceError, PreallocationError or IoError; on a throw
 // nothing is left open and nothing is left on disk. With `direct`, a file system that refuses
 // O_DIRECT raises InvalidArgumentError (IoMode::automatic checks direct_io_supported first).
 std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& options);

@@ -28,10 +28,10 @@ StagingPool::StagingPool(std::uint64_t budget_bytes, std::uint64_t slot_bytes)
 StagingPool::~StagingPool() { platform::unmap(base_, budget_bytes_); }
 
 StagingPool::Slot StagingPool::acquire() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (free_.empty()) {
     const auto start = std::chrono::steady_clock::now();
-    slot_freed_.wait(lock, [this] { return !free_.empty(); });
+    slot_freed_.wait(lock, [this]() REQUIRES(mutex_) { return !free_.empty(); });
     ++waits_;
     wait_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                std::chrono::steady_clock::now() - start)
@@ -44,19 +44,19 @@ StagingPool::Slot StagingPool::acquire() {
 
 void StagingPool::release(std::uint32_t index) noexcept {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     free_.push_back(index);
   }
   slot_freed_.notify_one();
 }
 
 std::uint64_t StagingPool::waits() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return waits_;
 }
 
 std::uint64_t StagingPool::wait_ns() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return wait_ns_;
 }
 

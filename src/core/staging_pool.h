@@ -6,8 +6,9 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <vector>
+
+#include "mutex.h"
 
 namespace spill::detail {
 
@@ -37,11 +38,12 @@ class StagingPool {
   const std::uint64_t budget_bytes_;
   const std::uint64_t slot_bytes_;
   char* base_ = nullptr;
-  mutable std::mutex mutex_;  // guards free_, waits_, wait_ns_
+  mutable Mutex mutex_;
   std::condition_variable slot_freed_;
-  std::vector<std::uint32_t> free_;  // most recently released last: its pages are warm
-  std::uint64_t waits_ = 0;
-  std::uint64_t wait_ns_ = 0;
+  // Most recently released last: its pages are warm.
+  std::vector<std::uint32_t> free_ GUARDED_BY(mutex_);
+  std::uint64_t waits_ GUARDED_BY(mutex_) = 0;
+  std::uint64_t wait_ns_ GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace spill::detail

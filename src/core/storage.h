@@ -13,7 +13,7 @@ struct StorageInfo {
   std::string file_system_type; // "ext4", ... ("ram" for host memory)
   std::uint64_t capacity_bytes = 0;
   std::uint64_t free_bytes_before = 0;  // free space of the file system when the arena was made
-  bool unnamed_by_o_tmpfile = false;    // false: mkstemp + unlink fallback, or host memory
+  bool opened_without_name = false;    // never named; false: created then unlinked, or host memory
 };
 
 class Storage {

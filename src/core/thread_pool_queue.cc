@@ -19,7 +19,7 @@ class ThreadPoolQueue final : public IoQueue {
 
   ~ThreadPoolQueue() override {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       stopping_ = true;
     }
     work_.notify_all();
@@ -29,7 +29,7 @@ class ThreadPoolQueue final : public IoQueue {
   Ticket submit(IoRequest request) override {
     auto ticket = std::make_shared<Completion>();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       queue_.push_back(Job{std::move(request), ticket});
       ++in_flight_;
     }
@@ -40,8 +40,8 @@ class ThreadPoolQueue final : public IoQueue {
   IoBackend backend() const override { return IoBackend::thread_pool; }
 
   void drain() override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    idle_.wait(lock, [this] { return in_flight_ == 0; });
+    MutexLock lock(mutex_);
+    idle_.wait(lock, [this]() REQUIRES(mutex_) { return in_flight_ == 0; });
   }
 
  private:
@@ -51,9 +51,9 @@ class ThreadPoolQueue final : public IoQueue {
   };
 
   void run() {
-    std::unique_lock<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (;;) {
-      work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      work_.wait(lock, [this]() REQUIRES(mutex_) { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
       Job job = std::move(queue_.front());
       queue_.pop_front();
@@ -74,12 +74,12 @@ class ThreadPoolQueue final : public IoQueue {
     job.ticket->finish(status);
   }
 
-  std::mutex mutex_;  // guards queue_, in_flight_, stopping_
+  Mutex mutex_;
   std::condition_variable work_;
   std::condition_variable idle_;
-  std::deque<Job> queue_;
-  std::uint64_t in_flight_ = 0;
-  bool stopping_ = false;
+  std::deque<Job> queue_ GUARDED_BY(mutex_);
+  std::uint64_t in_flight_ GUARDED_BY(mutex_) = 0;
+  bool stopping_ GUARDED_BY(mutex_) = false;
   std::vector<std::thread> workers_;  // last: started after the state above exists
 };
 

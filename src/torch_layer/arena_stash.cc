@@ -382,7 +382,7 @@ class ArenaStashed final : public StashedTensor {
                               [region](void*) mutable { region.reset(); }, e.options);
     }
     e.read.wait();
-    e.region.release();
+    e.region.free();
     torch::Tensor host = std::exchange(e.host, torch::Tensor());
     if (e.options.device().is_cpu()) return host;
     if (!e.to_device) e.to_device = detail::DeviceCopy::to_device(host, e.options.device());
@@ -413,7 +413,7 @@ class ArenaStash final : public TensorStash {
   }
 
   std::string name() const override {
-    return chain_->arena().backing() == Backing::disk ? "disk" : "ram";
+    return to_string(chain_->arena().backing());
   }
 
  private:

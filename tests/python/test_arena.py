@@ -69,7 +69,7 @@ def test_capacity_given_twice_is_a_type_error_as_in_python(spill_dir):
         spillarena.SpillArena(1 << 20, spill_dir, capacity_bytes=5)
 
 
-def ram_backed_directory():
+def memory_backed_directory():
     with open("/proc/mounts") as mounts:
         for line in mounts:
             _, mount_point, fs_type = line.split()[:3]
@@ -79,17 +79,27 @@ def ram_backed_directory():
 
 
 def test_a_tmpfs_directory_is_refused_and_leaks_nothing():
-    directory = ram_backed_directory()
+    directory = memory_backed_directory()
     if directory is None:
         pytest.skip("no writable tmpfs mount")
     before_files, before_fds = set(os.listdir(directory)), open_fds()
-    with pytest.raises(spillarena.RamBackedDirectoryError) as caught:
+    with pytest.raises(spillarena.MemoryBackedDirectoryError) as caught:
         spillarena.SpillArena(1 << 20, directory)
     assert caught.value.path == directory and caught.value.file_system_type == "tmpfs"
     assert "saves no memory" in str(caught.value)
     assert set(os.listdir(directory)) == before_files and open_fds() == before_fds
-    arena = spillarena.SpillArena(1 << 20, directory, allow_ram_backed_directory=True)
+    arena = spillarena.SpillArena(1 << 20, directory, allow_memory_backed_directory=True)
     assert arena.file_system_type == "tmpfs"
+
+
+def test_the_old_spelling_of_allow_memory_backed_directory_still_works_with_a_warning():
+    directory = memory_backed_directory()
+    if directory is None:
+        pytest.skip("no writable tmpfs mount")
+    with pytest.warns(DeprecationWarning, match="allow_memory_backed_directory"):
+        arena = spillarena.SpillArena(1 << 20, directory, allow_ram_backed_directory=True)
+    assert arena.options()["allow_memory_backed_directory"] is True
+    assert spillarena.RamBackedDirectoryError is spillarena.MemoryBackedDirectoryError
 
 
 def test_too_large_a_capacity_is_insufficient_space_and_leaks_nothing(spill_dir):
@@ -137,7 +147,7 @@ ERROR_FIELDS = {
     "Error": {},
     "InvalidArgumentError": {},
     "DirectoryError": {"path": "/nowhere", "errno": 2},
-    "RamBackedDirectoryError": {"path": "/dev/shm", "file_system_type": "tmpfs"},
+    "MemoryBackedDirectoryError": {"path": "/dev/shm", "file_system_type": "tmpfs"},
     "InsufficientSpaceError": {"path": "/spill", "needed_bytes": 2048, "available_bytes": 1024},
     "PreallocationError": {"path": "/spill", "errno": 95},
     "PathError": {"path": "/spill", "errno": 13},

@@ -1,28 +1,18 @@
 """A short transformers Trainer run on the bundled text, tiny Llama, with spillarena.enable."""
 
+import sys
+
 import pytest
 import torch
 
 import spillarena
-from conftest import assert_drained, bundled_text_ids
+from conftest import REPO, assert_drained, bundled_text_ids
 
 transformers = pytest.importorskip("transformers")
+sys.path.insert(0, str(REPO / "examples" / "python"))
+from finetune_tiny_llama import ByteBlocks  # noqa: E402  (the example's dataset, trained on here)
 
 STEPS, BATCH, SEQ = 30, 4, 32
-
-
-class ByteBlocks(torch.utils.data.Dataset):
-    """The bundled text cut into blocks of SEQ bytes (byte ids: no tokenizer to download)."""
-
-    def __init__(self):
-        ids = bundled_text_ids(max_bytes=64 * 1024)
-        self.blocks = ids[: len(ids) // SEQ * SEQ].view(-1, SEQ)
-
-    def __len__(self):
-        return len(self.blocks)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.blocks[i], "labels": self.blocks[i]}
 
 
 class LossRecordingTrainer(transformers.Trainer):
@@ -53,7 +43,8 @@ def train(tmp_path, transformers_checkpointing, arena=None):
         max_steps=STEPS, per_device_train_batch_size=BATCH, learning_rate=3e-3, warmup_steps=0,
         logging_steps=10, save_strategy="no", report_to="none", use_cpu=True, seed=0,
         dataloader_num_workers=0, disable_tqdm=True)
-    trainer = LossRecordingTrainer(model=model, args=args, train_dataset=ByteBlocks())
+    dataset = ByteBlocks(bundled_text_ids(max_bytes=64 * 1024), SEQ)
+    trainer = LossRecordingTrainer(model=model, args=args, train_dataset=dataset)
     trainer.train()
     return torch.stack(trainer.losses)
 

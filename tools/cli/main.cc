@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "failures.h"
+#include "modes.h"
 #include "options.h"
 #include "plan_command.h"
 #include "spill/arena.h"
@@ -78,7 +79,7 @@ void add_train(CLI::App& app, TrainRequest& r) {
   auto* train = app.add_subcommand("train", "Train a small GPT-style model through a SpillArena");
   train->add_option("--mode", r.mode, "disk, ram, recompute, none or per-file")
       ->capture_default_str()
-      ->check(CLI::IsMember({"disk", "ram", "recompute", "none", "per-file", "per_file"}));
+      ->check(CLI::IsMember(spill::harness::mode_spellings()));
   train->add_option("--io", r.io, "Disk mode I/O: auto (direct when the arena exceeds usable "
                     "memory), buffered or direct")
       ->capture_default_str()

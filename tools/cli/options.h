@@ -35,46 +35,27 @@ std::string default_text(const T& value) {
 
 }  // namespace detail
 
-// A whole-number option stored in any integer type (bounds must fit the type).
-template <class T>
-CLI::Option* add_count(CLI::App& app, const std::string& name, T& target, CountBounds bounds,
-                       const std::string& help) {
-  static_assert(std::is_integral_v<T>, "add_count stores into an integer");
-  return app
-      .add_option_function<std::string>(
-          name,
-          [&target, name, bounds](const std::string& text) {
-            target = static_cast<T>(detail::take(parse_count(name, text, bounds)));
-          },
-          help)
-      ->default_str(detail::default_text(target))
-      ->type_name("UINT");
-}
+// One kind of number option: its parser from numbers.h, the bounds that parser takes and the
+// type name --help shows. The option's text is parsed when CLI11 sees it; the value is stored
+// into `target` (an integer type for counts and sizes; bounds must fit it).
+template <auto Parse, class Bounds>
+struct NumberOption {
+  const char* type_name;
 
-inline CLI::Option* add_size(CLI::App& app, const std::string& name, std::uint64_t& target,
-                             CountBounds bounds, const std::string& help) {
-  return app
-      .add_option_function<std::string>(
-          name,
-          [&target, name, bounds](const std::string& text) {
-            target = detail::take(parse_size(name, text, bounds));
-          },
-          help)
-      ->default_str(detail::default_text(target))
-      ->type_name("SIZE");
-}
+  template <class T>
+  CLI::Option* operator()(CLI::App& app, const std::string& name, T& target, Bounds bounds,
+                          const std::string& help) const {
+    auto store = [&target, name, bounds](const std::string& text) {
+      target = static_cast<T>(detail::take(Parse(name, text, bounds)));
+    };
+    return app.add_option_function<std::string>(name, store, help)
+        ->default_str(detail::default_text(target))
+        ->type_name(type_name);
+  }
+};
 
-inline CLI::Option* add_real(CLI::App& app, const std::string& name, double& target,
-                             RealBounds bounds, const std::string& help) {
-  return app
-      .add_option_function<std::string>(
-          name,
-          [&target, name, bounds](const std::string& text) {
-            target = detail::take(parse_real(name, text, bounds));
-          },
-          help)
-      ->default_str(detail::default_text(target))
-      ->type_name("FLOAT");
-}
+inline constexpr NumberOption<parse_count, CountBounds> add_count{"UINT"};
+inline constexpr NumberOption<parse_size, CountBounds> add_size{"SIZE"};
+inline constexpr NumberOption<parse_real, RealBounds> add_real{"FLOAT"};
 
 }  // namespace spill::cli

@@ -107,12 +107,12 @@ void try_preallocation(Plan& p) {
 void assess(Plan& p) {
   const DirectoryInfo& d = p.dir;
   if (!d.usable) p.problems.push_back(d.problem + "; create it or pass another --dir");
-  if (d.usable && d.ram_backed) {
+  if (d.usable && d.memory_backed) {
     p.problems.push_back("'" + d.path + "' is on " + d.file_system_type +
                          ", which lives in RAM: spilling there saves no memory; pass a --dir on "
                          "a disk");
   }
-  p.fits = d.usable && !d.ram_backed && d.free_bytes >= p.capacity;
+  p.fits = d.usable && !d.memory_backed && d.free_bytes >= p.capacity;
   if (d.usable && d.free_bytes < p.capacity) {
     p.problems.push_back("the arena needs " + bytes_with_units(p.capacity) + " but '" + d.path +
                          "' has " + bytes_with_units(d.free_bytes) +
@@ -158,7 +158,7 @@ nlohmann::json to_json(const Plan& p) {
       {"dtype", r.dtype}, {"element_size_bytes", p.element_size},
       {"bytes_per_layer", p.bytes_per_layer}, {"capacity_bytes", p.capacity},
       {"capacity_human", human_bytes(p.capacity)}, {"directory", p.dir.path},
-      {"file_system", p.dir.file_system_type}, {"ram_backed", p.dir.ram_backed},
+      {"file_system", p.dir.file_system_type}, {"memory_backed", p.dir.memory_backed},
       {"free_bytes", p.dir.free_bytes}, {"fits", p.fits}, {"problems", p.problems}};
   j["probe"] = p.probed ? nlohmann::json{{"bytes", p.probe.bytes},
                                          {"write_GBps", p.probe.write_gbps},
@@ -184,7 +184,7 @@ void print_text(const Plan& p, std::ostream& out) {
       << "capacity     " << p.capacity << " bytes (" << human_bytes(p.capacity) << ")\n"
       << "directory    " << p.dir.path;
   if (p.dir.usable) {
-    out << " (" << p.dir.file_system_type << (p.dir.ram_backed ? ", in RAM" : "") << "), "
+    out << " (" << p.dir.file_system_type << (p.dir.memory_backed ? ", in RAM" : "") << "), "
         << human_bytes(p.dir.free_bytes) << " free";
   }
   out << "\nfits         " << (p.fits ? "yes" : "no") << "\n";

@@ -28,7 +28,7 @@ std::uint64_t element_size_of(const std::string& dtype);
 std::string check_plan_request(const PlanRequest& request);
 
 // Prints the plan (text or JSON) to `out`. Returns 0, or 1 when the directory cannot hold the
-// arena (missing, unwritable, RAM-backed, too small, cannot preallocate); the reason is in the
+// arena (missing, unwritable, memory-backed, too small, cannot preallocate); the reason is in the
 // report. The memory verdicts (in-RAM checkpointing, the disk path) are reported, not failed on.
 int run_plan(const PlanRequest& request, std::ostream& out);
 

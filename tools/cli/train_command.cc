@@ -153,7 +153,7 @@ void check_output(std::ostream& out) {
 
 struct Trainer {
   TrainRequest r;
-  models::ModeSetup mode;
+  harness::ModeSetup mode;
   models::TinyGpt model{nullptr};
   std::unique_ptr<torch::optim::AdamW> opt;
   Summary summary;
@@ -230,7 +230,7 @@ int run_train(const TrainRequest& request, std::ostream& out) {
   Trainer t;
   t.r = request;
   TrainRequest& r = t.r;
-  if (r.mode == "per-file") r.mode = "per_file";
+  r.mode = harness::mode_named(r.mode);
   // Without this call glibc keeps freed tensor memory and RssAnon (what a memory cgroup kills
   // on) follows malloc's high-water mark, not live memory (see Note [Returning freed memory] in
   // src/core/process_memory.cc).
@@ -243,7 +243,7 @@ int run_train(const TrainRequest& request, std::ostream& out) {
                                " bytes, fewer than --seq + 2; use a longer text or a smaller --seq");
   }
   const std::uint64_t per_layer = needed_capacity(r) / static_cast<std::uint64_t>(r.layers);
-  t.mode = models::make_mode(r.mode, checked_capacity(r), r.directory,
+  t.mode = harness::make_mode(r.mode, checked_capacity(r), r.directory,
                              {true, io_mode_of(r.io), staging_bytes_for_layer(per_layer)});
 
   torch::manual_seed(r.seed);

@@ -6,6 +6,7 @@
 
 #include <iomanip>
 #include <sstream>
+#include <type_traits>
 
 #include "memory_budget.h"
 #include "spill/units.h"
@@ -14,18 +15,15 @@ namespace spill::cli {
 namespace {
 
 nlohmann::json arena_json(const ArenaStats& a) {
-  return {{"capacity_bytes", a.capacity_bytes},       {"peak_bytes_in_use", a.peak_bytes_in_use},
-          {"bytes_in_use", a.bytes_in_use},           {"allocations", a.allocations},
-          {"frees", a.frees},                         {"reuse_hits", a.reuse_hits},
-          {"bytes_written", a.bytes_written},         {"bytes_read", a.bytes_read},
-          {"largest_free_block", a.largest_free_block},
-          {"io_mode", to_string(a.io_mode)},          {"io_backend", to_string(a.io_backend)},
-          {"io_note", a.io_note},                     {"staging_bytes", a.staging_bytes},
-          {"staging_waits", a.staging_waits},         {"staging_wait_ns", a.staging_wait_ns},
-          {"restores", a.restores},                   {"restore_waits", a.restore_waits},
-          {"restore_wait_ns", a.restore_wait_ns},     {"prefetches", a.prefetches},
-          {"prefetch_hits", a.prefetch_hits},         {"bytes_verified", a.bytes_verified},
-          {"integrity_failures", a.integrity_failures}};
+  nlohmann::json j;
+  visit_fields(a, [&](const char* name, const auto& value) {
+    if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>) {
+      j[name] = to_string(value);
+    } else {
+      j[name] = value;
+    }
+  });
+  return j;
 }
 
 // Note [Memory beyond RssAnon]

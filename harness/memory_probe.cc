@@ -9,7 +9,7 @@
 #include "spill/process_memory.h"
 #include "spill/sizing.h"
 
-namespace spill::models {
+namespace spill::harness {
 
 MemoryProbe probe_stack_memory(const std::string& mode, int layers, std::int64_t rows,
                                std::int64_t hidden, const std::string& directory) {
@@ -51,4 +51,4 @@ MemoryProbe probe_stack_memory(const std::string& mode, int layers, std::int64_t
   return r;
 }
 
-}  // namespace spill::models
+}  // namespace spill::harness

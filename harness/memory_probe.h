@@ -2,14 +2,14 @@
 // until backward, per mode. This is what a memory cgroup counts and what spilling to disk is for.
 //
 //   spill::return_freed_memory_promptly();
-//   auto r = spill::models::probe_stack_memory("disk", 16, 1024, 1024, "/mnt/nvme");
+//   auto r = spill::harness::probe_stack_memory("disk", 16, 1024, 1024, "/mnt/nvme");
 //   std::cout << r.held_after_forward_bytes;      // flat in N for disk, linear for recompute
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-namespace spill::models {
+namespace spill::harness {
 
 struct MemoryProbe {
   std::string mode;
@@ -25,4 +25,4 @@ struct MemoryProbe {
 MemoryProbe probe_stack_memory(const std::string& mode, int layers, std::int64_t rows,
                                std::int64_t hidden, const std::string& directory);
 
-}  // namespace spill::models
+}  // namespace spill::harness
