@@ -41,7 +41,6 @@ torch_prefix=$("$python" -c "import torch.utils; print(torch.utils.cmake_prefix_
 start=$SECONDS
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPILLARENA_BUILD_TOOLS=OFF -DSPILLARENA_WERROR=OFF \
          -DCMAKE_PREFIX_PATH="$torch_prefix;$usr" \
-         -DBoost_DIR="$usr/lib/x86_64-linux-gnu/cmake/Boost-1.74.0" \
          -DCMAKE_CXX_FLAGS="-isystem $usr/include" &&
        cmake --build "$build" --parallel "$(nproc)" --target accelerator_test \
          overlapped_checkpoint_test checkpoint_test integrity_test io_engine_test arena_test \

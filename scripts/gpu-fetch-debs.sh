@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .deps/debs
 cd .deps/debs
-apt-get download libboost1.74-dev doctest-dev libbenchmark-dev libbenchmark1debian \
+apt-get download doctest-dev libbenchmark-dev libbenchmark1debian \
   libxxhash-dev libxxhash0 liburing-dev liburing2
 ls -la

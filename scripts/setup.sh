@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(build-essential cmake ninja-build python3-venv libboost-dev doctest-dev
+DEBIAN_PACKAGES=(build-essential cmake ninja-build python3-venv doctest-dev
   libbenchmark-dev libcli11-dev nlohmann-json3-dev liburing-dev python3-dev python3-matplotlib
   e2fsprogs libxxhash-dev clang libclang-rt-14-dev)
 TORCH_VERSION=2.13.0

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "spill/core.h"
+#include "spill/process_memory.h"
 #include "test_support.h"
 
 using spill_test::ScratchDir;
@@ -104,6 +105,30 @@ TEST_CASE("arena: bad options and zero-byte allocations are typed errors") {
   std::vector<char> big(2 * page);
   CHECK_THROWS_AS(r.write(big.data(), big.size()), spill::InvalidArgumentError);
   CHECK_THROWS_AS(r.read(big.data(), 100, page - 6), spill::InvalidArgumentError);
+}
+
+TEST_CASE("arena: a directory with a NUL byte is refused, not cut short") {
+  ScratchDir dir;
+  CHECK_THROWS_WITH_AS(
+      spill::SpillArena(options_in(dir.path() + std::string(1, '\0') + "x", spill::MiB)),
+      doctest::Contains("NUL byte"), spill::InvalidArgumentError);
+}
+
+TEST_CASE("arena: the staging pool is capped at the capacity and refused beyond usable memory") {
+  ScratchDir dir;
+  spill::ArenaOptions o = options_in(dir.path(), spill::MiB);
+  o.io = spill::IoMode::direct;
+  o.staging_bytes = 64 * spill::MiB;
+  CHECK(spill::SpillArena(o).stats().staging_bytes <= spill::MiB);
+  const std::uint64_t usable = spill::memory_limits().usable_bytes();
+  if (usable == 0 || usable >= spill::kMaxStagingBytes) {
+    MESSAGE("usable memory unknown or above 64 GiB: the refusal is not checked here");
+    return;
+  }
+  o.capacity_bytes = spill::kMaxStagingBytes;  // sparse on disk until written
+  o.staging_bytes = spill::kMaxStagingBytes;
+  CHECK_THROWS_WITH_AS(spill::SpillArena{o}, doctest::Contains("staging_bytes"),
+                       spill::InsufficientSpaceError);
 }
 
 TEST_CASE("arena: a RAM arena larger than physical memory is refused") {
@@ -213,7 +238,10 @@ TEST_CASE("arena: the default directory avoids a memory-backed TMPDIR") {
   unsetenv("SPILL_DIR");
   setenv("TMPDIR", "/dev/shm", 1);
   CHECK(spill::default_spill_directory() == "/var/tmp");
-  if (old_tmpdir) setenv("TMPDIR", saved.c_str(), 1); else unsetenv("TMPDIR");
+  if (old_tmpdir)
+    setenv("TMPDIR", saved.c_str(), 1);
+  else
+    unsetenv("TMPDIR");
 }
 
 TEST_CASE("arena: a moved-from arena throws a typed error instead of crashing") {

@@ -4,14 +4,13 @@
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
-#include "spill/spill.h"
 #include "gpt_test_support.h"
+#include "spill/spill.h"
 #include "test_support.h"
 
 using spill_test::list_dir;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
-
 
 TEST_CASE("checkpoint: GPT block gradients are bit-identical in every mode, with dropout") {
   ScratchDir dir;
@@ -36,7 +35,8 @@ TEST_CASE("checkpoint: TransformerEncoderLayer gradients are bit-identical throu
   torch::manual_seed(3);
   std::vector<torch::nn::TransformerEncoderLayer> layers;
   for (int i = 0; i < 3; ++i) {
-    layers.emplace_back(torch::nn::TransformerEncoderLayerOptions(32, 4).dim_feedforward(64).dropout(0.1));
+    layers.emplace_back(
+        torch::nn::TransformerEncoderLayerOptions(32, 4).dim_feedforward(64).dropout(0.1));
     layers.back()->train();
   }
   const torch::Tensor x0 = torch::randn({10, 3, 32});
@@ -47,16 +47,16 @@ TEST_CASE("checkpoint: TransformerEncoderLayer gradients are bit-identical throu
     torch::Tensor h = x;
     for (auto& layer : layers) {
       if (arena) {
-        h = spill::checkpoint(*arena, [layer](const torch::Tensor& in) mutable {
-          return layer->forward(in);
-        }, h);
+        h = spill::checkpoint(
+            *arena, [layer](const torch::Tensor& in) mutable { return layer->forward(in); }, h);
       } else {
         h = layer->forward(h);
       }
     }
     h.pow(2).sum().backward();
     Grads g{x.grad().clone(), {}, h.detach()};
-    for (auto& l : layers) for (auto& p : l->parameters()) g.params.push_back(p.grad().clone());
+    for (auto& l : layers)
+      for (auto& p : l->parameters()) g.params.push_back(p.grad().clone());
     return g;
   };
   const Grads reference = run(nullptr);
@@ -85,10 +85,13 @@ TEST_CASE("checkpoint: a second step reuses the same regions and peak stays put"
 TEST_CASE("checkpoint: any dtype round-trips through every stash") {
   ScratchDir dir;
   spill::SpillArena arena = make_arena(dir.path(), 8 * spill::MiB);
-  const std::vector<torch::Tensor> tensors = {
-      torch::randn({3, 5}), torch::randn({4, 7}).to(torch::kBFloat16),
-      torch::randn({9}).to(torch::kFloat16), torch::randint(-1000, 1000, {6, 2}, torch::kLong),
-      torch::rand({17}) > 0.5, torch::randn({4, 6}).t(), torch::empty({0, 3})};
+  const std::vector<torch::Tensor> tensors = {torch::randn({3, 5}),
+                                              torch::randn({4, 7}).to(torch::kBFloat16),
+                                              torch::randn({9}).to(torch::kFloat16),
+                                              torch::randint(-1000, 1000, {6, 2}, torch::kLong),
+                                              torch::rand({17}) > 0.5,
+                                              torch::randn({4, 6}).t(),
+                                              torch::empty({0, 3})};
   for (auto stash : {spill::make_arena_stash(arena), spill::make_in_memory_stash(),
                      spill::make_per_file_stash(dir.path())}) {
     for (const auto& t : tensors) {
@@ -104,7 +107,8 @@ TEST_CASE("checkpoint: any dtype round-trips through every stash") {
   CHECK(arena.stats().bytes_in_use == 0);
 }
 
-TEST_CASE("checkpoint: half-precision, non-contiguous and zero-element inputs get exact gradients") {
+TEST_CASE(
+    "checkpoint: half-precision, non-contiguous and zero-element inputs get exact gradients") {
   ScratchDir dir;
   spill::SpillArena arena = make_arena(dir.path(), 4 * spill::MiB);
   torch::manual_seed(11);
@@ -115,7 +119,8 @@ TEST_CASE("checkpoint: half-precision, non-contiguous and zero-element inputs ge
         torch::randn({5, 8}).to(torch::kFloat16), torch::randn({0, 8})}) {
     CAPTURE(base.dtype());
     torch::Tensor a = base.detach().clone().requires_grad_(true);
-    if (base.stride(0) == 1 && base.size(0) > 1) a = base.detach().requires_grad_(true);  // keep it non-contiguous
+    if (base.stride(0) == 1 && base.size(0) > 1)
+      a = base.detach().requires_grad_(true);  // keep it non-contiguous
     layer(a).sum().backward();
     const torch::Tensor expected_x = a.grad().clone(), expected_w = w.grad().clone();
     w.mutable_grad() = torch::Tensor();
@@ -136,7 +141,8 @@ TEST_CASE("checkpoint: an input that does not require grad still gives parameter
   lin(x).sum().backward();
   const torch::Tensor expected = lin->weight.grad().clone();
   lin->zero_grad();
-  spill::checkpoint(arena, [lin](const torch::Tensor& in) mutable { return lin(in); }, x)
+  spill::checkpoint(
+      arena, [lin](const torch::Tensor& in) mutable { return lin(in); }, x)
       .sum()
       .backward();
   CHECK(torch::equal(lin->weight.grad(), expected));
@@ -170,11 +176,15 @@ TEST_CASE("checkpoint: a layer that throws in forward releases its region and pa
   ScratchDir dir;
   spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
   torch::Tensor x = torch::randn({64, 64}, torch::TensorOptions().requires_grad(true));
-  auto failing = [](const torch::Tensor&) -> torch::Tensor { throw std::domain_error("layer bug"); };
+  auto failing = [](const torch::Tensor&) -> torch::Tensor {
+    throw std::domain_error("layer bug");
+  };
   CHECK_THROWS_AS(spill::checkpoint(arena, failing, x), std::domain_error);
   CHECK(arena.stats().bytes_in_use == 0);
   CHECK(arena.stats().allocations == 1);
-  CHECK(spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 2; }, x).defined());
+  CHECK(spill::checkpoint(
+            arena, [](const torch::Tensor& in) { return in * 2; }, x)
+            .defined());
 }
 
 TEST_CASE("checkpoint: a layer that throws in recompute releases its region and passes the error") {
@@ -196,7 +206,9 @@ TEST_CASE("checkpoint: backward twice through the same graph is a clear error") 
   ScratchDir dir;
   spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
   torch::Tensor x = torch::randn({8, 8}, torch::TensorOptions().requires_grad(true));
-  torch::Tensor loss = spill::checkpoint(arena, [](const torch::Tensor& in) { return in.exp(); }, x).sum();
+  torch::Tensor loss = spill::checkpoint(
+                           arena, [](const torch::Tensor& in) { return in.exp(); }, x)
+                           .sum();
   loss.backward({}, /*retain_graph=*/true);
   const torch::Tensor first = x.grad().clone();
   CHECK_THROWS_WITH(loss.backward(), doctest::Contains("backward ran twice"));
@@ -207,9 +219,11 @@ TEST_CASE("checkpoint: backward twice through the same graph is a clear error") 
 TEST_CASE("checkpoint: an exhausted arena names the layer input and stays usable") {
   ScratchDir dir;
   spill::SpillArena arena = make_arena(dir.path(), 64 * 1024);
-  torch::Tensor x = torch::randn({128, 256}, torch::TensorOptions().requires_grad(true));  // 128 KiB
+  torch::Tensor x =
+      torch::randn({128, 256}, torch::TensorOptions().requires_grad(true));  // 128 KiB
   try {
-    spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 3; }, x);
+    spill::checkpoint(
+        arena, [](const torch::Tensor& in) { return in * 3; }, x);
     FAIL("the checkpoint did not report the full arena");
   } catch (const spill::ArenaExhaustedError& e) {
     CHECK(e.requested_bytes() == 128 * 256 * 4);
@@ -218,7 +232,10 @@ TEST_CASE("checkpoint: an exhausted arena names the layer input and stays usable
   }
   CHECK(arena.stats().bytes_in_use == 0);
   torch::Tensor small = torch::randn({16, 16}, torch::TensorOptions().requires_grad(true));
-  spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 3; }, small).sum().backward();
+  spill::checkpoint(
+      arena, [](const torch::Tensor& in) { return in * 3; }, small)
+      .sum()
+      .backward();
   CHECK(torch::equal(small.grad(), torch::full({16, 16}, 3.0)));
 }
 
@@ -226,8 +243,8 @@ TEST_CASE("checkpoint: without grad mode nothing is stashed") {
   ScratchDir dir;
   spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
   torch::NoGradGuard no_grad;
-  torch::Tensor y = spill::checkpoint(arena, [](const torch::Tensor& in) { return in + 1; },
-                                      torch::zeros({4}));
+  torch::Tensor y = spill::checkpoint(
+      arena, [](const torch::Tensor& in) { return in + 1; }, torch::zeros({4}));
   CHECK(torch::equal(y, torch::ones({4})));
   CHECK(arena.stats().allocations == 0);
 }
@@ -239,8 +256,10 @@ TEST_CASE("checkpoint: a dropped graph frees its regions and per-file stashes le
   const auto before = list_dir(dir.path());
   {
     torch::Tensor x = torch::randn({32, 32}, torch::TensorOptions().requires_grad(true));
-    torch::Tensor y = spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 2; }, x);
-    torch::Tensor z = spill::checkpoint(*per_file, [](const torch::Tensor& in) { return in * 2; }, y);
+    torch::Tensor y = spill::checkpoint(
+        arena, [](const torch::Tensor& in) { return in * 2; }, x);
+    torch::Tensor z = spill::checkpoint(
+        *per_file, [](const torch::Tensor& in) { return in * 2; }, y);
     CHECK(arena.stats().bytes_in_use > 0);
     CHECK(list_dir(dir.path()).size() == before.size() + 1);
   }
@@ -267,11 +286,25 @@ TEST_CASE("checkpoint: CheckpointedSequential matches the plain Sequential") {
   CHECK(arena.stats().allocations == 2);
 }
 
+TEST_CASE("checkpoint: sparse and meta tensors are refused by the spilling stashes, typed") {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+  for (auto stash : {spill::make_arena_stash(arena), spill::make_per_file_stash(dir.path())}) {
+    CAPTURE(stash->name());
+    CHECK_THROWS_WITH_AS(stash->store(torch::eye(4).to_sparse()), doctest::Contains("dense"),
+                         spill::InvalidArgumentError);
+    CHECK_THROWS_WITH_AS(stash->store(torch::empty({4}, torch::Device(torch::kMeta))),
+                         doctest::Contains("dense"), spill::InvalidArgumentError);
+  }
+  CHECK(arena.stats().bytes_in_use == 0);
+}
+
 TEST_CASE("checkpoint: a layer that returns its input unchanged still backpropagates") {
   ScratchDir dir;
   spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
   torch::Tensor x = torch::randn({4, 4}, torch::TensorOptions().requires_grad(true));
-  torch::Tensor y = spill::checkpoint(arena, [](const torch::Tensor& in) { return in; }, x);
+  torch::Tensor y = spill::checkpoint(
+      arena, [](const torch::Tensor& in) { return in; }, x);
   (y * 3).sum().backward();
   CHECK(torch::equal(x.grad(), torch::full({4, 4}, 3.0)));
   CHECK(arena.stats().bytes_in_use == 0);
@@ -283,7 +316,8 @@ TEST_CASE("checkpoint: checkpoint_layers runs a list of layers like a plain loop
   torch::manual_seed(4);
   std::vector<torch::nn::Linear> linears = {torch::nn::Linear(8, 8), torch::nn::Linear(8, 8)};
   std::vector<std::function<torch::Tensor(const torch::Tensor&)>> layers;
-  for (auto& l : linears) layers.push_back([l](const torch::Tensor& in) mutable { return torch::relu(l(in)); });
+  for (auto& l : linears)
+    layers.push_back([l](const torch::Tensor& in) mutable { return torch::relu(l(in)); });
   const torch::Tensor x0 = torch::randn({3, 8});
   auto grad_of = [&](const std::shared_ptr<spill::TensorStash>& stash) {
     torch::Tensor x = x0.clone().requires_grad_(true);

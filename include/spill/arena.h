@@ -68,8 +68,9 @@ struct ArenaOptions {
   std::uint32_t keep_last = 1;
   // Hash what each write puts in a region (XXH3-64) and check every read against it, so bytes
   // changed behind the arena's back raise spill::IntegrityError instead of reaching a gradient.
-  // Costs CPU time (XXH3: ~20 GB/s of cached bytes per core), mostly off the training thread; a
-  // zero-copy restore pays it on the caller's. See Note [Integrity hashing] in
+  // Costs CPU time (XXH3 on one core of the 2-core test VM: ~10 GB/s of cached bytes, ~4.5 GB/s
+  // streaming from RAM; BM_Integrity), mostly off the training thread; a zero-copy restore pays
+  // it on the caller's. See Note [Integrity hashing] in
   // src/core/integrity.cc.
   bool verify_integrity = true;
 };

@@ -15,7 +15,7 @@ With Trainer, leave checkpointing off in TrainingArguments and call enable() on 
 import functools
 import inspect
 
-from .checkpoint import _stash_for, checkpoint
+from .checkpoint import _TORCH_ONLY_ARGUMENTS, _stash_for, checkpoint
 from .errors import InvalidArgumentError
 
 
@@ -44,6 +44,20 @@ def _check_supported(model, target):
     return parameters
 
 
+_CHECKPOINT_ARGUMENTS = ("use_reentrant", "preserve_rng_state", "context_fn") + _TORCH_ONLY_ARGUMENTS
+
+
+def _check_checkpoint_kwargs(kwargs):
+    # Anything else would reach the layer's forward(**kwargs), which transformers' layers
+    # swallow: an arena option passed here (keep_last=0) would be silently ignored.
+    unknown = sorted(set(kwargs) - set(_CHECKPOINT_ARGUMENTS))
+    if unknown:
+        raise InvalidArgumentError(
+            f"spillarena.enable: unknown argument(s) {', '.join(unknown)}; arena options belong "
+            f"to SpillArena(...), and enable() passes on only {', '.join(_CHECKPOINT_ARGUMENTS)}"
+        )
+
+
 def enable(model, arena, every_n_layers=1, **checkpoint_kwargs):
     """Checkpoints the layers of ``model`` (a transformers PreTrainedModel, or a PEFT model
     around one) with their inputs spilled to ``arena``; every ``every_n_layers``-th layer when
@@ -55,6 +69,7 @@ def enable(model, arena, every_n_layers=1, **checkpoint_kwargs):
         raise InvalidArgumentError(
             f"spillarena.enable: every_n_layers must be an integer >= 1, got {every_n_layers!r}"
         )
+    _check_checkpoint_kwargs(checkpoint_kwargs)
     _stash_for(arena)  # a bad arena fails here, not in the first forward
     function = functools.partial(checkpoint, arena=arena, **checkpoint_kwargs)
     options = {}

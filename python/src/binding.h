@@ -55,17 +55,22 @@ struct Convert<bool> {
 // Note [Numbers from Python are bounded before they reach C++]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A negative int cast to uint64 wraps to 2^64 - 1 and a float truncates; both once broke the CLI.
-// Only a Python int (not bool, not float) in [0, max] is accepted, anything else is an
+// Only an integer — a Python int or what operator.index accepts (numpy integers, integer 0-dim
+// tensors), never bool or float — in [0, max] is accepted; anything else is an
 // InvalidArgumentError naming the field.
 template <class T>
 struct Convert<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
   static py::object to_python(T v) { return py::int_(v); }
   static T from_python(py::handle v, const std::string& field) {
     const std::string expected = std::is_signed_v<T> ? "an integer" : "a non-negative integer";
-    if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v)) {
+    if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
+      throw_bad_value(field, expected, v);
+    PyObject* index = PyNumber_Index(v.ptr());
+    if (index == nullptr) {
+      PyErr_Clear();
       throw_bad_value(field, expected, v);
     }
-    const py::int_ value = py::reinterpret_borrow<py::int_>(v);
+    const py::int_ value = py::reinterpret_steal<py::int_>(index);
     const py::int_ low(std::numeric_limits<T>::min());
     const py::int_ high(std::numeric_limits<T>::max());
     if (value < low || value > high) throw_bad_value(field, expected + " that fits the field", v);

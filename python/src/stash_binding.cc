@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "binding.h"
@@ -13,11 +14,15 @@ namespace {
 
 // One stored tensor, as Python holds it. restore() may run once (a second backward through the
 // same graph must fail, not read a freed region); free() frees an unrestored region at once.
+// One handle may be used from several Python threads (the GIL is released around the calls):
+// a mutex serialises them, so free() waits for a restore in flight and a second caller gets
+// CheckpointError, never a freed StashedTensor.
 class Stashed {
  public:
   explicit Stashed(std::unique_ptr<spill::StashedTensor> inner) : inner_(std::move(inner)) {}
 
   torch::Tensor restore() {
+    std::lock_guard<std::mutex> lock(*mutex_);
     if (restored_ || !inner_) {
       throw spill::CheckpointError(
           "spillarena: this stashed tensor was already restored (or freed); its region was "
@@ -28,12 +33,20 @@ class Stashed {
     return inner_->restore();
   }
   void prefetch() {
+    std::lock_guard<std::mutex> lock(*mutex_);
     if (inner_ && !restored_) inner_->prefetch();
   }
-  void free() { inner_.reset(); }
-  bool restored() const { return restored_; }
+  void free() {
+    std::lock_guard<std::mutex> lock(*mutex_);
+    inner_.reset();
+  }
+  bool restored() const {
+    std::lock_guard<std::mutex> lock(*mutex_);
+    return restored_;
+  }
 
  private:
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // guards the two below
   std::unique_ptr<spill::StashedTensor> inner_;
   bool restored_ = false;
 };
@@ -52,7 +65,8 @@ void bind_stash(py::module_& m) {
       .def_property_readonly("restored", &Stashed::restored);
 
   py::class_<spill::TensorStash, std::shared_ptr<spill::TensorStash>>(
-      m, "TensorStash", "Where spillarena.checkpoint keeps layer inputs between forward and backward.")
+      m, "TensorStash",
+      "Where spillarena.checkpoint keeps layer inputs between forward and backward.")
       .def(
           "store",
           [](spill::TensorStash& stash, const torch::Tensor& tensor) {

@@ -1,5 +1,6 @@
 #include "spill/arena.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "arena_core.h"
@@ -22,9 +23,10 @@ void check_capacity(std::uint64_t capacity) {
         "e.g. spill::bytes_for_layer_inputs(layers, {batch, seq, hidden}, element_size)");
   }
   if (capacity > kMaxCapacityBytes) {
-    throw InvalidArgumentError("spill: ArenaOptions::capacity_bytes = " + bytes_with_units(capacity) +
-                               " is over the 1 PiB limit; this is likely a unit mistake (bytes, "
-                               "not KiB or bits)");
+    throw InvalidArgumentError(
+        "spill: ArenaOptions::capacity_bytes = " + bytes_with_units(capacity) +
+        " is over the 1 PiB limit; this is likely a unit mistake (bytes, "
+        "not KiB or bits)");
   }
 }
 
@@ -33,6 +35,18 @@ void check_staging(std::uint64_t staging) {
     throw InvalidArgumentError("spill: ArenaOptions::staging_bytes = " + bytes_with_units(staging) +
                                " is out of range; use 4 KiB to 64 GiB (default 64 MiB)");
   }
+}
+
+// The staging pool is touched when the arena is made: more than the memory this process may
+// still use would not fail there but summon the OOM killer, for this process or a neighbour.
+void check_staging_fits(std::uint64_t staging) {
+  const std::uint64_t usable = memory_limits().usable_bytes();
+  if (usable == 0 || staging <= usable) return;
+  throw InsufficientSpaceError("<staging>", staging, usable,
+                               "spill: ArenaOptions::staging_bytes = " + bytes_with_units(staging) +
+                                   " exceeds the " + bytes_with_units(usable) +
+                                   " of memory this process may still use (MemAvailable, memory "
+                                   "cgroup); lower it (default 64 MiB)");
 }
 
 std::uint64_t round_to_pages(std::uint64_t bytes) {
@@ -119,12 +133,14 @@ SpillArena::SpillArena(const ArenaOptions& options) {
   check_staging(options.staging_bytes);
   ArenaOptions o = options;
   o.capacity_bytes = round_to_pages(options.capacity_bytes);
-  o.staging_bytes = round_to_pages(options.staging_bytes);
+  // A pool larger than the arena could never be filled: capped at the capacity.
+  o.staging_bytes = std::min(round_to_pages(options.staging_bytes), o.capacity_bytes);
   if (o.backing == Backing::disk && o.directory.empty()) o.directory = default_spill_directory();
   if (o.backing == Backing::ram) o.directory.clear();
   std::string io_note;
   if (o.backing == Backing::disk) detail::check_directory(o.directory);
   o.io = resolve_io_mode(o, &io_note);
+  if (o.io == IoMode::direct) check_staging_fits(o.staging_bytes);
   core_ = std::make_shared<detail::ArenaCore>(o, make_storage(o), std::move(io_note));
 }
 

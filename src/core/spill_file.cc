@@ -158,6 +158,11 @@ class SpillFile final : public Storage {
 // ---------------------------------------------------------------------------------------------
 
 void check_directory_or_throw(const std::string& dir) {
+  // The system calls would see the path cut at the NUL: another directory than the one named.
+  if (dir.find('\0') != std::string::npos) {
+    throw InvalidArgumentError("spill: spill directory '" + dir.substr(0, dir.find('\0')) +
+                               "\\0...' contains a NUL byte; pass the directory's path alone");
+  }
   const int e = platform::check_writable_directory(dir);
   if (e == 0) return;
   std::string why;
@@ -256,9 +261,9 @@ int open_direct_or_throw(int fd, const SpillFileOptions& o, const platform::File
 // Note [Mapping the descriptor]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The file is mapped through the descriptor it was created with; nothing opens it again by name
-// for the mapping. A reopen (Boost.Interprocess's file_mapping opens /proc/self/fd/N, without
-// O_CLOEXEC) would hand a descriptor of the spill file to any child that another thread forks
-// and execs at that moment.
+// for the mapping. A reopen (Boost.Interprocess's file_mapping, the first version's mapping,
+// opens /proc/self/fd/N without O_CLOEXEC) would hand a descriptor of the spill file to any child
+// that another thread forks and execs at that moment; so the project no longer uses Boost.
 Mapping map_file(int fd, const SpillFileOptions& o) {
   void* base = nullptr;
   if (int e = platform::map_shared_file(fd, o.capacity_bytes, &base); e != 0) {

@@ -15,6 +15,7 @@
 #include "device_copy.h"
 #include "serial_worker.h"
 #include "spill/tensor_stash.h"
+#include "storable.h"
 
 namespace spill {
 namespace {
@@ -402,6 +403,7 @@ class ArenaStash final : public TensorStash {
   explicit ArenaStash(const SpillArena& arena) : chain_(std::make_shared<Chain>(arena)) {}
 
   std::unique_ptr<StashedTensor> store(const torch::Tensor& tensor) override {
+    detail::check_storable(tensor, name());
     chain_->rethrow_failure();
     auto e = std::make_shared<Entry>();
     e->held = tensor.detach().contiguous();

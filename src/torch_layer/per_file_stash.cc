@@ -9,6 +9,7 @@
 
 #include "core/platform.h"
 #include "spill/tensor_stash.h"
+#include "storable.h"
 
 namespace spill {
 namespace {
@@ -142,6 +143,7 @@ class PerFileStash final : public TensorStash {
   }
 
   std::unique_ptr<StashedTensor> store(const torch::Tensor& tensor) override {
+    detail::check_storable(tensor, name());
     torch::Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(torch::kCPU);
     std::string path;
     Descriptor file(create_file(directory_, &path));

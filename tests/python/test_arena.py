@@ -4,6 +4,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -218,3 +219,52 @@ def test_path_errors_share_one_base():
     assert issubclass(spillarena.PreallocationError, spillarena.PathError)
     with pytest.raises(spillarena.PathError):
         spillarena.SpillArena(1 << 20, directory="/nonexistent/spillarena")
+
+
+def test_sizes_may_be_numpy_or_tensor_integers_but_never_floats_or_bools(spill_dir):
+    np = pytest.importorskip("numpy")
+    assert spillarena.SpillArena(np.int64(1 << 20), spill_dir).capacity_bytes == 1 << 20
+    assert spillarena.SpillArena(torch.tensor(1 << 20), spill_dir).capacity_bytes == 1 << 20
+    for bad in (np.float64(1 << 20), torch.tensor(1.0 * (1 << 20)), np.bool_(True)):
+        with pytest.raises(spillarena.InvalidArgumentError):
+            spillarena.SpillArena(bad, spill_dir)
+
+
+def test_a_directory_with_a_nul_byte_is_refused(spill_dir):
+    with pytest.raises(spillarena.InvalidArgumentError, match="NUL"):
+        spillarena.SpillArena(1 << 20, str(spill_dir) + "\0x")
+
+
+def test_the_staging_pool_never_exceeds_the_arena(spill_dir):
+    arena = spillarena.SpillArena(1 << 20, spill_dir, io="direct",
+                                  staging_bytes=spillarena.MAX_STAGING_BYTES)
+    assert arena.stats()["staging_bytes"] <= 1 << 20
+
+
+@pytest.mark.parametrize("make", [lambda: torch.eye(4).to_sparse(), lambda: torch.empty(4, device="meta"),
+                                  lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])])
+def test_tensors_without_dense_data_are_an_invalid_argument(make, arena):
+    with pytest.raises(spillarena.InvalidArgumentError, match="dense"):
+        spillarena.shared_arena_stash(arena).store(make())
+
+
+def test_one_handle_restored_and_freed_from_two_threads_never_crashes(arena):
+    stash = spillarena.shared_arena_stash(arena)
+    source = torch.randn(1 << 20)
+    for i in range(20):
+        handle = stash.store(source)
+        results = []
+
+        def restore():
+            try:
+                results.append(torch.equal(handle.restore(), source))
+            except spillarena.CheckpointError:
+                results.append("refused")
+
+        thread = threading.Thread(target=restore)
+        thread.start()
+        if i % 2:
+            handle.free()
+        thread.join()
+        handle.free()
+        assert results in ([True], ["refused"])

@@ -140,3 +140,6 @@ def test_enable_refuses_a_model_without_gradient_checkpointing(spill_dir):
         spillarena.enable(tiny_llama(), arena="not an arena")
     with pytest.raises(spillarena.InvalidArgumentError, match="every_n_layers"):
         spillarena.enable(tiny_llama(), arena, every_n_layers=0)
+    # An arena option passed to enable() would reach the layers' forward(**kwargs) and vanish.
+    with pytest.raises(spillarena.InvalidArgumentError, match="keep_last"):
+        spillarena.enable(tiny_llama(), arena, keep_last=0)
