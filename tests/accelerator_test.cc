@@ -61,25 +61,6 @@ class MathAttention {
   bool flash_, efficient_, cudnn_;
 };
 
-// Autocast to bfloat16 on `device`'s type for its lifetime, as torch.autocast(device) sets it.
-class Autocast {
- public:
-  explicit Autocast(torch::Device device) : type_(device.type()) {
-    at::autocast::set_autocast_enabled(type_, true);
-    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
-    at::autocast::increment_nesting();
-  }
-  ~Autocast() {
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(type_, false);
-  }
-  Autocast(const Autocast&) = delete;
-  Autocast& operator=(const Autocast&) = delete;
-
- private:
-  c10::DeviceType type_;
-};
-
 // The block stack and its input on `device` in `dtype`.
 struct Model {
   torch::nn::Sequential blocks;

@@ -12,18 +12,31 @@ using spill_test::list_dir;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
 
+namespace {
+
+// A 1 MiB disk arena in a scratch directory, for the cases that need nothing more.
+struct MiBArena {
+  ScratchDir dir;
+  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+};
+
+// A random leaf tensor that requires grad.
+torch::Tensor leaf(at::IntArrayRef shape) {
+  return torch::randn(shape, torch::TensorOptions().requires_grad(true));
+}
+
+}  // namespace
+
 TEST_CASE("checkpoint: GPT block gradients are bit-identical in every mode, with dropout") {
   ScratchDir dir;
-  auto blocks = gpt_blocks(4);
-  const torch::Tensor x0 = seeded_input(99, {2, 32, 64});
-  const Grads reference = gpt_step(blocks, nullptr, x0);
+  GptReference g(4, 99, {2, 32, 64});
 
   spill::SpillArena disk = make_arena(dir.path(), 16 * spill::MiB);
   spill::SpillArena ram = make_arena("", 16 * spill::MiB, spill::Backing::ram);
   for (auto stash : {spill::make_arena_stash(disk), spill::make_arena_stash(ram),
                      spill::make_in_memory_stash(), spill::make_per_file_stash(dir.path())}) {
     CAPTURE(stash->name());
-    check_identical(reference, gpt_step(blocks, stash, x0));
+    check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
   }
   CHECK(disk.stats().bytes_in_use == 0);
   CHECK(disk.stats().allocations == 4);
@@ -112,7 +125,7 @@ TEST_CASE(
   ScratchDir dir;
   spill::SpillArena arena = make_arena(dir.path(), 4 * spill::MiB);
   torch::manual_seed(11);
-  torch::Tensor w = torch::randn({8, 8}, torch::TensorOptions().requires_grad(true));
+  torch::Tensor w = leaf({8, 8});
   auto layer = [w](const torch::Tensor& in) { return torch::tanh(in.matmul(w.to(in.dtype()))); };
   for (const torch::Tensor& base :
        {torch::randn({8, 8}).t(), torch::randn({5, 8}).to(torch::kBFloat16),
@@ -133,9 +146,8 @@ TEST_CASE(
   CHECK(arena.stats().bytes_in_use == 0);
 }
 
-TEST_CASE("checkpoint: an input that does not require grad still gives parameter gradients") {
-  ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+TEST_CASE_FIXTURE(
+    MiBArena, "checkpoint: an input that does not require grad still gives parameter gradients") {
   torch::nn::Linear lin(4, 3);
   torch::Tensor x = torch::randn({2, 4});
   lin(x).sum().backward();
@@ -149,9 +161,7 @@ TEST_CASE("checkpoint: an input that does not require grad still gives parameter
   CHECK_FALSE(x.grad().defined());
 }
 
-TEST_CASE("checkpoint: extra tensors and several outputs get their gradients") {
-  ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+TEST_CASE_FIXTURE(MiBArena, "checkpoint: extra tensors and several outputs get their gradients") {
   torch::manual_seed(2);
   const torch::Tensor x0 = torch::randn({3, 4}), p0 = torch::randn({3, 4});
   const torch::Tensor mask = torch::rand({3, 4}) > 0.3;
@@ -172,10 +182,10 @@ TEST_CASE("checkpoint: extra tensors and several outputs get their gradients") {
   CHECK_FALSE(mask.requires_grad());
 }
 
-TEST_CASE("checkpoint: a layer that throws in forward releases its region and passes the error") {
-  ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
-  torch::Tensor x = torch::randn({64, 64}, torch::TensorOptions().requires_grad(true));
+TEST_CASE_FIXTURE(
+    MiBArena,
+    "checkpoint: a layer that throws in forward releases its region and passes the error") {
+  torch::Tensor x = leaf({64, 64});
   auto failing = [](const torch::Tensor&) -> torch::Tensor {
     throw std::domain_error("layer bug");
   };
@@ -187,10 +197,10 @@ TEST_CASE("checkpoint: a layer that throws in forward releases its region and pa
             .defined());
 }
 
-TEST_CASE("checkpoint: a layer that throws in recompute releases its region and passes the error") {
-  ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
-  torch::Tensor x = torch::randn({64, 64}, torch::TensorOptions().requires_grad(true));
+TEST_CASE_FIXTURE(
+    MiBArena,
+    "checkpoint: a layer that throws in recompute releases its region and passes the error") {
+  torch::Tensor x = leaf({64, 64});
   int calls = 0;
   auto flaky = [&calls](const torch::Tensor& in) {
     if (++calls == 2) throw std::domain_error("recompute failed");
@@ -202,10 +212,8 @@ TEST_CASE("checkpoint: a layer that throws in recompute releases its region and 
   CHECK(arena.stats().bytes_in_use == 0);
 }
 
-TEST_CASE("checkpoint: backward twice through the same graph is a clear error") {
-  ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
-  torch::Tensor x = torch::randn({8, 8}, torch::TensorOptions().requires_grad(true));
+TEST_CASE_FIXTURE(MiBArena, "checkpoint: backward twice through the same graph is a clear error") {
+  torch::Tensor x = leaf({8, 8});
   torch::Tensor loss = spill::checkpoint(
                            arena, [](const torch::Tensor& in) { return in.exp(); }, x)
                            .sum();
@@ -219,8 +227,7 @@ TEST_CASE("checkpoint: backward twice through the same graph is a clear error") 
 TEST_CASE("checkpoint: an exhausted arena names the layer input and stays usable") {
   ScratchDir dir;
   spill::SpillArena arena = make_arena(dir.path(), 64 * 1024);
-  torch::Tensor x =
-      torch::randn({128, 256}, torch::TensorOptions().requires_grad(true));  // 128 KiB
+  torch::Tensor x = leaf({128, 256});  // 128 KiB
   try {
     spill::checkpoint(
         arena, [](const torch::Tensor& in) { return in * 3; }, x);
@@ -231,7 +238,7 @@ TEST_CASE("checkpoint: an exhausted arena names the layer input and stays usable
     CHECK(std::string(e.what()).find("[128, 256]") != std::string::npos);
   }
   CHECK(arena.stats().bytes_in_use == 0);
-  torch::Tensor small = torch::randn({16, 16}, torch::TensorOptions().requires_grad(true));
+  torch::Tensor small = leaf({16, 16});
   spill::checkpoint(
       arena, [](const torch::Tensor& in) { return in * 3; }, small)
       .sum()
@@ -239,9 +246,7 @@ TEST_CASE("checkpoint: an exhausted arena names the layer input and stays usable
   CHECK(torch::equal(small.grad(), torch::full({16, 16}, 3.0)));
 }
 
-TEST_CASE("checkpoint: without grad mode nothing is stashed") {
-  ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+TEST_CASE_FIXTURE(MiBArena, "checkpoint: without grad mode nothing is stashed") {
   torch::NoGradGuard no_grad;
   torch::Tensor y = spill::checkpoint(
       arena, [](const torch::Tensor& in) { return in + 1; }, torch::zeros({4}));
@@ -249,13 +254,12 @@ TEST_CASE("checkpoint: without grad mode nothing is stashed") {
   CHECK(arena.stats().allocations == 0);
 }
 
-TEST_CASE("checkpoint: a dropped graph frees its regions and per-file stashes leave no files") {
-  ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+TEST_CASE_FIXTURE(
+    MiBArena, "checkpoint: a dropped graph frees its regions and per-file stashes leave no files") {
   auto per_file = spill::make_per_file_stash(dir.path());
   const auto before = list_dir(dir.path());
   {
-    torch::Tensor x = torch::randn({32, 32}, torch::TensorOptions().requires_grad(true));
+    torch::Tensor x = leaf({32, 32});
     torch::Tensor y = spill::checkpoint(
         arena, [](const torch::Tensor& in) { return in * 2; }, x);
     torch::Tensor z = spill::checkpoint(
@@ -286,9 +290,8 @@ TEST_CASE("checkpoint: CheckpointedSequential matches the plain Sequential") {
   CHECK(arena.stats().allocations == 2);
 }
 
-TEST_CASE("checkpoint: sparse and meta tensors are refused by the spilling stashes, typed") {
-  ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+TEST_CASE_FIXTURE(
+    MiBArena, "checkpoint: sparse and meta tensors are refused by the spilling stashes, typed") {
   for (auto stash : {spill::make_arena_stash(arena), spill::make_per_file_stash(dir.path())}) {
     CAPTURE(stash->name());
     CHECK_THROWS_WITH_AS(stash->store(torch::eye(4).to_sparse()), doctest::Contains("dense"),
@@ -299,10 +302,9 @@ TEST_CASE("checkpoint: sparse and meta tensors are refused by the spilling stash
   CHECK(arena.stats().bytes_in_use == 0);
 }
 
-TEST_CASE("checkpoint: a layer that returns its input unchanged still backpropagates") {
-  ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
-  torch::Tensor x = torch::randn({4, 4}, torch::TensorOptions().requires_grad(true));
+TEST_CASE_FIXTURE(MiBArena,
+                  "checkpoint: a layer that returns its input unchanged still backpropagates") {
+  torch::Tensor x = leaf({4, 4});
   torch::Tensor y = spill::checkpoint(
       arena, [](const torch::Tensor& in) { return in; }, x);
   (y * 3).sum().backward();
@@ -310,9 +312,8 @@ TEST_CASE("checkpoint: a layer that returns its input unchanged still backpropag
   CHECK(arena.stats().bytes_in_use == 0);
 }
 
-TEST_CASE("checkpoint: checkpoint_layers runs a list of layers like a plain loop") {
-  ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), spill::MiB);
+TEST_CASE_FIXTURE(MiBArena,
+                  "checkpoint: checkpoint_layers runs a list of layers like a plain loop") {
   torch::manual_seed(4);
   std::vector<torch::nn::Linear> linears = {torch::nn::Linear(8, 8), torch::nn::Linear(8, 8)};
   std::vector<std::function<torch::Tensor(const torch::Tensor&)>> layers;

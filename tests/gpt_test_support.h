@@ -2,6 +2,7 @@
 // a stash, and a bit-for-bit comparison of its gradients.
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
@@ -36,8 +37,8 @@ struct Grads {
 };
 
 // One forward + backward of a GPT block stack with dropout, from a fixed RNG seed.
-inline Grads gpt_step(torch::nn::Sequential& blocks, const std::shared_ptr<spill::TensorStash>& stash,
-               const torch::Tensor& x0) {
+inline Grads gpt_step(torch::nn::Sequential& blocks,
+                      const std::shared_ptr<spill::TensorStash>& stash, const torch::Tensor& x0) {
   for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
   torch::manual_seed(1234);
   torch::Tensor x = x0.detach().clone().requires_grad_(true);
@@ -94,5 +95,35 @@ void steps_under_random_delays(const std::string& dir, Step step) {
     }
   }
 }
+
+// A block stack, its input, and the gradients of one step without checkpointing.
+struct GptReference {
+  GptReference(int layers, std::uint64_t seed, at::IntArrayRef shape)
+      : blocks(gpt_blocks(layers)),
+        x0(seeded_input(seed, shape)),
+        reference(gpt_step(blocks, nullptr, x0)) {}
+  torch::nn::Sequential blocks;
+  torch::Tensor x0;
+  Grads reference;
+};
+
+// Autocast to bfloat16 on `device`'s type for its lifetime, as torch.autocast(device) sets it.
+class Autocast {
+ public:
+  explicit Autocast(torch::Device device) : type_(device.type()) {
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~Autocast() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(type_, false);
+  }
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  c10::DeviceType type_;
+};
 
 }  // namespace spill_test::gpt

@@ -19,28 +19,11 @@ using spill_test::HookScope;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
 
-namespace {
-
-// CPU autocast to bfloat16 for its lifetime, as torch.autocast("cpu") sets it.
-struct CpuAutocast {
-  CpuAutocast() {
-    at::autocast::set_autocast_enabled(at::kCPU, true);
-    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-    at::autocast::increment_nesting();
-  }
-  ~CpuAutocast() {
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(at::kCPU, false);
-  }
-};
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("overlap: gradients are bit-identical in every I/O mode, backend and keep_last") {
   ScratchDir dir;
-  auto blocks = gpt_blocks(4);
-  const torch::Tensor x0 = seeded_input(99, {2, 32, 64});
-  const Grads reference = gpt_step(blocks, nullptr, x0);
+  GptReference g(4, 99, {2, 32, 64});
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (bool asynchronous : {false, true}) {
       for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
@@ -50,7 +33,7 @@ TEST_CASE("overlap: gradients are bit-identical in every I/O mode, backend and k
           CAPTURE(spill::to_string(backend));
           CAPTURE(keep_last);
           spill::SpillArena arena(engine_options(dir.path(), io, asynchronous, backend, keep_last));
-          check_identical(reference, gpt_step(blocks, spill::make_arena_stash(arena), x0));
+          check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
           CHECK(arena.stats().bytes_in_use == 0);
           CHECK(arena.stats().allocations == 4 - keep_last);
           CHECK(arena.stats().restores == 4);
@@ -122,7 +105,7 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
   const Grads full_precision = gpt_step(blocks, nullptr, x0);
   Grads reference;
   {
-    CpuAutocast autocast;
+    Autocast autocast(torch::kCPU);
     reference = gpt_step(blocks, nullptr, x0);
   }
   // Autocast changes the numbers, so a recomputation in full precision would be caught.
@@ -131,7 +114,8 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
     spill::SpillArena arena(engine_options(dir.path(), io, true, spill::IoBackend::automatic, 0));
     Grads spilled;
     {
-      CpuAutocast autocast;  // forward under autocast; backward runs inside too, as users do
+      // Forward under autocast; backward runs inside too, as users do.
+      Autocast autocast(torch::kCPU);
       spilled = gpt_step(blocks, spill::make_arena_stash(arena), x0);
     }
     check_identical(reference, spilled);
@@ -145,7 +129,7 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
     torch::Tensor x = x0.clone().requires_grad_(true);
     torch::Tensor loss;
     {
-      CpuAutocast autocast;
+      Autocast autocast(torch::kCPU);
       loss = spill::models::run_blocks(blocks, stash, x).to(torch::kFloat).pow(2).mean();
     }
     loss.backward();
@@ -198,10 +182,8 @@ TEST_CASE("overlap: a failed asynchronous write surfaces as spill::IoError, neve
 
 TEST_CASE("overlap: random delays in the queue over many steps keep gradients identical") {
   ScratchDir dir;
-  auto blocks = gpt_blocks(4);
-  const torch::Tensor x0 = seeded_input(21, {2, 16, 64});
-  const Grads reference = gpt_step(blocks, nullptr, x0);
+  GptReference g(4, 21, {2, 16, 64});
   steps_under_random_delays(dir.path(), [&](const std::shared_ptr<spill::TensorStash>& stash) {
-    check_identical(reference, gpt_step(blocks, stash, x0));
+    check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
   });
 }

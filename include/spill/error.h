@@ -96,9 +96,7 @@ class ArenaExhaustedError : public Error {
   std::uint64_t largest_free_block() const { return largest_; }
 
  private:
-  std::uint64_t requested_;
-  std::uint64_t free_;
-  std::uint64_t largest_;
+  std::uint64_t requested_, free_, largest_;
 };
 
 // A Region handle was used after it was moved from (or freed).
@@ -122,8 +120,7 @@ class IoError : public Error {
  private:
   int errno_;
   IoOp op_;
-  std::uint64_t offset_;
-  std::uint64_t bytes_;
+  std::uint64_t offset_, bytes_;
 };
 
 // Bytes read back from a region are not the bytes written there (ArenaOptions::verify_integrity):
@@ -148,11 +145,7 @@ class IntegrityError : public Error {
   std::uint64_t found_hash() const { return found_; }
 
  private:
-  std::uint64_t region_offset_;
-  std::uint64_t offset_in_region_;
-  std::uint64_t bytes_;
-  std::uint64_t expected_;
-  std::uint64_t found_;
+  std::uint64_t region_offset_, offset_in_region_, bytes_, expected_, found_;
 };
 
 // Misuse of the checkpoint wrapper, e.g. a second backward through the same graph.
