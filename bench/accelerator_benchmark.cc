@@ -21,11 +21,13 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "bench_common.h"
@@ -41,13 +43,23 @@ struct AccelShape {
 };
 
 AccelShape accel_shape() {
-  AccelShape s;
-  if (smoke()) return AccelShape{2, 32, 64, 4, 3};
-  if (const char* env = std::getenv("SPILLARENA_BENCH_ACCEL_SHAPE")) {
-    long long b, q, h, n, l;
-    if (std::sscanf(env, "%lld,%lld,%lld,%lld,%lld", &b, &q, &h, &n, &l) == 5) s = {b, q, h, n, l};
+  const char* env = std::getenv("SPILLARENA_BENCH_ACCEL_SHAPE");
+  if (env == nullptr) return smoke() ? AccelShape{2, 32, 64, 4, 3} : AccelShape{};
+  long long v[5];
+  char end = 0;
+  const bool parsed =
+      std::sscanf(env, "%lld,%lld,%lld,%lld,%lld%c", &v[0], &v[1], &v[2], &v[3], &v[4], &end) == 5;
+  const bool sane = parsed &&
+                    std::all_of(std::begin(v), std::end(v),
+                                [](long long x) { return x >= 1 && x <= (1 << 20); }) &&
+                    v[2] % v[3] == 0 &&
+                    static_cast<long double>(v[0]) * v[1] * v[2] * v[4] <= 0x1p44L;
+  if (!sane) {
+    throw std::invalid_argument(std::string("SPILLARENA_BENCH_ACCEL_SHAPE='") + env +
+                                "': expected batch,seq,hidden,heads,layers, each 1 to 1048576, "
+                                "hidden a multiple of heads, at most 2^44 input elements in all");
   }
-  return s;
+  return AccelShape{v[0], v[1], v[2], v[3], v[4]};
 }
 
 std::optional<torch::Device> bench_device() {
@@ -194,10 +206,17 @@ void accelerator_step(benchmark::State& state, const std::string& mode_name) {
     state.SkipWithError("skipped: no CUDA device");
     return;
   }
-  const AccelShape s = accel_shape();
+  AccelShape s;
+  spill::harness::ModeSetup mode;
   const torch::Dtype dtype = device->is_cuda() ? torch::kBFloat16 : torch::kFloat;
+  try {  // a bad shape, or an arena this machine refuses: reported, never a crash
+    s = accel_shape();
+    mode = make_step_mode(mode_name, capacity_for(s, dtype));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
   torch::nn::Sequential& blocks = shared_blocks(s, *device);
-  spill::harness::ModeSetup mode = make_step_mode(mode_name, capacity_for(s, dtype));
   torch::manual_seed(1);
   const torch::Tensor x0 = torch::randn({s.batch, s.seq, s.hidden}).to(*device, dtype);
   step(blocks, mode, x0, *device);  // warm-up: kernels chosen, allocator caches filled
@@ -239,7 +258,13 @@ int run_accelerator_child(int argc, char** argv) {
                  "usage: spillarena_bench --accelerator-child MODE (needs a CUDA device)\n");
     return 2;
   }
-  const AccelShape s = accel_shape();
+  AccelShape s;
+  try {
+    s = accel_shape();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
   const torch::Dtype dtype = device->is_cuda() ? torch::kBFloat16 : torch::kFloat;
   torch::nn::Sequential& blocks = shared_blocks(s, *device);
   const double before_mode = status_bytes("VmRSS:");
