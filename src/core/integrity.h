@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "mutex.h"
@@ -39,11 +40,83 @@ struct Span {
   }
 };
 
-// XXH3-64 of `bytes` bytes at `data` (Debian's libxxhash).
+// XXH3-64 of `bytes` bytes at `data` (Debian's libxxhash header; AVX2 where the CPU has it).
 std::uint64_t hash_bytes(const void* data, std::uint64_t bytes);
+
+// Slices in which a copy and its hash take turns, so the hash reads bytes the copy left in the
+// CPU cache. See Note [Hashing while the bytes are in cache] in src/core/integrity.cc.
+constexpr std::uint64_t kHashSliceBytes = 512ull << 10;
+
+// XXH3-64 of some spans (sorted, disjoint) of a range, fed with the range's bytes in order and
+// in slices of any size: bytes outside the spans are skipped, a span cut between slices is
+// hashed with XXH3's streaming state, and each finished span is handed to `done`. The hashes are
+// those hash_bytes gives for each span whole.
+class SpanHasher {
+ public:
+  SpanHasher(const Span& range, std::vector<Span> spans);
+  ~SpanHasher();
+  SpanHasher(SpanHasher&&) noexcept;
+  SpanHasher(const SpanHasher&) = delete;
+  SpanHasher& operator=(const SpanHasher&) = delete;
+
+  // The range's next `bytes` bytes are at `memory`. `done(index, hash)` for each span finished.
+  template <class Done>
+  void update(const char* memory, std::uint64_t bytes, Done&& done) {
+    while (bytes > 0) {
+      std::uint64_t hash = 0;
+      const std::uint64_t used = step(memory, bytes, &hash);
+      if (finished_) done(next_ - 1, hash);
+      memory += used;
+      bytes -= used;
+    }
+  }
+  const std::vector<Span>& spans() const { return spans_; }
+  bool complete() const { return at_ == range_.offset + range_.bytes; }
+
+ private:
+  std::uint64_t step(const char* memory, std::uint64_t bytes, std::uint64_t* hash);
+
+  struct State;
+  const Span range_;
+  const std::vector<Span> spans_;
+  std::uint64_t at_;              // range offset of the next byte
+  std::size_t next_ = 0;          // the span at or after at_
+  bool finished_ = false;         // the last step finished span next_ - 1
+  std::unique_ptr<State> state_;  // XXH3's streaming state for a span cut between slices
+};
+
+// The hash of one chunk of one write.
+struct HashedSpan {
+  Span span;
+  std::uint64_t hash = 0;
+};
+
+// One write's chunk hashes, computed as its bytes pass (in order, in slices of any size).
+//
+//   WriteHasher hasher(Span{at, bytes});
+//   for (each slice of the write, in order) { copy it; hasher.update(slice, slice_bytes); }
+//   ledger.record(region, hasher);  // once every byte is on the file
+class WriteHasher {
+ public:
+  explicit WriteHasher(const Span& write);
+  void update(const char* memory, std::uint64_t bytes) {
+    hasher_.update(memory, bytes, [&](std::size_t i, std::uint64_t hash) {
+      hashed_.push_back(HashedSpan{hasher_.spans()[i], hash});
+    });
+  }
+  const Span& write() const { return write_; }
+  const std::vector<HashedSpan>& hashed() const { return hashed_; }
+
+ private:
+  const Span write_;
+  SpanHasher hasher_;
+  std::vector<HashedSpan> hashed_;
+};
 
 class IntegrityLedger {
  public:
+  using Hashed = HashedSpan;
+
   // A write of `write` in the region at file offset `region` is under way: the hashes of earlier
   // writes it overlaps no longer describe the file.
   void forget(std::uint64_t region, const Span& write);
@@ -59,15 +132,37 @@ class IntegrityLedger {
   // The region was freed: its hashes go with it.
   void drop(std::uint64_t region);
 
+  // A write that hashed its bytes as they passed (see Note [Hashing while the bytes are in
+  // cache]) reached the file: its hashes are kept.
+  void record(std::uint64_t region, const WriteHasher& written);
+
+  // For a read that checks its bytes as they pass: feed the read's bytes in order through
+  // ReadCheck::update, which compares each recorded chunk inside it once its last byte passed.
+  class ReadCheck {
+   public:
+    // The read's next `bytes` bytes are at `memory`: a spill::IntegrityError for the first
+    // recorded chunk that differed (here or in an earlier update), nullptr while all match.
+    std::exception_ptr update(const char* memory, std::uint64_t bytes);
+    bool empty() const { return expected_.empty(); }
+
+   private:
+    friend class IntegrityLedger;
+    ReadCheck(IntegrityLedger* ledger, std::uint64_t region, const Span& read,
+              std::vector<Hashed> expected);
+    void compare(std::size_t i, std::uint64_t found);
+    IntegrityLedger* ledger_;
+    std::uint64_t region_;
+    std::vector<Hashed> expected_;
+    SpanHasher hasher_;
+    std::exception_ptr error_;
+  };
+  ReadCheck checker(std::uint64_t region, const Span& read);
+
   std::uint64_t bytes_hashed() const { return bytes_hashed_.load(std::memory_order_relaxed); }
   std::uint64_t bytes_verified() const { return bytes_verified_.load(std::memory_order_relaxed); }
   std::uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
 
  private:
-  struct Hashed {  // one chunk of one write
-    Span span;
-    std::uint64_t hash;
-  };
   std::vector<Hashed> hashed_inside(std::uint64_t region, const Span& within,
                                     const std::vector<Span>* skip) const;
 

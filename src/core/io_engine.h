@@ -42,12 +42,19 @@ class IoEngine {
   // were done before submission ended), with whether every piece succeeded and their spans. Both
   // run before the transfer's Pending is ready; the first error either returns is what
   // Pending::wait throws.
+  //
+  // `staged` (direct writes only) runs on the submitting thread for each slice of at most
+  // kStagedSliceBytes right after it was copied into a staging slot, in order, with the staging
+  // copy: work on the bytes while they are in the CPU cache (see Note [Hashing while the bytes
+  // are in cache] in src/core/integrity.cc). Other transfers ignore it.
   using Piece = std::pair<std::uint64_t, std::uint64_t>;  // file offset, bytes
   struct Hooks {
     std::function<std::exception_ptr(std::uint64_t offset, const char* memory, std::uint64_t bytes)>
         piece;
     std::function<std::exception_ptr(bool all_succeeded, const std::vector<Piece>& pieces)> after;
+    std::function<void(const char* memory, std::uint64_t bytes)> staged;
   };
+  static constexpr std::uint64_t kStagedSliceBytes = 512ull << 10;
 
   // `src`/`dst` stay valid until the returned Pending completes. A failure of an earlier
   // operation is thrown here (spill::IoError) before anything new is queued, until the region it
@@ -81,7 +88,7 @@ class IoEngine {
   Pending queue_pieces(IoOp op, std::uint64_t offset, char* memory, std::uint64_t bytes,
                        Hooks hooks);
   void write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes,
-                    const TransferPtr& t, std::vector<Ticket>* parts);
+                    const TransferPtr& t, const Hooks& hooks, std::vector<Ticket>* parts);
   void read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes, const TransferPtr& t,
                    std::vector<Ticket>* parts);
   Ticket read_staged(std::uint64_t offset, char* dst, std::uint64_t bytes, const TransferPtr& t);

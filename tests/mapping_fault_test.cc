@@ -1,0 +1,179 @@
+// A spill file that shrinks behind the arena's back: the reads through its mapping (the zero-copy
+// read_in_place and its integrity hash, the copy of a resident read) become a spill::IoError
+// instead of a SIGBUS that kills the process. See Note [SIGBUS on the mapping] in
+// src/core/platform_posix.cc; the guard itself is platform::read_mapped (an internal header).
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/platform.h"
+#include "spill/sizing.h"
+#include "test_support.h"
+
+using spill_test::ScratchDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
+  return v;
+}
+
+// The arena's unnamed spill file, opened once more through /proc/self/fd (as
+// tests/integrity_test.cc does to change its bytes), and cut to `bytes`.
+void truncate_spill_file(const std::string& dir, std::uint64_t bytes) {
+  for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = fs::read_symlink(entry.path(), ec).string();
+    if (ec || target.rfind(dir + "/", 0) != 0) continue;
+    const int fd = ::open(entry.path().c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) continue;
+    const int rc = ::ftruncate(fd, static_cast<off_t>(bytes));
+    ::close(fd);
+    REQUIRE(rc == 0);
+    return;
+  }
+  FAIL("no descriptor of this process refers to a file in " << dir);
+}
+
+spill::ArenaOptions buffered_in(const std::string& dir, bool verify) {
+  spill::ArenaOptions o = spill_test::engine_options(dir, spill::IoMode::buffered, true,
+                                                     spill::IoBackend::thread_pool, 1);
+  o.capacity_bytes = 16 * spill::MiB;
+  o.verify_integrity = verify;
+  return o;
+}
+
+// A test handler that was there before ours: it jumps back to the test.
+sigjmp_buf g_test_jump;
+volatile sig_atomic_t g_test_handler_ran = 0;
+void test_handler(int, siginfo_t*, void*) {
+  g_test_handler_ran = 1;
+  siglongjmp(g_test_jump, 1);
+}
+
+// A scratch file of two pages, mapped shared, then cut to nothing: every load from the mapping
+// raises SIGBUS.
+struct ShrunkMapping {
+  explicit ShrunkMapping(const std::string& dir) : page(spill::page_size_bytes()) {
+    const std::string path = dir + "/mapped";
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    REQUIRE(fd >= 0);
+    ::unlink(path.c_str());
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(2 * page)) == 0);
+    void* p = ::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    REQUIRE(p != MAP_FAILED);
+    base = static_cast<char*>(p);
+    std::memset(base, 7, 2 * page);
+    REQUIRE(::ftruncate(fd, 0) == 0);
+  }
+  ~ShrunkMapping() {
+    ::munmap(base, 2 * page);
+    ::close(fd);
+  }
+  ShrunkMapping(const ShrunkMapping&) = delete;
+  ShrunkMapping& operator=(const ShrunkMapping&) = delete;
+  std::uint64_t page;
+  int fd = -1;
+  char* base = nullptr;
+};
+
+struct Copy {
+  char* dst;
+  const char* src;
+  std::uint64_t bytes;
+  static void run(void* c) {
+    auto* self = static_cast<Copy*>(c);
+    std::memcpy(self->dst, self->src, self->bytes);
+  }
+};
+
+}  // namespace
+
+// First in this file: the handler that was installed before the guard's first use is the one
+// that faults outside a guarded range reach.
+TEST_CASE("mapping: a SIGBUS inside a guarded read is EIO; outside, the earlier handler gets it") {
+  struct sigaction current {};
+  REQUIRE(::sigaction(SIGBUS, nullptr, &current) == 0);
+  if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) {
+    MESSAGE("skipped: a SIGBUS handler is already installed in this process");
+    return;
+  }
+  struct sigaction test {};
+  test.sa_sigaction = test_handler;
+  test.sa_flags = SA_SIGINFO;
+  sigemptyset(&test.sa_mask);
+  REQUIRE(::sigaction(SIGBUS, &test, nullptr) == 0);
+
+  ScratchDir dir;
+  ShrunkMapping m(dir.path());
+  std::vector<char> dst(m.page);
+  Copy inside{dst.data(), m.base, m.page};
+  CHECK(spill::platform::read_mapped(m.base, m.page, &Copy::run, &inside) == EIO);
+  CHECK(g_test_handler_ran == 0);  // our guard took it
+  // A fault outside every guarded range goes to the handler that was there before.
+  if (sigsetjmp(g_test_jump, 1) == 0) {
+    volatile char c = m.base[m.page];
+    (void)c;
+    FAIL("reading a truncated mapping raised no SIGBUS");
+  }
+  CHECK(g_test_handler_ran == 1);
+}
+
+TEST_CASE("mapping: read_in_place of a truncated spill file throws IoError, not SIGBUS") {
+  for (bool verify : {true, false}) {
+    CAPTURE(verify);
+    ScratchDir dir;
+    spill::SpillArena arena(buffered_in(dir.path(), verify));
+    const std::size_t n = 5 * spill::MiB + 13;
+    const auto src = pattern(n, 1);
+    spill::Region before = arena.allocate(spill::MiB);
+    spill::Region r = arena.allocate(n);
+    r.write(src.data(), n);
+    CHECK(std::memcmp(r.read_in_place(n), src.data(), n) == 0);
+    truncate_spill_file(dir.path(), r.offset() + spill::MiB);  // the region's tail is gone
+    try {
+      (void)r.read_in_place(n);
+      FAIL("a zero-copy read of a truncated file handed out its mapping");
+    } catch (const spill::IoError& e) {
+      CHECK(e.error_number() == EIO);
+      CHECK(e.op() == spill::IoOp::read);
+      CHECK(e.offset() == r.offset());
+      CHECK(e.bytes() == n);
+      const std::string message = e.what();
+      CHECK(message.find("truncated") != std::string::npos);
+      CHECK(message.find(dir.path()) != std::string::npos);
+      CHECK(message.find("new SpillArena") != std::string::npos);
+    }
+    // What still lies inside the file is still readable.
+    CHECK(std::memcmp(before.read_in_place(spill::MiB), std::vector<char>(spill::MiB).data(),
+                      spill::MiB) == 0);
+  }
+}
+
+TEST_CASE("mapping: a resident read of a truncated spill file throws IoError, not SIGBUS") {
+  for (bool verify : {true, false}) {
+    CAPTURE(verify);
+    ScratchDir dir;
+    spill::SpillArena arena(buffered_in(dir.path(), verify));
+    const std::size_t n = 3 * spill::MiB + 5;
+    const auto src = pattern(n, 2);
+    spill::Region r = arena.allocate(n);
+    r.write(src.data(), n);
+    truncate_spill_file(dir.path(), r.offset() + spill::MiB);
+    std::vector<unsigned char> dst(n);
+    CHECK_THROWS_AS(r.read(dst.data(), n), spill::IoError);
+    CHECK_THROWS_AS(r.read(dst.data(), spill::MiB, 2 * spill::MiB), spill::IoError);
+  }
+}
