@@ -21,7 +21,9 @@ namespace spill {
 // automatic choice probes io_uring_setup once per arena and says which one runs
 // (ArenaStats::io_backend). No thread is ever created per operation.
 
-const char* to_string(IoMode mode) { return name_in({"buffered", "direct", "automatic"}, mode); }
+const char* to_string(IoMode mode) {
+  return name_in({"buffered", "direct", "automatic", "gds"}, mode);
+}
 const char* to_string(IoOp op) {
   return name_in({"write", "read", "writeback", "drop", "prefetch"}, op);
 }
@@ -34,6 +36,7 @@ Pending::Pending(std::vector<std::shared_ptr<detail::Completion>> parts)
 
 bool Pending::ready() const {
   for (const auto& p : parts_) {
+    p->owner().check("Pending::ready");
     if (!p->done()) return false;
   }
   return true;
@@ -42,6 +45,7 @@ bool Pending::ready() const {
 // Every part is waited for before the first failure is thrown: the caller may free the buffer
 // as soon as wait() returns or throws, so no later part may still be moving bytes into it.
 void Pending::wait() const {
+  for (const auto& p : parts_) p->owner().check("Pending::wait");
   for (const auto& p : parts_) p->wait();
   for (const auto& p : parts_) {
     const IoStatus s = p->wait();
@@ -50,12 +54,16 @@ void Pending::wait() const {
   }
 }
 
+// A fork() child never waits for the parent's operations: nothing there would finish them.
 void Pending::settle() const noexcept {
-  for (const auto& p : parts_) p->wait();
+  for (const auto& p : parts_) {
+    if (!p->owner().forked()) p->wait();
+  }
 }
 
 void Pending::add(const Pending& other) {
-  parts_.erase(std::remove_if(parts_.begin(), parts_.end(), [](const auto& p) { return p->done(); }),
+  parts_.erase(std::remove_if(parts_.begin(), parts_.end(),
+                              [](const auto& p) { return !p->owner().forked() && p->done(); }),
                parts_.end());
   parts_.insert(parts_.end(), other.parts_.begin(), other.parts_.end());
 }
@@ -68,7 +76,7 @@ void Completion::finish(const IoStatus& status) {
     status_ = status;
     done_ = true;
   }
-  finished_.notify_all();
+  finished_->notify_all();
 }
 
 void Completion::fail(const IoStatus& status, std::exception_ptr error) {
@@ -91,7 +99,7 @@ bool Completion::done() const {
 
 IoStatus Completion::wait() const {
   MutexLock lock(mutex_);
-  finished_.wait(lock, [this]() REQUIRES(mutex_) { return done_; });
+  finished_->wait(lock, [this]() REQUIRES(mutex_) { return done_; });
   return status_;
 }
 

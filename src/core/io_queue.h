@@ -10,12 +10,15 @@
 #include <functional>
 #include <memory>
 
+#include "fork_guard.h"
 #include "mutex.h"
 #include "spill/io.h"
 
 namespace spill::detail {
 
 // One operation's completion, shared by the queue, the ticket and any Pending made from it.
+// In a fork() child, a completion of the parent's is never waited for (see Note [Arenas across
+// fork] in src/core/fork_guard.cc): Pending throws or skips it.
 class Completion {
  public:
   void finish(const IoStatus& status);
@@ -24,10 +27,12 @@ class Completion {
   bool done() const;
   IoStatus wait() const;
   std::exception_ptr error() const;  // what fail() was given; nullptr otherwise
+  const ProcessOwner& owner() const { return owner_; }
 
  private:
+  const ProcessOwner owner_;
   mutable Mutex mutex_;
-  mutable std::condition_variable finished_;
+  mutable ParentOnly<std::condition_variable> finished_;
   bool done_ GUARDED_BY(mutex_) = false;
   IoStatus status_ GUARDED_BY(mutex_);
   std::exception_ptr error_ GUARDED_BY(mutex_);
@@ -54,11 +59,16 @@ class IoQueue {
 
  protected:
   IoQueue();
+  // The process this queue serves. In a fork() child, submit throws spill::ForkedProcessError
+  // and drain and the destructor return at once: see Note [Arenas across fork] in
+  // src/core/fork_guard.cc.
+  const ProcessOwner& owner() const { return owner_; }
   // The test hook's verdict for an operation about to run (thread pool) or complete (io_uring):
   // 0, or an errno to fail it with. See spill::testing::set_io_test_hook in <spill/testing.h>.
   int test_hook(IoOp op) const { return hook_ ? hook_(op) : 0; }
 
  private:
+  const ProcessOwner owner_;
   std::function<int(IoOp)> hook_;
 };
 

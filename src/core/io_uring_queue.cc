@@ -1,7 +1,8 @@
 // The io_uring backend of IoQueue (liburing). Reads and writes go to the kernel's ring; one
 // completion thread reaps them. Page-cache hints (writeback, drop, readahead) block in ways the
 // ring cannot chain cheaply, so they run on one helper thread. See Note [The I/O queue] in
-// src/core/io_queue.cc.
+// src/core/io_queue.cc; a fork() child shares the ring but must not use it, see Note [Arenas
+// across fork] in src/core/fork_guard.cc.
 #include "io_queue.h"
 
 #ifdef SPILLARENA_HAVE_LIBURING
@@ -37,12 +38,19 @@ class IoUringQueue final : public IoQueue {
       return;
     }
     hints_ = make_thread_pool_queue(1);
-    reaper_ = std::thread([this] { reap(); });
+    *reaper_ = std::thread([this] { reap(); });
   }
   int init_error() const { return init_error_; }
 
   ~IoUringQueue() override {
     if (init_error_ != 0) return;
+    if (owner().forked()) {
+      // The ring is the parent's: a stop message put on it would stop the parent's reaper, and
+      // this process has no reaper to stop. Only the child's mapping and descriptor of the ring
+      // are released; the hints' pool is inert in its own destructor.
+      io_uring_queue_exit(&ring_);
+      return;
+    }
     drain();
     {
       MutexLock lock(submit_mutex_);
@@ -51,11 +59,12 @@ class IoUringQueue final : public IoQueue {
       io_uring_sqe_set_data(sqe, nullptr);  // the reaper's stop signal
       io_uring_submit(&ring_);
     }
-    reaper_.join();
+    reaper_->join();
     io_uring_queue_exit(&ring_);
   }
 
   Ticket submit(IoRequest request) override {
+    owner().check("a queued transfer");  // the child's submission would reach the parent's reaper
     if (request.op != IoOp::write && request.op != IoOp::read) {
       return hints_->submit(std::move(request));
     }
@@ -72,9 +81,10 @@ class IoUringQueue final : public IoQueue {
   IoBackend backend() const override { return IoBackend::io_uring; }
 
   void drain() override {
+    if (owner().forked()) return;
     {
       MutexLock lock(count_mutex_);
-      idle_.wait(lock, [this]() REQUIRES(count_mutex_) { return in_flight_ == 0; });
+      idle_->wait(lock, [this]() REQUIRES(count_mutex_) { return in_flight_ == 0; });
     }
     hints_->drain();
   }
@@ -151,17 +161,17 @@ class IoUringQueue final : public IoQueue {
     op->ticket->finish(status);
     delete op;
     MutexLock lock(count_mutex_);
-    if (--in_flight_ == 0) idle_.notify_all();
+    if (--in_flight_ == 0) idle_->notify_all();
   }
 
   io_uring ring_{};
   int init_error_ = 0;
   Mutex submit_mutex_;  // guards the submission side of ring_ (shared with the reaper)
   Mutex count_mutex_;
-  std::condition_variable idle_;
+  ParentOnly<std::condition_variable> idle_;
   std::uint64_t in_flight_ GUARDED_BY(count_mutex_) = 0;
   std::unique_ptr<IoQueue> hints_;
-  std::thread reaper_;  // the only reader of the completion side of ring_
+  ParentOnly<std::thread> reaper_;  // the only reader of the completion side of ring_
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The thread-pool backend of IoQueue: a fixed set of workers doing pread/pwrite/hints, for
 // machines and containers where io_uring is not available. See Note [The I/O queue] in
-// src/core/io_queue.cc.
+// src/core/io_queue.cc; in a fork() child it is inert, see Note [Arenas across fork] in
+// src/core/fork_guard.cc.
 #include <deque>
 #include <thread>
 #include <utility>
@@ -14,34 +15,39 @@ namespace {
 class ThreadPoolQueue final : public IoQueue {
  public:
   explicit ThreadPoolQueue(int threads) {
-    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { run(); });
+    for (int i = 0; i < threads; ++i) workers_->emplace_back([this] { run(); });
   }
 
+  // A fork() child has none of the workers: nothing to stop, and the members they used are
+  // ParentOnly.
   ~ThreadPoolQueue() override {
+    if (owner().forked()) return;
     {
       MutexLock lock(mutex_);
       stopping_ = true;
     }
-    work_.notify_all();
-    for (auto& t : workers_) t.join();  // workers finish the queue before they stop
+    work_->notify_all();
+    for (auto& t : *workers_) t.join();  // workers finish the queue before they stop
   }
 
   Ticket submit(IoRequest request) override {
+    owner().check("a queued transfer");
     auto ticket = std::make_shared<Completion>();
     {
       MutexLock lock(mutex_);
-      queue_.push_back(Job{std::move(request), ticket});
+      queue_->push_back(Job{std::move(request), ticket});
       ++in_flight_;
     }
-    work_.notify_one();
+    work_->notify_one();
     return ticket;
   }
 
   IoBackend backend() const override { return IoBackend::thread_pool; }
 
   void drain() override {
+    if (owner().forked()) return;
     MutexLock lock(mutex_);
-    idle_.wait(lock, [this]() REQUIRES(mutex_) { return in_flight_ == 0; });
+    idle_->wait(lock, [this]() REQUIRES(mutex_) { return in_flight_ == 0; });
   }
 
  private:
@@ -53,14 +59,14 @@ class ThreadPoolQueue final : public IoQueue {
   void run() {
     MutexLock lock(mutex_);
     for (;;) {
-      work_.wait(lock, [this]() REQUIRES(mutex_) { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      Job job = std::move(queue_.front());
-      queue_.pop_front();
+      work_->wait(lock, [this]() REQUIRES(mutex_) { return stopping_ || !queue_->empty(); });
+      if (queue_->empty()) return;
+      Job job = std::move(queue_->front());
+      queue_->pop_front();
       lock.unlock();
       execute(job);
       lock.lock();
-      if (--in_flight_ == 0) idle_.notify_all();
+      if (--in_flight_ == 0) idle_->notify_all();
     }
   }
 
@@ -75,12 +81,12 @@ class ThreadPoolQueue final : public IoQueue {
   }
 
   Mutex mutex_;
-  std::condition_variable work_;
-  std::condition_variable idle_;
-  std::deque<Job> queue_ GUARDED_BY(mutex_);
+  ParentOnly<std::condition_variable> work_;
+  ParentOnly<std::condition_variable> idle_;
+  ParentOnly<std::deque<Job>> queue_ GUARDED_BY(mutex_);
   std::uint64_t in_flight_ GUARDED_BY(mutex_) = 0;
   bool stopping_ GUARDED_BY(mutex_) = false;
-  std::vector<std::thread> workers_;  // last: started after the state above exists
+  ParentOnly<std::vector<std::thread>> workers_;  // last: started after the state above exists
 };
 
 }  // namespace
