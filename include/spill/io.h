@@ -26,6 +26,10 @@ enum class IoMode {
   buffered,   // through the page cache; restores are zero-copy views of the mapping
   direct,     // O_DIRECT through a preallocated staging pool: spilled bytes never sit in RAM
   automatic,  // direct when the arena is larger than the memory this process may use
+  // GPUDirect Storage through cuFile: device memory straight to the file (libcufile, loaded at
+  // run time; see Note [GPUDirect Storage] in src/core/gds.cc). Never chosen by automatic.
+  // Host-side I/O of such an arena runs as direct.
+  gds,
 };
 
 // What executes the queued operations. See Note [The I/O queue] in src/core/io_queue.cc.
