@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "test_support.h"
 
@@ -51,6 +52,13 @@ bool one_line(const std::string& text) {
 
 const char* kTiny = "--layers 2 --hidden 32 --heads 2 --seq 32 --batch 4 --sample-chars 8";
 const char* kPlan = "plan --layers 4 --batch 2 --seq 128 --hidden 64 --dtype fp32";
+constexpr std::uint64_t kMaxCorpusBytes = 64ull << 20;  // as in tools/cli/train_command.h
+
+// stderr alone (stdout discarded), with a time limit: a command that blocks ends with 124.
+Run stderr_of(const std::string& args, int seconds = 120) {
+  return capture_shell("timeout " + std::to_string(seconds) + " " + SPILLARENA_CLI + " " + args +
+                           " 2>&1 >/dev/null", false);
+}
 
 }  // namespace
 
@@ -99,10 +107,11 @@ TEST_CASE("cli: a missing --dir is a runtime error") {
   CHECK(r.output.find("does not exist") != std::string::npos);
 }
 
-TEST_CASE("cli: a capacity too small for the model is a runtime error naming the need") {
+TEST_CASE("cli: a capacity too small for the model is a usage error naming the need") {
   ScratchDir dir;
   Run r = run(std::string("train ") + kTiny + " --steps 1 --capacity 4096 --dir " + dir.path());
-  CHECK(r.exit_code == 1);
+  CHECK(r.exit_code == 2);
+  CHECK(one_line(r.output));
   CHECK(r.output.find("--capacity 4096") != std::string::npos);
   CHECK(list_dir(dir.path()).empty());
 }
@@ -208,7 +217,8 @@ TEST_CASE("cli: NaN, infinite, huge and out-of-range doubles are usage errors") 
   for (const char* v : {"nan", "inf", "1e300", "0", "-3"}) {
     check_usage_error(std::string(kPlan) + " --layer-ms " + v, "--layer-ms");
   }
-  for (const char* v : {"nan", "inf", "0", "-1e-3", "1e999"}) {
+  // A learning rate AdamW's float32 arithmetic cannot hold would be inf or 0 (issue 19).
+  for (const char* v : {"nan", "inf", "0", "-1e-3", "1e999", "1e300", "1e39", "1e-300", "1e-39"}) {
     check_usage_error(std::string("train --lr ") + v, "--lr");
   }
   check_usage_error("train --attention-dropout 1", "[0, 1)");
@@ -280,7 +290,16 @@ TEST_CASE("cli: an endless or missing corpus is a runtime error, read no further
   CAPTURE(endless.output);
   CHECK(endless.exit_code == 1);
   CHECK(one_line(endless.output));
-  CHECK(endless.output.find("larger than") != std::string::npos);
+  CHECK(endless.output.find("character device") != std::string::npos);
+  ScratchDir dir;
+  const std::string huge = dir.path() + "/huge.txt";  // sparse: one byte over the cap
+  REQUIRE(capture_shell("truncate -s " + std::to_string(kMaxCorpusBytes + 1) +
+                            " " + huge, true).exit_code == 0);
+  Run oversized = run(std::string("train ") + kTiny + " --steps 1 --corpus " + huge);
+  CAPTURE(oversized.output);
+  CHECK(oversized.exit_code == 1);
+  CHECK(one_line(oversized.output));
+  CHECK(oversized.output.find("larger than") != std::string::npos);
   Run missing = run(std::string("train ") + kTiny + " --steps 1 --corpus /nonexistent/text");
   CHECK(missing.exit_code == 1);
   CHECK(missing.output.find("--corpus") != std::string::npos);
@@ -327,4 +346,169 @@ TEST_CASE("cli: train and plan report memory: RssAnon, the cgroup, in RAM vs the
   CHECK(p["memory"]["ram_checkpointing_fits"] == true);
   Run text = run(std::string(kPlan) + " --probe-bytes 0 --dir " + dir.path());
   CHECK(text.output.find("disk path") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Classes of bad input answered badly before (issue 19)
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("cli: per-file mode on a full disk is one typed line and exit 1, and leaves no file") {
+  spill_test::LoopMount disk(16);
+  if (!disk.ok()) {
+    MESSAGE("skipped: " << disk.reason());
+    return;
+  }
+  // Fill the file system (as root, reserved blocks included), so the first layer's file fails.
+  capture_shell("dd if=/dev/zero of=" + disk.path() + "/filler bs=4k status=none; sync", true);
+  const auto before = list_dir(disk.path());
+  Run r = run(std::string("train ") + kTiny + " --steps 1 --mode per-file --dir " + disk.path());
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(one_line(r.output));
+  CHECK(r.output.find("No space left on device") != std::string::npos);
+  CHECK(r.output.find(disk.path() + "/spillarena-per-file-") != std::string::npos);
+  CHECK(r.output.find("Free space there") != std::string::npos);
+  CHECK(list_dir(disk.path()) == before);
+}
+
+TEST_CASE("cli: special files as --corpus or --dir are refused at once, never waited on") {
+  ScratchDir dir;
+  const std::string fifo = dir.path() + "/fifo";
+  REQUIRE(capture_shell("mkfifo " + fifo, true).exit_code == 0);
+  struct Case {
+    std::string args;
+    std::string mentions;
+  };
+  const std::string train = std::string("train ") + kTiny + " --steps 1 ";
+  for (const Case& c : std::vector<Case>{
+           {train + "--corpus " + fifo, "FIFO"},  // no writer: open() would wait forever
+           {train + "--corpus /dev/null", "character device"},
+           {train + "--corpus " + dir.path(), "a directory"},
+           {train + "--dir " + fifo, "not a directory"},
+           {train + "--mode per-file --dir " + fifo, "not a directory"},
+           {train + "--dir /dev/null", "not a directory"},
+           {std::string(kPlan) + " --probe-bytes 0 --dir " + fifo, "Not a directory"},
+       }) {
+    CAPTURE(c.args);
+    Run r = stderr_of(c.args, 60);
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(one_line(r.output));
+    CHECK(r.output.find(c.mentions) != std::string::npos);
+  }
+  CHECK(list_dir(dir.path()) == std::set<std::string>{"fifo"});
+}
+
+TEST_CASE("cli: every usage error exits 2 with one line on stderr") {
+  for (const std::string& args : {
+           std::string(""),                        // no command
+           std::string("bogus"),                   // no such command
+           std::string("train --layers"),          // a value missing
+           std::string("train --layers 2 --layers 3"),  // one value, given twice
+           std::string("train --mode disk extra"),  // a stray argument
+           std::string("plan --layers 4"),          // required options missing
+           std::string("train --hidden 30 --heads 4"),
+           std::string("train ") + kTiny + " --capacity 4096",
+           std::string("plan --layers 1048576 --batch 16777216 --seq 16777216 --hidden 1048576"),
+       }) {
+    CAPTURE(args);
+    Run r = stderr_of(args);
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(one_line(r.output));
+    CHECK(r.output.rfind("spillarena: ", 0) == 0);
+  }
+}
+
+TEST_CASE("cli: every no from plan is one line on stderr, with the report on stdout") {
+  ScratchDir dir;
+  for (const std::string& args : {
+           std::string("plan --layers 4 --batch 1 --seq 16 --hidden 16 --dir /dev/shm"),
+           std::string("plan --layers 4 --batch 1 --seq 16 --hidden 16 --json --dir /dev/shm"),
+           std::string("plan --layers 4 --batch 1 --seq 16 --hidden 16 --dir ") + dir.path() +
+               "/missing",
+           std::string("plan --layers 1000000 --batch 64 --seq 65536 --hidden 8192 --json --dir ") +
+               dir.path(),
+       }) {
+    CAPTURE(args);
+    Run err = stderr_of(args);
+    CAPTURE(err.output);
+    CHECK(err.exit_code == 1);
+    CHECK(one_line(err.output));
+    CHECK(err.output.rfind("spillarena: plan: no: ", 0) == 0);
+    Run out = capture(args + " 2>/dev/null", false);
+    CHECK(out.output.find("problem") != std::string::npos);  // the report still has them all
+  }
+  Run yes = stderr_of(std::string(kPlan) + " --probe-bytes 0 --dir " + dir.path());
+  CHECK(yes.exit_code == 0);
+  CHECK(yes.output.empty());
+}
+
+TEST_CASE("cli: options the mode does not use are named in one warning line") {
+  ScratchDir dir;
+  const std::string train = std::string("train ") + kTiny + " --steps 1 --json ";
+  struct Case {
+    std::string args;
+    std::vector<std::string> named;  // empty: no warning
+  };
+  for (const Case& c : std::vector<Case>{
+           {train + "--mode recompute --io direct --capacity 64MiB --dir " + dir.path(),
+            {"--mode recompute", "--io (disk only)", "--capacity (disk and ram only)",
+             "--dir (disk and per-file only)"}},
+           {train + "--mode none --io buffered", {"--io (disk only)"}},
+           {train + "--mode ram --io direct --dir " + dir.path(), {"--io", "--dir"}},
+           {train + "--mode per-file --capacity 1MiB --io auto --dir " + dir.path(),
+            {"--capacity", "--io"}},
+           {train + "--mode disk --io buffered --capacity 1MiB --dir " + dir.path(), {}},
+           {train + "--mode per-file --dir " + dir.path(), {}},
+           {train + "--mode ram --capacity 1MiB", {}},
+       }) {
+    CAPTURE(c.args);
+    Run r = stderr_of(c.args);
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 0);
+    if (c.named.empty()) {
+      CHECK(r.output.empty());
+      continue;
+    }
+    CHECK(one_line(r.output));
+    CHECK(r.output.rfind("spillarena: warning: ", 0) == 0);
+    for (const auto& name : c.named) CHECK(r.output.find(name) != std::string::npos);
+  }
+  Run plan = stderr_of(std::string(kPlan) + " --layer-ms 5 --probe-bytes 0 --dir " + dir.path());
+  CAPTURE(plan.output);
+  CHECK(plan.exit_code == 0);
+  CHECK(one_line(plan.output));
+  CHECK(plan.output.find("--layer-ms is ignored") != std::string::npos);
+  Run help = run("train --help");
+  CHECK(help.output.find("ignored with a one-line warning") != std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: ext2 and ext3 are named as such, never as ext4 (they cannot preallocate)") {
+  for (const char* type : {"ext2", "ext3"}) {
+    CAPTURE(type);
+    spill_test::LoopMount fs(32, std::string("mkfs.") + type);
+    if (!fs.ok()) {
+      MESSAGE("skipped: " << fs.reason());
+      return;
+    }
+    nlohmann::json j;
+    Run r = run_json(std::string(kPlan) + " --json --probe-bytes 0 --dir " + fs.path(), &j);
+    CHECK(r.exit_code == 1);
+    CHECK(j["file_system"] == type);
+    const std::string problems = j["problems"].dump();
+    CAPTURE(problems);
+    CHECK(problems.find(std::string("(") + type + ") cannot preallocate") != std::string::npos);
+    Run train = run(std::string("train ") + kTiny + " --steps 1 --dir " + fs.path());
+    CHECK(train.exit_code == 1);
+    CHECK(train.output.find(std::string("(") + type + ")") != std::string::npos);
+    CHECK(train.output.find("(ext4)") == std::string::npos);
+  }
+  spill_test::LoopMount ext4(32);
+  if (!ext4.ok()) return;
+  nlohmann::json j;
+  REQUIRE(run_json(std::string(kPlan) + " --json --probe-bytes 0 --dir " + ext4.path(), &j)
+              .exit_code == 0);
+  CHECK(j["file_system"] == "ext4");
 }

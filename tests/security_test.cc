@@ -15,7 +15,9 @@
 #include <cerrno>
 #include <climits>
 #include <fstream>
+#include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -248,54 +250,82 @@ TEST_CASE("security: another user can open the spill file neither through /proc 
 #ifdef SPILLARENA_TEST_WITH_TORCH
 namespace {
 
-// The one per-file stash file in `dir` (its name holds the process-wide counter).
+// The one per-file stash file in `dir`.
 std::string only_file(const std::string& dir) {
   const auto names = list_dir(dir);
   REQUIRE(names.size() == 1);
   return dir + "/" + *names.begin();
 }
 
-// The counter in "spillarena-per-file-<pid>-<n>.pt".
-std::uint64_t file_number(const std::string& path) {
-  const auto dash = path.rfind('-');
-  return std::stoull(path.substr(dash + 1, path.size() - dash - 4));
+// The names the per-file stash chose before issue 19: the process id and a counter, which anyone
+// who can write the directory could plant in advance.
+std::string predictable_name(const std::string& dir, std::uint64_t n) {
+  return dir + "/spillarena-per-file-" + std::to_string(getpid()) + "-" + std::to_string(n) + ".pt";
 }
 
-std::string per_file_name(const std::string& dir, std::uint64_t n) {
-  return dir + "/spillarena-per-file-" + std::to_string(getpid()) + "-" + std::to_string(n) + ".pt";
+// "spillarena-per-file-" + 32 lower-case hex digits + ".pt".
+bool has_random_name(const std::string& name) {
+  const std::string prefix = "spillarena-per-file-";
+  if (name.size() != prefix.size() + 32 + 3 || name.rfind(prefix, 0) != 0) return false;
+  if (name.substr(name.size() - 3) != ".pt") return false;
+  const std::string hex = name.substr(prefix.size(), 32);
+  return hex.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 }  // namespace
 
-TEST_CASE("security: the per-file stash writes 0600 files and never through a planted symlink") {
+TEST_CASE("security: the per-file stash writes 0600 files under names nobody can predict") {
+  ScratchDir dir;
+  std::set<std::string> seen;
+  std::vector<std::unique_ptr<spill::StashedTensor>> kept;
+  auto stash = spill::make_per_file_stash(dir.path());
+  for (int i = 0; i < 8; ++i) {
+    const auto before = list_dir(dir.path());
+    kept.push_back(stash->store(torch::arange(16, torch::kFloat) * i));
+    auto after = list_dir(dir.path());
+    for (const auto& old : before) after.erase(old);
+    REQUIRE(after.size() == 1);
+    const std::string name = *after.begin();
+    CAPTURE(name);
+    CHECK(has_random_name(name));
+    CHECK(name.find(std::to_string(getpid())) == std::string::npos);
+    struct stat s;
+    REQUIRE(lstat((dir.path() + "/" + name).c_str(), &s) == 0);
+    CHECK(S_ISREG(s.st_mode));
+    CHECK((s.st_mode & 07777) == 0600);
+    seen.insert(name);
+  }
+  CHECK(seen.size() == 8);
+  for (int i = 7; i >= 0; --i) {
+    CHECK(torch::equal(kept[static_cast<std::size_t>(i)]->restore(),
+                       torch::arange(16, torch::kFloat) * i));
+  }
+  kept.clear();
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("security: names squatted in a shared directory neither stop nor redirect the per-file stash") {
   ScratchDir dir;
   ScratchDir elsewhere;
   const std::string victim = elsewhere.path() + "/victim";
   std::ofstream(victim) << "victim";
+  // Another user of the directory plants symlinks at every name the old scheme would choose.
+  for (std::uint64_t n = 0; n < 1000; ++n) {
+    spill_test::fs::create_symlink(victim, predictable_name(dir.path(), n));
+  }
+  const auto planted = list_dir(dir.path());
   auto stash = spill::make_per_file_stash(dir.path());
   const torch::Tensor a = torch::arange(16, torch::kFloat);
-  auto first = stash->store(a);
-  const std::string first_path = only_file(dir.path());
-  struct stat s;
-  REQUIRE(lstat(first_path.c_str(), &s) == 0);
-  CHECK(S_ISREG(s.st_mode));
-  CHECK((s.st_mode & 07777) == 0600);
-  // Symlinks planted at the next names the stash will choose: it passes over them.
-  const std::uint64_t n = file_number(first_path);
-  for (std::uint64_t k = n + 1; k <= n + 3; ++k) {
-    spill_test::fs::create_symlink(victim, per_file_name(dir.path(), k));
-  }
   const torch::Tensor b = torch::arange(32, torch::kFloat) * 2;
+  auto first = stash->store(a);
   auto second = stash->store(b);
   CHECK(read_file(victim) == "victim");
-  for (std::uint64_t k = n + 1; k <= n + 3; ++k) {
-    CHECK(spill_test::fs::is_symlink(per_file_name(dir.path(), k)));
-  }
   CHECK(torch::equal(second->restore(), b));
   CHECK(torch::equal(first->restore(), a));
   first.reset();
   second.reset();
   CHECK(read_file(victim) == "victim");
+  CHECK(list_dir(dir.path()) == planted);
 }
 
 TEST_CASE("security: the per-file stash refuses a file swapped in after it wrote its own") {

@@ -18,6 +18,7 @@ layer with grad and backpropagates. Gradients are bit-identical to no checkpoint
 
 import contextlib
 import functools
+import warnings
 from collections import defaultdict
 
 import torch
@@ -28,8 +29,24 @@ from . import _C
 from .errors import CheckpointError, InvalidArgumentError
 
 # Arguments of torch.utils.checkpoint.checkpoint that only mean something to its own
-# implementation. Accepted so callers can switch functions; a non-default context_fn is refused.
-_TORCH_ONLY_ARGUMENTS = ("determinism_check", "debug", "early_stop")
+# implementation, with torch's defaults. Accepted so callers can switch functions; a value other
+# than the default would be ignored, so it is accepted with a warning that says so (a
+# non-default context_fn is refused).
+_TORCH_ONLY_ARGUMENTS = {"determinism_check": "default", "debug": False, "early_stop": True}
+
+
+def _drop_torch_only_arguments(kwargs):
+    ignored = []
+    for name, default in _TORCH_ONLY_ARGUMENTS.items():
+        if name in kwargs and kwargs.pop(name) != default:
+            ignored.append(name)
+    if ignored:
+        warnings.warn(
+            f"spillarena.checkpoint ignores {', '.join(ignored)} (options of "
+            "torch.utils.checkpoint's own implementation); pass torch's defaults or leave them out",
+            UserWarning,
+            stacklevel=3,
+        )
 
 # Stands for a tensor in the output template (a layer may return None itself).
 _TENSOR = object()
@@ -241,8 +258,7 @@ def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_sta
     """
     if context_fn is not None:
         raise InvalidArgumentError("spillarena.checkpoint: context_fn is not supported")
-    for name in _TORCH_ONLY_ARGUMENTS:
-        kwargs.pop(name, None)
+    _drop_torch_only_arguments(kwargs)
     stash = _stash_for(arena)
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)

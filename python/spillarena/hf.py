@@ -44,7 +44,7 @@ def _check_supported(model, target):
     return parameters
 
 
-_CHECKPOINT_ARGUMENTS = ("use_reentrant", "preserve_rng_state", "context_fn") + _TORCH_ONLY_ARGUMENTS
+_CHECKPOINT_ARGUMENTS = ("use_reentrant", "preserve_rng_state", "context_fn") + tuple(_TORCH_ONLY_ARGUMENTS)
 
 
 def _check_checkpoint_kwargs(kwargs):

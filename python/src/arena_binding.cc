@@ -1,5 +1,7 @@
 // spillarena.SpillArena, its options and stats, and the sizing helpers.
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <pybind11/stl.h>
 
@@ -25,27 +27,66 @@ std::string current_option_name(const std::string& key) {
   return "allow_memory_backed_directory";
 }
 
+// Note [Options the arena does not use]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Some options mean nothing for the backing or I/O mode asked for: the RAM backing has no
+// directory and no disk I/O, direct I/O no page cache, buffered I/O no staging pool. Given there,
+// they would be ignored silently; a UserWarning names them instead (the arena is still made, as
+// the CLI does: see Note [Options a mode does not use] in tools/cli/train_command.cc).
+std::string unused_options(const spill::ArenaOptions& o, const std::vector<std::string>& given) {
+  auto applies = [&o](const std::string& key) {
+    const bool disk = o.backing == spill::Backing::disk;
+    if (key == "directory" || key == "allow_memory_backed_directory" ||
+        key == "start_writeback_after_write" || key == "io") {
+      return disk;
+    }
+    if (key == "page_cache_limit_bytes") return disk && o.io != spill::IoMode::direct;
+    if (key == "staging_bytes") return disk && o.io != spill::IoMode::buffered;
+    return true;
+  };
+  std::string unused;
+  for (const std::string& key : given) {
+    if (!applies(key)) unused += (unused.empty() ? "" : ", ") + key;
+  }
+  if (unused.empty()) return "";
+  return "spillarena: SpillArena(backing=\"" + std::string(spill::to_string(o.backing)) +
+         "\", io=\"" + spill::to_string(o.io) + "\") does not use " + unused +
+         "; they are ignored (see spill::ArenaOptions)";
+}
+
 spill::SpillArena make_arena(py::handle capacity_bytes, py::handle directory,
                              const py::kwargs& options) {
   spill::ArenaOptions parsed;
+  std::vector<std::string> given;
   set_field(parsed, "capacity_bytes", capacity_bytes);
-  if (!directory.is_none()) set_field(parsed, "directory", directory);
+  if (!directory.is_none()) {
+    set_field(parsed, "directory", directory);
+    given.push_back("directory");
+  }
   for (const auto& [key, value] : options) {
     // capacity_bytes and directory given twice never get here: Python raises TypeError.
-    set_field(parsed, current_option_name(key.cast<std::string>()), value);
+    given.push_back(current_option_name(key.cast<std::string>()));
+    set_field(parsed, given.back(), value);
+  }
+  if (const std::string warning = unused_options(parsed, given); !warning.empty()) {
+    if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) != 0) throw py::error_already_set();
   }
   // Vetting and preallocating the file takes a while; other Python threads may run meanwhile.
   py::gil_scoped_release no_gil;
   return spill::SpillArena(parsed);
 }
 
-std::string describe(const spill::SpillArena& arena) {
+py::str describe(const spill::SpillArena& arena) {
   const spill::ArenaStats s = arena.stats();
-  std::string where = arena.backing() == spill::Backing::disk
-                          ? "directory='" + arena.directory() + "' (" + arena.file_system_type() + ")"
-                          : std::string("backing='ram'");
-  return "<spillarena.SpillArena capacity_bytes=" + std::to_string(s.capacity_bytes) + " " +
-         where + " bytes_in_use=" + std::to_string(s.bytes_in_use) + ">";
+  // repr() of the decoded path: quotes and escapes as Python writes them, whatever its bytes.
+  const std::string where =
+      arena.backing() == spill::Backing::disk
+          ? "directory=" + py::repr(path_to_python(arena.directory())).cast<std::string>() +
+                " (" + arena.file_system_type() + ")"
+          : std::string("backing='ram'");
+  return message_to_python("<spillarena.SpillArena capacity_bytes=" +
+                           std::to_string(s.capacity_bytes) + " " + where +
+                           " bytes_in_use=" + std::to_string(s.bytes_in_use) + ">");
 }
 
 std::uint64_t layer_inputs_bytes(py::handle layers, py::handle shape,
@@ -69,10 +110,12 @@ std::uint64_t layer_inputs_bytes(py::handle layers, py::handle shape,
 }  // namespace
 
 void bind_arena(py::module_& m) {
-  py::class_<spill::SpillArena>(m, "SpillArena",
-                                "One preallocated spill file (or host-memory block) carved into "
-                                "regions for layer inputs. Options as in spill::ArenaOptions.")
-      .def(py::init(&make_arena), py::arg("capacity_bytes"), py::arg("directory") = py::none())
+  py::class_<spill::SpillArena> arena(
+      m, "SpillArena",
+      "One preallocated spill file (or host-memory block) carved into regions for layer inputs. "
+      "Options as in spill::ArenaOptions. Copies share it; it cannot be pickled.");
+  share_on_copy(arena, "SpillArena");
+  arena.def(py::init(&make_arena), py::arg("capacity_bytes"), py::arg("directory") = py::none())
       .def(
           "stats", [](const spill::SpillArena& a) { return to_dict(a.stats()); },
           "A dict keyed by spill::ArenaStats field names.")
@@ -86,7 +129,8 @@ void bind_arena(py::module_& m) {
                              [](const spill::SpillArena& a) {
                                return Convert<spill::Backing>::to_python(a.backing());
                              })
-      .def_property_readonly("directory", &spill::SpillArena::directory)
+      .def_property_readonly(
+          "directory", [](const spill::SpillArena& a) { return path_to_python(a.directory()); })
       .def_property_readonly("file_system_type", &spill::SpillArena::file_system_type)
       .def_property_readonly("opened_without_name", &spill::SpillArena::opened_without_name)
       .def("__repr__", &describe);
@@ -95,7 +139,7 @@ void bind_arena(py::module_& m) {
   m.attr("ARENA_STATS") = py::tuple(to_dict(spill::ArenaStats{}).attr("keys")());
   m.attr("MAX_CAPACITY_BYTES") = py::int_(spill::kMaxCapacityBytes);
   m.attr("MAX_STAGING_BYTES") = py::int_(spill::kMaxStagingBytes);
-  m.def("default_spill_directory", &spill::default_spill_directory);
+  m.def("default_spill_directory", [] { return path_to_python(spill::default_spill_directory()); });
   m.def("_bytes_for_layer_inputs", &layer_inputs_bytes, py::arg("layers"), py::arg("shape"),
         py::arg("element_size_bytes"));
 }

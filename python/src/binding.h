@@ -92,17 +92,69 @@ struct Convert<T, std::enable_if_t<std::is_floating_point_v<T>>> {
   }
 };
 
+// Note [Paths are bytes, as the OS sees them]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A Linux path is bytes, not necessarily UTF-8; Python spells a path it cannot decode as a str
+// with surrogate escapes (os.fsdecode), which a plain str-to-std::string cast refuses with a
+// raw UnicodeEncodeError, so such directories could not be used at all (issue 19). Strings
+// cross the boundary the way the os module does: in through os.fsencode (str, bytes or
+// os.PathLike), out through os.fsdecode, so os.fsencode(arena.directory) gives back the bytes.
+inline py::str path_to_python(const std::string& v) {
+  PyObject* text = PyUnicode_DecodeFSDefaultAndSize(v.data(), static_cast<Py_ssize_t>(v.size()));
+  if (text == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(text);
+}
+
+// A message for people: UTF-8, with any other byte shown as \xNN (never an exception).
+inline py::str message_to_python(const std::string& v) {
+  PyObject* text =
+      PyUnicode_DecodeUTF8(v.data(), static_cast<Py_ssize_t>(v.size()), "backslashreplace");
+  if (text == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(text);
+}
+
 template <>
 struct Convert<std::string> {
-  static py::object to_python(const std::string& v) { return py::str(v); }
+  static py::object to_python(const std::string& v) { return path_to_python(v); }
   static std::string from_python(py::handle v, const std::string& field) {
-    // str or os.PathLike (pathlib.Path) for directories.
-    py::object text = py::reinterpret_borrow<py::object>(v);
-    if (py::hasattr(text, "__fspath__")) text = text.attr("__fspath__")();
-    if (!py::isinstance<py::str>(text)) throw_bad_value(field, "a string or path", v);
-    return text.cast<std::string>();
+    // str, bytes or os.PathLike (pathlib.Path) for directories; see the Note above.
+    if (!py::isinstance<py::str>(v) && !py::isinstance<py::bytes>(v) &&
+        !py::hasattr(v, "__fspath__")) {
+      throw_bad_value(field, "a string, bytes or path", v);
+    }
+    py::object encoded;
+    try {
+      encoded = py::module_::import("os").attr("fsencode")(v);
+    } catch (py::error_already_set&) {
+      throw_bad_value(field, "a string, bytes or path", v);
+    }
+    if (!py::isinstance<py::bytes>(encoded)) throw_bad_value(field, "a string, bytes or path", v);
+    return encoded.cast<std::string>();
   }
 };
+
+// Note [An arena is shared by copies, never pickled]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An arena (and a stash over one) is a resource of this process, like an open file: its spill
+// file has no name to reopen and its regions belong to this process's graphs. copy.copy and
+// copy.deepcopy return the object itself, so copy.deepcopy(model) after spillarena.enable (EMA
+// copies, trainers that copy models) gives a model whose checkpoint function spills to the same
+// arena (issue 19). Pickling raises InvalidArgumentError saying what to do instead.
+template <class PyClass>
+void share_on_copy(PyClass& cls, const char* what) {
+  const std::string refusal =
+      std::string("spillarena: a ") + what + " cannot be pickled: it is an open spill file of "
+      "this process. Save the model's state_dict(), or call spillarena.disable(model) before "
+      "pickling it (copy.deepcopy works: the copy shares the arena)";
+  cls.def("__copy__", [](py::object self) { return self; })
+      .def("__deepcopy__", [](py::object self, py::handle) { return self; }, py::arg("memo"))
+      .def("__reduce_ex__", [refusal](py::handle, py::handle) -> py::object {
+        throw spill::InvalidArgumentError(refusal);
+      })
+      .def("__reduce__", [refusal](py::handle) -> py::object {
+        throw spill::InvalidArgumentError(refusal);
+      });
+}
 
 // Python sees an enum as the names spill::to_string gives its values (found by argument-dependent
 // lookup); to_string answers "?" past the last value.

@@ -18,13 +18,14 @@ using Fields = std::initializer_list<std::pair<const char*, py::object>>;
 // translator looks the class up by the C++ name and sets the C++ fields as attributes.
 void raise(const char* name, const std::exception& e, Fields fields) {
   py::object cls = py::module_::import("spillarena.errors").attr(name);
-  py::object error = cls(py::str(e.what()));
+  py::object error = cls(message_to_python(e.what()));
   for (const auto& [key, value] : fields) error.attr(key) = value;
   PyErr_SetObject(cls.ptr(), error.ptr());
 }
 
 py::object num(std::uint64_t v) { return py::int_(v); }
-py::object text(const std::string& v) { return py::str(v); }
+// Paths as os.fsdecode spells them (see Note [Paths are bytes, as the OS sees them]).
+py::object text(const std::string& v) { return path_to_python(v); }
 
 void translate(std::exception_ptr thrown) {
   try {

@@ -64,10 +64,12 @@ void bind_stash(py::module_& m) {
       .def("free", &Stashed::free, Release(), "Free the stored bytes now.")
       .def_property_readonly("restored", &Stashed::restored);
 
-  py::class_<spill::TensorStash, std::shared_ptr<spill::TensorStash>>(
+  py::class_<spill::TensorStash, std::shared_ptr<spill::TensorStash>> stash(
       m, "TensorStash",
-      "Where spillarena.checkpoint keeps layer inputs between forward and backward.")
-      .def(
+      "Where spillarena.checkpoint keeps layer inputs between forward and backward. Copies share "
+      "it; it cannot be pickled.");
+  share_on_copy(stash, "TensorStash");
+  stash.def(
           "store",
           [](spill::TensorStash& stash, const torch::Tensor& tensor) {
             return Stashed(stash.store(tensor));
@@ -88,8 +90,15 @@ void bind_stash(py::module_& m) {
       "chain for prefetching and keep_last.");
   m.def("make_in_memory_stash", &spill::make_in_memory_stash,
         "Keeps a reference to the input: classic gradient checkpointing, nothing spilled.");
-  m.def("make_per_file_stash", &spill::make_per_file_stash, py::arg("directory"),
-        "One torch.save file per tensor: the baseline spillarena replaces.");
+  m.def(
+      "make_per_file_stash",
+      [](py::handle directory) {
+        return spill::make_per_file_stash(
+            Convert<std::string>::from_python(directory, "make_per_file_stash: directory"));
+      },
+      py::arg("directory"),
+      "One torch.save file per tensor (str, bytes or os.PathLike directory): the baseline "
+      "spillarena replaces.");
 }
 
 }  // namespace spillarena_python

@@ -9,11 +9,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "platform.h"
@@ -48,7 +50,7 @@ namespace {
 
 std::string type_name_of(long magic) {
   switch (static_cast<unsigned long>(magic)) {
-    case EXT4_SUPER_MAGIC: return "ext4";
+    case EXT4_SUPER_MAGIC: return "ext2/ext3/ext4";  // see ext_family_name
     case TMPFS_MAGIC: return "tmpfs";
     case RAMFS_MAGIC: return "ramfs";
     case HUGETLBFS_MAGIC: return "hugetlbfs";
@@ -67,6 +69,34 @@ std::string type_name_of(long magic) {
   return text;
 }
 
+// Note [ext2, ext3 and ext4 share a magic number]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// statfs reports EXT4_SUPER_MAGIC (0xEF53) for all three, and only ext4 (extents) preallocates:
+// "ext4 cannot preallocate" misled users of ext2 and ext3 (issue 19). The mount table says which
+// it is: the /proc/self/mountinfo line whose device (major:minor, third field) is the
+// directory's st_dev has the type after " - ". Where that cannot be read, the name says all three.
+std::string ext_family_name(const std::string& directory) {
+  const std::string unknown = "ext2/ext3/ext4";
+  struct stat s;
+  if (stat(directory.c_str(), &s) != 0) return unknown;
+  const std::string device =
+      std::to_string(major(s.st_dev)) + ":" + std::to_string(minor(s.st_dev));
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(mountinfo, line)) {
+    std::istringstream fields(line);
+    std::string mount_id, parent_id, dev;
+    fields >> mount_id >> parent_id >> dev;
+    const std::size_t dash = line.find(" - ");
+    if (dev != device || dash == std::string::npos) continue;
+    std::istringstream after_dash(line.substr(dash + 3));
+    std::string type;
+    after_dash >> type;
+    if (type == "ext2" || type == "ext3" || type == "ext4") return type;
+  }
+  return unknown;
+}
+
 bool is_memory_backed(long magic) {
   auto m = static_cast<unsigned long>(magic);
   return m == TMPFS_MAGIC || m == RAMFS_MAGIC || m == HUGETLBFS_MAGIC;
@@ -79,7 +109,9 @@ int file_system_info(const std::string& directory, FileSystemInfo* info) {
   if (statfs(directory.c_str(), &s) != 0) return errno;
   info->free_bytes = static_cast<std::uint64_t>(s.f_bavail) * static_cast<std::uint64_t>(s.f_bsize);
   info->total_bytes = static_cast<std::uint64_t>(s.f_blocks) * static_cast<std::uint64_t>(s.f_bsize);
-  info->type_name = type_name_of(s.f_type);
+  info->type_name = static_cast<unsigned long>(s.f_type) == EXT4_SUPER_MAGIC
+                        ? ext_family_name(directory)
+                        : type_name_of(s.f_type);
   info->memory_backed = is_memory_backed(s.f_type);
   return 0;
 }

@@ -239,6 +239,31 @@ void preallocate_or_throw(int fd, const SpillFileOptions& o, const platform::Fil
           "ext4, xfs or btrfs");
 }
 
+// Note [Who refused O_DIRECT]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// open() with O_DIRECT answers EINVAL where the file system does not support it. Any other errno
+// of the reopen is not the file system's answer: EMFILE / ENFILE (this process, or the whole
+// system, has no file descriptor left), ENOENT (/proc not mounted), ENOMEM. Blaming the file
+// system for those sent users to the wrong fix (issue 19); they are named for what they are.
+bool out_of_descriptors(int e) { return e == EMFILE || e == ENFILE; }
+
+std::string errno_text(int e) {
+  return std::string(std::strerror(e)) + ", errno " + std::to_string(e);
+}
+
+std::string descriptors_exhausted(int e) {
+  return std::string(e == EMFILE ? "this process" : "the system") +
+         " has no file descriptor left (" + errno_text(e) +
+         "); close files or raise the limit (ulimit -n)";
+}
+
+// Why the reopen with O_DIRECT failed with `e`, in words that blame the right party.
+std::string direct_refusal(int e) {
+  if (e == EINVAL) return std::string("O_DIRECT is refused there: ") + std::strerror(e);
+  if (out_of_descriptors(e)) return "O_DIRECT could not be tried: " + descriptors_exhausted(e);
+  return "reopening the file through /proc/self/fd with O_DIRECT failed (" + errno_text(e) + ")";
+}
+
 // Note [Direct descriptor]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // O_DIRECT is a property of an open file description, so the unnamed file is opened a second
@@ -250,6 +275,11 @@ int open_direct_or_throw(int fd, const SpillFileOptions& o, const platform::File
   const int e = platform::reopen_direct(fd, &direct, alignment);
   if (e == 0 && *alignment <= platform::capabilities().page_size_bytes) return direct;
   if (e == 0) platform::close_file(direct);
+  if (e != 0 && e != EINVAL) {  // see Note [Who refused O_DIRECT]
+    throw PathError(o.directory, e,
+                    "spill: ArenaOptions::io = direct, but for the spill file in '" + o.directory +
+                        "' " + direct_refusal(e));
+  }
   throw InvalidArgumentError(
       "spill: ArenaOptions::io = direct, but the file system of '" + o.directory + "' (" +
       fs.type_name + ") " +
@@ -282,6 +312,10 @@ std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
   int raw_fd = -1;
   bool used_tmpfile = false;
   if (int e = platform::open_unnamed_file(o.directory, &raw_fd, &used_tmpfile); e != 0) {
+    if (out_of_descriptors(e)) {  // not the directory's fault: see Note [Who refused O_DIRECT]
+      throw PathError(o.directory, e, "spill: cannot create the spill file in '" + o.directory +
+                                          "': " + descriptors_exhausted(e));
+    }
     throw DirectoryError(o.directory, e, "spill: cannot create the spill file in '" +
                                              o.directory + "': " + std::strerror(e));
   }
@@ -306,14 +340,15 @@ bool direct_io_supported(const std::string& directory, std::string* why) {
   int raw_fd = -1;
   bool used_tmpfile = false;
   if (int e = platform::open_unnamed_file(directory, &raw_fd, &used_tmpfile); e != 0) {
-    *why = std::string("cannot create a file there: ") + std::strerror(e);
+    *why = out_of_descriptors(e) ? "O_DIRECT could not be tried: " + descriptors_exhausted(e)
+                                 : std::string("cannot create a file there: ") + std::strerror(e);
     return false;
   }
   FileDescriptor fd(raw_fd);
   int direct = -1;
   std::uint64_t alignment = 0;
   if (int e = platform::reopen_direct(fd.get(), &direct, &alignment); e != 0) {
-    *why = std::string("O_DIRECT is refused there: ") + std::strerror(e);
+    *why = direct_refusal(e);
     return false;
   }
   FileDescriptor closer(direct);

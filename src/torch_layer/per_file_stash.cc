@@ -1,14 +1,18 @@
 // The per-file baseline: one torch::save file per stashed tensor, as the original Python feature
 // does with torch.save / torch.load / os.remove. Reproduced faithfully so benchmarks compare
-// spillarena with what it replaces, not with a straw man; only the opens are hardened
-// (see Note [Per-file names in a shared directory]).
-#include <atomic>
+// spillarena with what it replaces, not with a straw man; only the opens are hardened (see
+// Note [Per-file names in a shared directory]) and a failed write is a typed error (see
+// Note [A failed write never fails inside torch::save]).
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "core/platform.h"
 #include "spill/tensor_stash.h"
+#include "spill/units.h"
 #include "storable.h"
 
 namespace spill {
@@ -16,14 +20,16 @@ namespace {
 
 // Note [Per-file names in a shared directory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// These files have names, in a directory other users may be able to write (/tmp). Each is
-// created with O_CREAT | O_EXCL | O_NOFOLLOW and mode 0600: a name that already exists, such as
-// a symlink planted to make us write through it, is passed over for the next number and never
-// opened. restore() opens with O_NOFOLLOW and checks it is the file written: the same inode
-// (which a file system reuses as soon as ours is deleted), changed last at the same nanosecond
-// (the kernel sets that time; utimensat cannot) and of the same size. A file swapped in
-// meanwhile is refused, not loaded. unlink removes a name, never a symlink's target.
-constexpr int kNameAttempts = 64;
+// These files have names, in a directory other users may be able to write (/tmp). Each name
+// carries 128 random bits (std::random_device: the kernel's getrandom), so nobody can plant a
+// file or symlink at the next name and make the run fail, as with the process id and a counter
+// (issue 19). Each file is still created with O_CREAT | O_EXCL | O_NOFOLLOW and mode 0600: a
+// name that exists after all is passed over for another and never opened. restore() opens with
+// O_NOFOLLOW and checks it is the file written: the same inode (which a file system reuses as
+// soon as ours is deleted), changed last at the same nanosecond (the kernel sets that time;
+// utimensat cannot) and of the same size. A file swapped in meanwhile is refused, not loaded.
+// unlink removes a name, never a symlink's target.
+constexpr int kNameAttempts = 16;
 
 class Descriptor {
  public:
@@ -37,26 +43,35 @@ class Descriptor {
   int fd_;
 };
 
-[[noreturn]] void fail(IoOp op, const std::string& what, const std::string& path, int e) {
-  throw IoError(e, "spill: per-file stash: " + what + " '" + path + "' failed: " +
-                       std::strerror(e) +
-                       "; check the directory's free space and that nothing else writes there",
-                op);
+std::string errno_text(int e) {
+  return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
 }
 
-// One counter for the process: two stashes on the same directory never share a file name.
-std::uint64_t next_file_number() {
-  static std::atomic<std::uint64_t> counter{0};
-  return counter.fetch_add(1);
+[[noreturn]] void fail(IoOp op, const std::string& what, const std::string& path, int e,
+                       std::uint64_t offset = 0, std::uint64_t bytes = 0) {
+  throw IoError(e, "spill: per-file stash: " + what + " '" + path + "' failed: " + errno_text(e) +
+                       "; check the directory's free space and that nothing else writes there",
+                op, offset, bytes);
+}
+
+// 128 bits from the kernel as 32 hex digits. A random_device per thread: its operator() is not
+// safe to call from two threads at once.
+std::string random_name_part() {
+  thread_local std::random_device entropy;
+  std::string text;
+  for (int i = 0; i < 4; ++i) {
+    char word[9];
+    std::snprintf(word, sizeof word, "%08x", static_cast<unsigned>(entropy()));
+    text += word;
+  }
+  return text;
 }
 
 // A new file of this process's, never an existing name; *path says which.
 int create_file(const std::string& directory, std::string* path) {
-  const std::string prefix =
-      directory + "/spillarena-per-file-" + std::to_string(platform::process_id()) + "-";
   int e = EEXIST;
   for (int attempt = 0; attempt < kNameAttempts && e == EEXIST; ++attempt) {
-    *path = prefix + std::to_string(next_file_number()) + ".pt";
+    *path = directory + "/spillarena-per-file-" + random_name_part() + ".pt";
     int fd = -1;
     e = platform::create_new_file(*path, &fd);
     if (e == 0) return fd;
@@ -64,22 +79,55 @@ int create_file(const std::string& directory, std::string* path) {
   fail(IoOp::write, "creating", *path, e);
 }
 
-// torch::save through the descriptor: the writer moves every chunk with write_at.
-void save(const torch::Tensor& host, int fd, const std::string& path) {
-  std::uint64_t at = 0;
-  int error = 0;
+// Note [A failed write never fails inside torch::save]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A writer that reports a short write makes LibTorch's PyTorchStreamWriter throw; its destructor
+// then finishes the archive, writes again, fails again and throws from the destructor:
+// std::terminate, SIGABRT, the .pt file left behind (a full disk did exactly that, issue 19). So
+// the writer always reports every byte as taken: after the first failed write it only counts the
+// bytes, torch::save returns normally, and the failure (its errno, where it happened, how large
+// the file had to be) becomes a typed error here, after the file is removed.
+struct WriteOutcome {
+  int error = 0;                 // the first failed write's errno
+  std::uint64_t failed_at = 0;   // file offset of that write
+  std::uint64_t total_bytes = 0; // the whole archive, written or not
+};
+
+WriteOutcome save(const torch::Tensor& host, int fd) {
+  WriteOutcome w;
   auto writer = [&](const void* data, std::size_t n) -> std::size_t {
-    if (error == 0) error = platform::write_at(fd, data, n, at);
-    if (error != 0) return 0;
-    at += n;
+    if (w.error == 0) {
+      w.error = platform::write_at(fd, data, n, w.total_bytes);
+      if (w.error != 0) w.failed_at = w.total_bytes;
+    }
+    w.total_bytes += n;
     return n;
   };
-  try {
-    torch::save(host, writer);
-  } catch (const c10::Error&) {
-    if (error == 0) throw;
+  torch::save(host, writer);
+  return w;
+}
+
+// The typed error for a failed save of `path` (already removed) in `directory`: a full disk or
+// quota is InsufficientSpaceError with the file's size and the space left, anything else IoError.
+[[noreturn]] void fail_save(const WriteOutcome& w, const std::string& path,
+                            const std::string& directory) {
+  const std::string where = "spill: per-file stash: writing '" + path + "' failed at byte " +
+                            std::to_string(w.failed_at) + " of " +
+                            std::to_string(w.total_bytes) + ": " + errno_text(w.error);
+  if (w.error == ENOSPC || w.error == EDQUOT) {
+    platform::FileSystemInfo fs;
+    const std::uint64_t free_bytes =
+        platform::file_system_info(directory, &fs) == 0 ? fs.free_bytes : 0;
+    throw InsufficientSpaceError(
+        directory, w.total_bytes, free_bytes,
+        where + "; '" + directory + "' has " + bytes_with_units(free_bytes) +
+            " free (the partial file is removed). Free space there, choose another directory, "
+            "or use a disk arena, which reserves its space when it is made");
   }
-  if (error != 0) fail(IoOp::write, "writing", path, error);
+  throw IoError(w.error,
+                where + " (the partial file is removed); check the directory's file system, "
+                        "its free space and the file size limit (ulimit -f)",
+                IoOp::write, w.failed_at, w.total_bytes);
 }
 
 // torch::load through the descriptor: the reader moves what it asks for with read_at.
@@ -97,7 +145,7 @@ torch::Tensor load(int fd, std::uint64_t size_bytes, const std::string& path) {
   } catch (const c10::Error&) {
     if (error == 0) throw;
   }
-  if (error != 0) fail(IoOp::read, "reading", path, error);
+  if (error != 0) fail(IoOp::read, "reading", path, error, 0, size_bytes);
   return t;
 }
 
@@ -105,7 +153,9 @@ class PerFileStashed final : public StashedTensor {
  public:
   PerFileStashed(std::string path, platform::FileStatus written, torch::Device device)
       : path_(std::move(path)), written_(written), device_(device) {}
-  ~PerFileStashed() override { platform::remove_file(path_); }
+  ~PerFileStashed() override {
+    if (!restored_) platform::remove_file(path_);
+  }
 
   torch::Tensor restore() override {
     int raw = -1;
@@ -123,6 +173,7 @@ class PerFileStashed final : public StashedTensor {
     }
     torch::Tensor t = load(file.get(), now.size_bytes, path_);
     platform::remove_file(path_);
+    restored_ = true;  // the name is free now: never unlink whatever else takes it later
     return device_.is_cpu() ? t : t.to(device_);
   }
 
@@ -130,15 +181,22 @@ class PerFileStashed final : public StashedTensor {
   std::string path_;
   platform::FileStatus written_;  // the file as store() left it
   torch::Device device_;
+  bool restored_ = false;
 };
 
 class PerFileStash final : public TensorStash {
  public:
   explicit PerFileStash(std::string directory) : directory_(std::move(directory)) {
+    // The system calls would see the path cut at the NUL: another directory than the one named.
+    if (const auto nul = directory_.find('\0'); nul != std::string::npos) {
+      throw InvalidArgumentError("spill: per-file stash directory '" + directory_.substr(0, nul) +
+                                 "\\0...' contains a NUL byte; pass the directory's path alone");
+    }
     if (int e = platform::check_writable_directory(directory_); e != 0) {
-      throw DirectoryError(directory_, e, "spill: per-file stash directory '" + directory_ +
-                                              "' is missing or not writable; create it or choose "
-                                              "another");
+      throw DirectoryError(directory_, e,
+                           "spill: per-file stash directory '" + directory_ +
+                               "' is missing, not a directory or not writable (" + errno_text(e) +
+                               "); create it or choose another");
     }
   }
 
@@ -148,14 +206,19 @@ class PerFileStash final : public TensorStash {
     std::string path;
     Descriptor file(create_file(directory_, &path));
     platform::FileStatus written;
+    WriteOutcome w;
     try {
-      save(host, file.get(), path);
-      if (int e = platform::file_status(file.get(), &written); e != 0) {
+      w = save(host, file.get());
+      if (int e = w.error == 0 ? platform::file_status(file.get(), &written) : 0; e != 0) {
         fail(IoOp::write, "fstat of", path, e);
       }
     } catch (...) {
       platform::remove_file(path);
       throw;
+    }
+    if (w.error != 0) {
+      platform::remove_file(path);
+      fail_save(w, path, directory_);
     }
     return std::make_unique<PerFileStashed>(path, written, tensor.device());
   }

@@ -51,6 +51,15 @@ int report_usage_error(const std::string& problem) {
   return 2;
 }
 
+int report_failure(const std::string& problem) {
+  print_error(problem);
+  return 1;
+}
+
+void warn(const std::string& text) {
+  if (!text.empty()) std::cerr << "spillarena: warning: " << first_line(text) << "\n" << std::flush;
+}
+
 int run_guarded(const std::function<int()>& command) {
   try {
     return command();

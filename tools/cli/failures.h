@@ -22,6 +22,14 @@ std::string explain(const spill::Error& error);
 // Prints "spillarena: <problem>" on stderr and returns 2.
 int report_usage_error(const std::string& problem);
 
+// Prints "spillarena: <problem>" on stderr and returns 1: a runtime "no" found without an
+// exception (a plan whose directory cannot hold the arena).
+int report_failure(const std::string& problem);
+
+// Prints "spillarena: warning: <text>" on stderr; nothing for an empty text. Not a failure: the
+// run goes on and its exit code is unchanged.
+void warn(const std::string& text);
+
 // Runs `command`; any exception becomes one line on stderr and exit code 1.
 int run_guarded(const std::function<int()>& command);
 

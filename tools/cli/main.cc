@@ -4,13 +4,17 @@
 //   spillarena train                       # small GPT on an embedded text, blocks spilled to disk
 //   spillarena train --mode recompute --steps 50 --json
 //
-// Exit codes: 0 success, 1 runtime problem (directory, disk space, capacity, a diverging run, a
-// failed write of the output), 2 usage error. Every failure is one line on stderr.
+// Exit codes: 0 success, 1 runtime problem (directory, disk space, a diverging run, a failed write
+// of the output, a plan that says no), 2 usage error (anything wrong with the command line alone,
+// a --capacity too small for the model included). Every failure is one line on stderr; an option
+// that does nothing in the chosen mode is one warning line there (see Note [Options a mode does
+// not use] in tools/cli/train_command.cc).
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
 #include <csignal>
 #include <iostream>
+#include <limits>
 
 #include "failures.h"
 #include "modes.h"
@@ -35,6 +39,10 @@ using spill::cli::TrainRequest;
 // bounds are wide (it only does arithmetic); the train bounds are what one CPU process can run.
 constexpr std::uint64_t kMaxProbeBytes = 16ull << 30;
 constexpr std::uint64_t kMaxSteps = 1'000'000'000;
+// AdamW applies the learning rate to float32 parameters: a rate float cannot hold becomes inf (a
+// NaN model at the first step) or 0 (a run that silently learns nothing).
+constexpr double kMinLearningRate = std::numeric_limits<float>::min();
+constexpr double kMaxLearningRate = std::numeric_limits<float>::max();
 
 // What spill::default_spill_directory() picks.
 constexpr const char* kDirHelp =
@@ -57,7 +65,7 @@ void add_plan(CLI::App& app, PlanRequest& r) {
           "DTYPE"));
   plan->add_option("--dir", r.directory, kDirHelp);
   add_real(*plan, "--layer-ms", r.layer_ms, {0.0, 1e7, false, true},
-           "Forward time of one layer on your hardware (ms)");
+           "Forward time of one layer on your hardware (ms); needs the bandwidth probe");
   add_size(*plan, "--probe-bytes", r.probe_bytes, {0, kMaxProbeBytes},
            "Bytes for the bandwidth probe, e.g. 64MiB (0: skip)");
   plan->add_flag("--json", r.json, "Print one JSON object");
@@ -76,7 +84,10 @@ void add_train_model(CLI::App& train, TrainRequest& r) {
 }
 
 void add_train(CLI::App& app, TrainRequest& r) {
-  auto* train = app.add_subcommand("train", "Train a small GPT-style model through a SpillArena");
+  auto* train = app.add_subcommand(
+      "train", "Train a small GPT-style model through a SpillArena. An option the chosen --mode "
+               "does not use (--io: disk only; --capacity: disk, ram; --dir: disk, per-file) is "
+               "ignored with a one-line warning on stderr");
   train->add_option("--mode", r.mode, "disk, ram, recompute, none or per-file")
       ->capture_default_str()
       ->check(CLI::IsMember(spill::harness::mode_spellings()));
@@ -86,8 +97,9 @@ void add_train(CLI::App& app, TrainRequest& r) {
       ->check(CLI::IsMember({"auto", "buffered", "direct"}));
   add_train_model(*train, r);
   add_count(*train, "--steps", r.steps, {1, kMaxSteps}, "Training steps");
-  add_real(*train, "--lr", r.lr, {0.0, 1e300, false, true},
-           "AdamW learning rate (a run whose loss stops being finite ends with exit 1)");
+  add_real(*train, "--lr", r.lr, {kMinLearningRate, kMaxLearningRate},
+           "AdamW learning rate, within float range (a run whose loss stops being finite ends "
+           "with exit 1)");
   add_count(*train, "--seed", r.seed, {0, UINT64_MAX},
             "Random seed (same seed, same losses in every mode)");
   train->add_option("--dir", r.directory, kDirHelp);
@@ -101,6 +113,12 @@ void add_train(CLI::App& app, TrainRequest& r) {
   train->add_flag("--json", r.json, "Print the summary as one JSON object");
 }
 
+// Whether `option` of `command` was on the command line (not a default).
+std::function<bool(const std::string&)> given_in(const CLI::App& app, const char* command) {
+  const CLI::App* sub = app.get_subcommand(command);
+  return [sub](const std::string& option) { return sub->count(option) > 0; };
+}
+
 int run_command(const CLI::App& app, const PlanRequest& plan, const TrainRequest& train) {
   if (app.got_subcommand("plan")) {
     if (const std::string problem = spill::cli::check_plan_request(plan); !problem.empty()) {
@@ -111,6 +129,7 @@ int run_command(const CLI::App& app, const PlanRequest& plan, const TrainRequest
   if (const std::string problem = spill::cli::check_train_request(train); !problem.empty()) {
     return spill::cli::report_usage_error(problem);
   }
+  spill::cli::warn(spill::cli::unused_options(train, given_in(app, "train")));
   return spill::cli::run_train(train, std::cout);
 }
 

@@ -203,6 +203,20 @@ void print_text(const Plan& p, std::ostream& out) {
 
 ActivationShape shape_of(const PlanRequest& r) { return {r.batch, r.seq, r.hidden}; }
 
+// Note [Every no of plan is one line on stderr]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The report (text or JSON) goes to stdout and lists every problem; a plan that says no also
+// ends with exit 1 and one line on stderr, as every other failure of the CLI does, so a script
+// that checks only the exit code and stderr (or pipes stdout to jq) still learns why.
+std::string verdict_line(const Plan& p) {
+  std::string line = "plan: no: " + p.problems.front();
+  if (p.problems.size() > 1) {
+    line += " (and " + std::to_string(p.problems.size() - 1) + " more problem" +
+            (p.problems.size() > 2 ? "s" : "") + " in the report)";
+  }
+  return line;
+}
+
 }  // namespace
 
 std::uint64_t element_size_of(const std::string& dtype) {
@@ -241,7 +255,12 @@ int run_plan(const PlanRequest& request, std::ostream& out) {
   } else {
     print_text(p, out);
   }
-  return p.problems.empty() ? 0 : 1;
+  if (!p.problems.empty()) return report_failure(verdict_line(p));
+  if (request.layer_ms > 0 && !p.probed) {
+    warn("--layer-ms is ignored: no bandwidth probe ran (--probe-bytes 0, or less than 2 MiB "
+         "free in '" + p.dir.path + "'), so nothing says whether the disk keeps up");
+  }
+  return 0;
 }
 
 }  // namespace spill::cli

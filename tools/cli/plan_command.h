@@ -28,8 +28,10 @@ std::uint64_t element_size_of(const std::string& dtype);
 std::string check_plan_request(const PlanRequest& request);
 
 // Prints the plan (text or JSON) to `out`. Returns 0, or 1 when the directory cannot hold the
-// arena (missing, unwritable, memory-backed, too small, cannot preallocate); the reason is in the
-// report. The memory verdicts (in-RAM checkpointing, the disk path) are reported, not failed on.
+// arena (missing, unwritable, memory-backed, too small, cannot preallocate) or the disk path
+// does not fit in memory; the reasons are in the report and the first one is also one line on
+// stderr. In-RAM checkpointing that does not fit is reported, not failed on. --layer-ms without
+// a bandwidth probe is a warning line on stderr.
 int run_plan(const PlanRequest& request, std::ostream& out);
 
 }  // namespace spill::cli

@@ -1,12 +1,16 @@
 #include "train_command.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
-#include <fstream>
+#include <cstring>
 #include <iomanip>
 #include <iterator>
 #include <limits>
@@ -27,16 +31,65 @@
 namespace spill::cli {
 namespace {
 
-// Reads at most kMaxCorpusBytes + 1 bytes, so an endless file (/dev/zero) is refused instead of
-// read until memory runs out.
+// A descriptor closed when it goes out of scope.
+class OpenFile {
+ public:
+  explicit OpenFile(int fd) : fd_(fd) {}
+  ~OpenFile() {
+    if (fd_ >= 0) close(fd_);
+  }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+// Note [A corpus is a regular file]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Opening a FIFO for reading waits for a writer, forever if none comes; a device (/dev/zero)
+// never ends. The file is opened with O_NONBLOCK, which returns at once for a FIFO, and anything
+// but a regular file is refused by what fstat says about the descriptor opened (not about the
+// name, which could change in between). At most kMaxCorpusBytes + 1 bytes are read, so a file
+// that grows while it is read is refused too, never read until memory runs out.
 std::string load_corpus(const std::string& path) {
   if (path.empty()) return std::string(embedded_corpus());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidArgumentError("cannot read --corpus '" + path + "'; check the path");
+  OpenFile file(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (file.get() < 0) {
+    throw InvalidArgumentError("cannot read --corpus '" + path + "': " + std::strerror(errno) +
+                               "; check the path");
+  }
+  struct stat s;
+  if (fstat(file.get(), &s) != 0) {
+    throw InvalidArgumentError("cannot read --corpus '" + path + "': " + std::strerror(errno));
+  }
+  if (!S_ISREG(s.st_mode)) {
+    throw InvalidArgumentError("--corpus '" + path + "' is " + kind_of(s.st_mode) +
+                               ", not a regular file; pass a text file (a pipe or device may "
+                               "never end)");
+  }
   std::string text(kMaxCorpusBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) throw InvalidArgumentError("cannot read --corpus '" + path + "'; is it a file?");
-  text.resize(static_cast<std::size_t>(in.gcount()));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = read(file.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw InvalidArgumentError("cannot read --corpus '" + path + "': " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  text.resize(done);
   if (text.size() > kMaxCorpusBytes) {
     throw InvalidArgumentError("--corpus '" + path + "' is larger than " +
                                bytes_with_units(kMaxCorpusBytes) +
@@ -73,17 +126,11 @@ std::uint64_t needed_capacity(const TrainRequest& r) {
       torch::kFloat);
 }
 
-std::uint64_t checked_capacity(const TrainRequest& r) {
-  const std::uint64_t needed = needed_capacity(r);
-  if (r.capacity == 0) return needed;
-  if (r.capacity < needed && (r.mode == "disk" || r.mode == "ram")) {
-    throw InvalidArgumentError(
-        "--capacity " + std::to_string(r.capacity) + " bytes is too small for this model: a step "
-        "stashes " + std::to_string(r.layers) + " block inputs, " + bytes_with_units(needed) +
-        "; raise --capacity to at least that, or omit it");
-  }
-  return r.capacity;
+std::uint64_t capacity_of(const TrainRequest& r) {
+  return r.capacity == 0 ? needed_capacity(r) : r.capacity;
 }
+
+bool uses_arena(const std::string& mode) { return mode == "disk" || mode == "ram"; }
 
 std::string generate(models::TinyGpt& model, const std::string& prompt, std::int64_t chars,
                      std::int64_t max_seq) {
@@ -124,7 +171,42 @@ std::string check_train_request(const TrainRequest& r) {
            std::to_string(r.batch) + ", --seq " + std::to_string(r.seq) + ", --hidden " +
            std::to_string(r.hidden) + "] are more bytes than can be counted; use a smaller model";
   }
+  const std::uint64_t needed = needed_capacity(r);
+  if (r.capacity != 0 && r.capacity < needed && uses_arena(r.mode)) {
+    return "--capacity " + std::to_string(r.capacity) + " bytes is too small for this model: a "
+           "step stashes " + std::to_string(r.layers) + " block inputs, " +
+           bytes_with_units(needed) + "; raise --capacity to at least that, or omit it";
+  }
   return "";
+}
+
+// Note [Options a mode does not use]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// --io only means something to the disk arena, --capacity to an arena (disk, ram), --dir to what
+// writes files (disk, per-file). Given with another mode they would change nothing, silently; a
+// refusal would break a command line rerun with another --mode. So they are accepted, and one
+// warning line on stderr names them and the modes they apply to. The exit code is unchanged.
+std::string unused_options(const TrainRequest& r,
+                           const std::function<bool(const std::string&)>& given) {
+  struct Applies {
+    const char* option;
+    bool (*used_by)(const std::string& mode);
+    const char* modes;
+  };
+  static const Applies kOptions[] = {
+      {"--io", [](const std::string& m) { return m == "disk"; }, "disk"},
+      {"--capacity", [](const std::string& m) { return uses_arena(m); }, "disk and ram"},
+      {"--dir", [](const std::string& m) { return m == "disk" || m == "per_file"; },
+       "disk and per-file"},
+  };
+  const std::string mode = harness::mode_named(r.mode);
+  std::string unused;
+  for (const Applies& a : kOptions) {
+    if (!given(a.option) || a.used_by(mode)) continue;
+    unused += std::string(unused.empty() ? "" : "; ") + a.option + " (" + a.modes + " only)";
+  }
+  if (unused.empty()) return "";
+  return "ignored with --mode " + r.mode + ": " + unused;
 }
 
 namespace {
@@ -243,7 +325,7 @@ int run_train(const TrainRequest& request, std::ostream& out) {
                                " bytes, fewer than --seq + 2; use a longer text or a smaller --seq");
   }
   const std::uint64_t per_layer = needed_capacity(r) / static_cast<std::uint64_t>(r.layers);
-  t.mode = harness::make_mode(r.mode, checked_capacity(r), r.directory,
+  t.mode = harness::make_mode(r.mode, capacity_of(r), r.directory,
                              {true, io_mode_of(r.io), staging_bytes_for_layer(per_layer)});
 
   torch::manual_seed(r.seed);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
 
@@ -47,13 +48,18 @@ struct TrainRequest {
   std::int64_t sample_chars = 200;  // 0: no sample
 };
 
-// Checks what the option bounds cannot (heads divide hidden, the arena's size can be counted).
-// Returns "" or the problem.
+// Checks what the option bounds cannot (heads divide hidden, the arena's size can be counted, a
+// --capacity holds the model's inputs). Returns "" or the problem (a usage error).
 std::string check_train_request(const TrainRequest& request);
 
+// The warning for options given on the command line (`given` says which) that the request's mode
+// does not use, or "". See Note [Options a mode does not use] in tools/cli/train_command.cc.
+std::string unused_options(const TrainRequest& request,
+                           const std::function<bool(const std::string&)>& given);
+
 // Trains and prints progress and a summary (text or JSON) to `out`; returns 0. Throws
-// spill::Error (or c10::Error) on a runtime failure: bad directory, capacity too small,
-// unreadable or oversized corpus, TrainingDivergedError (after printing the --json summary of
+// spill::Error (or c10::Error) on a runtime failure: bad directory, unreadable, oversized or
+// special (FIFO, device) corpus, TrainingDivergedError (after printing the --json summary of
 // the steps run), a failed write to `out`.
 int run_train(const TrainRequest& request, std::ostream& out);
 
