@@ -12,9 +12,15 @@
 // steps); host_peak_rss and host_rss_added (measured in a fresh process per mode: see Note [Peak
 // host memory of a step]); spilled_bytes per step; the
 // arena's restore and staging waits; for the disk modes spill_GBps (bytes written and read back
-// per second of step) beside the spill directory's own O_DIRECT write and read speed.
+// per second of step) beside the spill directory's own O_DIRECT write and read speed; from the
+// stash (Note [The host pool] in src/torch_layer/host_pool.cc): host_pool_bytes and
+// host_pool_pinned, peak_pool_in_use, pool_waits and pool_wait_ms (store()s that waited for the
+// oldest write), peak_device_held (device bytes the stash referenced at most), kept_on_device,
+// and gpu_goal_bytes: recompute's GPU peak less the inputs spilled per step plus prefetch_depth
+// + 1 inputs — the goal for gpu_peak_bytes.
 // Without a CUDA device each case reports "skipped: no CUDA device". SPILLARENA_BENCH_SMOKE=1
-// (CI) runs a tiny stack on the CPU instead, so the code path is proven to run everywhere;
+// (CI) runs a tiny stack on the CPU instead, through the accelerator path's emulation
+// (spill::testing::set_accelerator_emulation), so the code path is proven to run everywhere;
 // SPILLARENA_BENCH_ACCEL_SHAPE=batch,seq,hidden,heads,layers overrides the shape.
 #include <ATen/DeviceAccelerator.h>
 #include <benchmark/benchmark.h>
@@ -33,6 +39,7 @@
 #include "bench_common.h"
 #include "direct_io.h"
 #include "spill/spill.h"
+#include "spill/testing.h"
 #include "tiny_gpt.h"
 
 namespace spill_bench {
@@ -63,7 +70,14 @@ AccelShape accel_shape() {
 }
 
 std::optional<torch::Device> bench_device() {
-  if (smoke()) return torch::Device(torch::kCPU);
+  if (smoke()) {
+    static const bool emulated = [] {
+      spill::testing::set_accelerator_emulation({true, 200, 1});
+      return true;
+    }();
+    (void)emulated;
+    return torch::Device(torch::kCPU);
+  }
   if (torch::cuda::is_available()) return torch::Device(torch::kCUDA, 0);
   return std::nullopt;
 }
@@ -155,6 +169,28 @@ std::map<std::string, double>& step_ms_by_mode() {
   return times;
 }
 
+// recompute's GPU peak in this run, for the spilling modes' goal.
+double& recompute_peak_bytes() {
+  static double peak = -1.0;
+  return peak;
+}
+
+void report_stash(benchmark::State& state, const spill::harness::ModeSetup& mode,
+                  double spilled_bytes, std::uint64_t input) {
+  const spill::StashStats st = mode.stash->stats();
+  state.counters["host_pool_bytes"] = static_cast<double>(st.host_pool_bytes);
+  state.counters["host_pool_pinned"] = st.host_pool_pinned ? 1.0 : 0.0;
+  state.counters["peak_pool_in_use"] = static_cast<double>(st.peak_host_pool_bytes_in_use);
+  state.counters["pool_waits"] = static_cast<double>(st.pool_waits);
+  state.counters["pool_wait_ms"] = static_cast<double>(st.pool_wait_ns) / 1e6;
+  state.counters["peak_device_held"] = static_cast<double>(st.peak_device_bytes_held);
+  state.counters["kept_on_device"] = static_cast<double>(st.inputs_kept_on_device);
+  if (recompute_peak_bytes() > 0) {
+    const double slack = (mode.arena->options().prefetch_depth + 1.0) * static_cast<double>(input);
+    state.counters["gpu_goal_bytes"] = recompute_peak_bytes() - spilled_bytes + slack;
+  }
+}
+
 double step(torch::nn::Sequential& blocks, const spill::harness::ModeSetup& mode,
             const torch::Tensor& x0, const torch::Device& device) {
   Stopwatch watch;
@@ -231,6 +267,7 @@ void accelerator_step(benchmark::State& state, const std::string& mode_name) {
   set_ratio(state, "recompute", step_ms);
   step_ms_by_mode()[mode_name] = step_ms;
   state.counters["gpu_peak_bytes"] = peak_device_bytes(*device);
+  if (mode_name == "recompute") recompute_peak_bytes() = state.counters["gpu_peak_bytes"];
   const HostMemory host = host_memory_in_fresh_process(mode_name);
   state.counters["host_peak_rss"] = host.peak;
   state.counters["host_rss_added"] = host.peak - host.before_mode;
@@ -244,6 +281,7 @@ void accelerator_step(benchmark::State& state, const std::string& mode_name) {
     state.counters["staging_waits"] = static_cast<double>(st.staging_waits);
     state.counters["spill_GBps"] =
         2.0 * state.counters["spilled_bytes"] / (step_ms / 1e3) / 1e9;  // written + read back
+    report_stash(state, mode, state.counters["spilled_bytes"], input_bytes(s, dtype));
     state.SetLabel(std::string(spill::to_string(st.io_mode)) + "/" +
                    spill::to_string(st.io_backend));
   }

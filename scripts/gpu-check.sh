@@ -5,9 +5,10 @@
 #      .deps/root (never into /);
 #   2. runs the CUDA tests (tests/accelerator_test.cc: bitwise gradients in fp32 and bf16 with
 #      dropout, autocast replay, random queue delays) and the CPU tests of the engine beside them;
-#   3. runs BM_AcceleratorStep (bench/accelerator_benchmark.cc) in every mode.
+#   3. runs BM_AcceleratorStep (bench/accelerator_benchmark.cc) in every mode, at 16 layers and
+#      again at 8 (host memory added must not grow with the layer count: the host pool bounds it).
 # Everything it reports goes to $OUT (at most 8 files): env.txt, build.log, tests.log,
-# accelerator.json, bench.log. Budget: about 6 minutes on 16 cores.
+# accelerator.json, accelerator-8.json, bench.log. Budget: about 8 minutes on 16 cores.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/spillarena-gpu-check}
@@ -42,7 +43,7 @@ start=$SECONDS
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPILLARENA_BUILD_TOOLS=OFF -DSPILLARENA_WERROR=OFF \
          -DCMAKE_PREFIX_PATH="$torch_prefix;$usr" \
          -DCMAKE_CXX_FLAGS="-isystem $usr/include" &&
-       cmake --build "$build" --parallel "$(nproc)" --target accelerator_test \
+       cmake --build "$build" --parallel "$(nproc)" --target accelerator_test device_path_test \
          overlapped_checkpoint_test checkpoint_test integrity_test io_engine_test arena_test \
          spillarena_bench; } > "$out/build.log" 2>&1; then
   grep -E -A4 'error|Error' "$out/build.log" | head -n 80
@@ -52,7 +53,7 @@ fi
 echo "built in $((SECONDS - start)) s"
 
 status=0
-for t in accelerator_test overlapped_checkpoint_test checkpoint_test integrity_test io_engine_test \
+for t in accelerator_test device_path_test overlapped_checkpoint_test checkpoint_test integrity_test io_engine_test \
          arena_test; do
   echo "=== $t" >> "$out/tests.log"
   timeout 300 "$build/tests/$t" >> "$out/tests.log" 2>&1
@@ -64,6 +65,10 @@ grep -E 'ERROR|skipped' "$out/tests.log" | head -n 40
 
 "$build/bench/spillarena_bench" --benchmark_filter='BM_AcceleratorStep' \
   --benchmark_out_format=json --benchmark_out="$out/accelerator.json" > "$out/bench.log" 2>&1 ||
+  status=1
+SPILLARENA_BENCH_ACCEL_SHAPE=4,4096,4096,32,8 "$build/bench/spillarena_bench" \
+  --benchmark_filter='BM_AcceleratorStep/(recompute|disk_direct|disk_async|ram)' \
+  --benchmark_out_format=json --benchmark_out="$out/accelerator-8.json" >> "$out/bench.log" 2>&1 ||
   status=1
 cat "$out/bench.log"
 exit $status

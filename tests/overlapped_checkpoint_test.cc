@@ -155,7 +155,7 @@ TEST_CASE("overlap: an input changed in place before it was spilled is a clear e
   }
   CHECK_THROWS_WITH_AS(spill::checkpoint(
                            *stash, [](const torch::Tensor& t) { return t * 2; }, y),
-                       doctest::Contains("modified in place"), spill::CheckpointError);
+                       doctest::Contains("modified by an inplace operation"), spill::CheckpointError);
 }
 
 TEST_CASE("overlap: a failed asynchronous write surfaces as spill::IoError, never a hang") {

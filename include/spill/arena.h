@@ -38,6 +38,21 @@ enum class Backing {
 
 const char* to_string(Backing backing);  // "disk" or "ram"
 
+// What store() does when the host pool has no room for an accelerator input (and, on the CPU,
+// when the bytes of inputs whose writes are in flight reach host_pool_bytes). See Note [The host
+// pool] in src/torch_layer/host_pool.cc.
+enum class PoolFull {
+  wait,            // wait for the oldest write in flight to complete (counted in StashStats)
+  keep_on_device,  // accelerator inputs: keep this input where it is, unspilled (counted too)
+};
+
+const char* to_string(PoolFull policy);  // "wait" or "keep_on_device"
+
+// ArenaOptions::host_pool_bytes when not set: sized from the first accelerator input (room for
+// prefetch_depth + 2 of them, at least 64 MiB), capped by the memory this process may use and
+// by RLIMIT_MEMLOCK.
+constexpr std::uint64_t kAutomaticHostPool = ~0ull;
+
 struct ArenaOptions {
   std::string directory;              // "" -> default_spill_directory()
   std::uint64_t capacity_bytes = 0;   // required; see spill::bytes_for_layer_inputs
@@ -73,6 +88,14 @@ struct ArenaOptions {
   // it on the caller's. See Note [Integrity hashing] in
   // src/core/integrity.cc.
   bool verify_integrity = true;
+  // The one host-memory budget of the arena stash (spill::checkpoint), in bytes: for accelerator
+  // inputs, the pool that device -> host copies land in, O_DIRECT writes read from and reads
+  // land in before the host -> device copy — allocated once, pinned once, reused every step;
+  // for CPU inputs, the most bytes of inputs whose writes are in flight. At least one page,
+  // at most the memory this process may use. See Note [The host pool] in
+  // src/torch_layer/host_pool.cc.
+  std::uint64_t host_pool_bytes = kAutomaticHostPool;
+  PoolFull when_pool_full = PoolFull::wait;
 };
 
 // Calls visit(name, field) for each field of `options` (const or not), in declaration order: the
@@ -93,6 +116,8 @@ std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, ArenaOptions>> vis
   visit("prefetch_depth", options.prefetch_depth);
   visit("keep_last", options.keep_last);
   visit("verify_integrity", options.verify_integrity);
+  visit("host_pool_bytes", options.host_pool_bytes);
+  visit("when_pool_full", options.when_pool_full);
 }
 
 // Largest staging pool accepted (64 GiB), against unit mistakes.
@@ -197,8 +222,15 @@ class Region {
   // read's integrity check, done before the Pending is ready, fails its Pending::wait with
   // spill::IntegrityError (on a RAM arena, read_async checks and throws at once). A direct-mode read lands in `dst`
   // without a copy when `dst` is aligned to SpillArena::io_alignment().
-  Pending write_async(const void* src, std::uint64_t bytes);
-  Pending read_async(void* dst, std::uint64_t bytes);
+  // `offset_in_region` moves a piece of the region (page-aligned in direct mode).
+  Pending write_async(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
+  Pending read_async(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
+  // io = gds (SpillArena::uses_gds()): device memory to and from the region through cuFile,
+  // synchronously; `bytes` and `offset_in_region` multiples of 4 KiB. Not hashed (the host never
+  // sees the bytes). See Note [GPUDirect Storage] in src/core/gds.cc.
+  void write_from_device(const void* device_ptr, std::uint64_t bytes,
+                         std::uint64_t offset_in_region = 0);
+  void read_to_device(void* device_ptr, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
   // Zero-copy read: the region's bytes in the mapping, counted in bytes_read. The caller reads
   // them in place (the checkpoint wrapper wraps them in a tensor); non-resident pages are read
   // ahead first, and checked before they are handed out (IntegrityError). `bytes` must be <=
@@ -255,6 +287,7 @@ class SpillArena {
   const ArenaOptions& options() const;  // as resolved: directory, io mode, rounded sizes
   const void* identity() const;         // the same for every handle to this arena
   IoMode io_mode() const;               // resolved: buffered or direct
+  bool uses_gds() const;                // io = gds was asked: device inputs go through cuFile
   std::uint64_t io_alignment() const;   // alignment a direct read needs to skip staging
   // For stashes: a stashed tensor was given back; `was_ready` when its I/O had completed,
   // `waited_ns` spent waiting for it; `prefetched` when its read was queued ahead.

@@ -148,6 +148,38 @@ class IntegrityError : public Error {
   std::uint64_t region_offset_, offset_in_region_, bytes_, expected_, found_;
 };
 
+// IoMode::gds was asked but GPUDirect Storage cannot run here: libcufile could not be loaded
+// (cufile_status() 0; the message has dlerror()'s text and how to install it) or cuFile refused
+// to start (cufile_status() is cuFile's CU_FILE_... code, named in the message). Names the
+// library searched. See Note [GPUDirect Storage] in src/core/gds.cc.
+class GdsUnavailableError : public Error {
+ public:
+  GdsUnavailableError(const std::string& library, int cufile_status, const std::string& message)
+      : Error(message), library_(library), status_(cufile_status) {}
+  const std::string& library() const { return library_; }
+  int cufile_status() const { return status_; }
+
+ private:
+  std::string library_;
+  int status_;
+};
+
+// An arena, one of its regions or a Pending of theirs was used in a child of fork(): an arena
+// belongs to the process that created it. In the child it is inert — no I/O, and destroying it
+// only releases the child's own mapping and descriptors; the parent's arena is untouched. Names
+// the creating process and this one. See Note [Arenas across fork] in src/core/fork_guard.cc.
+class ForkedProcessError : public Error {
+ public:
+  ForkedProcessError(std::uint64_t creator_pid, std::uint64_t current_pid,
+                     const std::string& message)
+      : Error(message), creator_pid_(creator_pid), current_pid_(current_pid) {}
+  std::uint64_t creator_pid() const { return creator_pid_; }
+  std::uint64_t current_pid() const { return current_pid_; }
+
+ private:
+  std::uint64_t creator_pid_, current_pid_;
+};
+
 // Misuse of the checkpoint wrapper, e.g. a second backward through the same graph.
 class CheckpointError : public Error {
  public:

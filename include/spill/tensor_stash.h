@@ -36,20 +36,62 @@ class StashedTensor {
   virtual void prefetch() {}
 };
 
+// What an arena stash did and holds (zeros for the others). Device bytes are those of
+// accelerator inputs the stash references: stored and not yet copied off, or brought back and
+// not yet restored. See Note [The host pool] in src/torch_layer/host_pool.cc.
+struct StashStats {
+  std::uint64_t inputs_stored = 0;
+  std::uint64_t inputs_spilled = 0;
+  std::uint64_t device_bytes_held = 0;
+  std::uint64_t peak_device_bytes_held = 0;
+  std::uint64_t host_pool_bytes = 0;       // the pool's size once made (first accelerator input)
+  bool host_pool_pinned = false;
+  std::uint64_t peak_host_pool_bytes_in_use = 0;
+  std::uint64_t host_bytes_in_flight = 0;  // CPU inputs held while their writes are in flight
+  std::uint64_t peak_host_bytes_in_flight = 0;
+  std::uint64_t pool_waits = 0;            // store()s that waited for room (PoolFull::wait)
+  std::uint64_t pool_wait_ns = 0;
+  std::uint64_t inputs_kept_on_device = 0;  // PoolFull::keep_on_device found no room
+  std::uint64_t bytes_kept_on_device = 0;
+  std::uint64_t pieces = 0;  // transfers of inputs larger than the pool, piece by piece
+};
+
+// Calls visit(name, value) for each field of `stats`: the one list reports are made from.
+template <class Visit>
+void visit_fields(const StashStats& s, Visit&& visit) {
+  visit("inputs_stored", s.inputs_stored);
+  visit("inputs_spilled", s.inputs_spilled);
+  visit("device_bytes_held", s.device_bytes_held);
+  visit("peak_device_bytes_held", s.peak_device_bytes_held);
+  visit("host_pool_bytes", s.host_pool_bytes);
+  visit("host_pool_pinned", s.host_pool_pinned);
+  visit("peak_host_pool_bytes_in_use", s.peak_host_pool_bytes_in_use);
+  visit("host_bytes_in_flight", s.host_bytes_in_flight);
+  visit("peak_host_bytes_in_flight", s.peak_host_bytes_in_flight);
+  visit("pool_waits", s.pool_waits);
+  visit("pool_wait_ns", s.pool_wait_ns);
+  visit("inputs_kept_on_device", s.inputs_kept_on_device);
+  visit("bytes_kept_on_device", s.bytes_kept_on_device);
+  visit("pieces", s.pieces);
+}
+
 class TensorStash {
  public:
   virtual ~TensorStash() = default;
   // Throws spill::ArenaExhaustedError (naming the tensor's shape and bytes) when there is no room.
   virtual std::unique_ptr<StashedTensor> store(const torch::Tensor& tensor) = 0;
   virtual std::string name() const = 0;  // "disk", "ram", "recompute", "per_file"
+  virtual StashStats stats() const { return {}; }
 };
 
 // Regions of `arena` (disk or RAM backing). The stash holds its own handle to the arena and
-// follows its options: asynchronous, prefetch_depth, keep_last.
+// follows its options: asynchronous, prefetch_depth, keep_last, host_pool_bytes, when_pool_full.
 std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena);
 // The stash spill::checkpoint(arena, ...) uses: one per arena while any of its tensors is
 // stashed, so consecutive layers form one chain for prefetching and keep_last.
 std::shared_ptr<TensorStash> shared_arena_stash(const SpillArena& arena);
+// The stats of that shared stash (zeros when none is alive).
+StashStats shared_stash_stats(const SpillArena& arena);
 // Keeps a reference to the input itself: gradient checkpointing without offloading.
 std::shared_ptr<TensorStash> make_in_memory_stash();
 // One torch::save file per tensor in `directory`, torch::load + delete on restore; deleted as

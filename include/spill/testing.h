@@ -46,4 +46,22 @@ void set_fault_hook(FaultHook hook);
 // function removes it. See Note [The I/O queue] in src/core/io_queue.cc.
 void set_io_test_hook(std::function<int(IoOp op)> hook);
 
+// LibTorch layer (spillarena::spillarena): while enabled, the arena stash treats CPU inputs as
+// accelerator inputs — through the host pool, with device <-> host copies made on a thread of
+// their own after a random delay of min_delay_us to max_delay_us each — so tests check the accelerator
+// path's budget, back-pressure, release timing and gradients without a GPU. Entries stored
+// meanwhile keep that engine until they are restored. See Note [Accelerator copies] in
+// src/torch_layer/device_copy.cc.
+//
+//   spill::testing::set_accelerator_emulation({true, 200, 7});  // up to 200 us, seed 7
+//   ... spill::checkpoint(arena, layer, x) on CPU tensors ...
+//   spill::testing::set_accelerator_emulation({});              // off
+struct AcceleratorEmulation {
+  bool enabled = false;
+  std::uint32_t max_delay_us = 0;
+  std::uint64_t seed = 1;
+  std::uint32_t min_delay_us = 0;
+};
+void set_accelerator_emulation(const AcceleratorEmulation& emulation);
+
 }  // namespace spill::testing

@@ -5,6 +5,7 @@
 
 #include "arena_core.h"
 #include "enum_names.h"
+#include "gds.h"
 #include "host_memory.h"
 #include "platform.h"
 #include "spill/process_memory.h"
@@ -14,6 +15,7 @@
 namespace spill {
 
 const char* to_string(Backing backing) { return name_in({"disk", "ram"}, backing); }
+const char* to_string(PoolFull policy) { return name_in({"wait", "keep_on_device"}, policy); }
 namespace {
 
 void check_capacity(std::uint64_t capacity) {
@@ -49,6 +51,27 @@ void check_staging_fits(std::uint64_t staging) {
                                    "cgroup); lower it (default 64 MiB)");
 }
 
+// An explicit host pool: at least a page, and no more than the memory this process may still use
+// (allocated at the first accelerator input, it would summon the OOM killer there instead).
+// RLIMIT_MEMLOCK is checked where the pool is pinned (src/torch_layer/host_pool.cc).
+void check_host_pool(std::uint64_t pool) {
+  if (pool == kAutomaticHostPool) return;
+  const std::uint64_t page = platform::capabilities().page_size_bytes;
+  if (pool < page) {
+    throw InvalidArgumentError("spill: ArenaOptions::host_pool_bytes = " + std::to_string(pool) +
+                               " is below one page (" + std::to_string(page) +
+                               " bytes); give at least one input's bytes, or leave it unset "
+                               "(spill::kAutomaticHostPool) to size it from the first input");
+  }
+  const std::uint64_t usable = memory_limits().usable_bytes();
+  if (usable == 0 || pool <= usable) return;
+  throw InsufficientSpaceError("<host pool>", pool, usable,
+                               "spill: ArenaOptions::host_pool_bytes = " + bytes_with_units(pool) +
+                                   " exceeds the " + bytes_with_units(usable) +
+                                   " of memory this process may still use (MemAvailable, memory "
+                                   "cgroup); lower it or leave it unset");
+}
+
 std::uint64_t round_to_pages(std::uint64_t bytes) {
   const std::uint64_t page = platform::capabilities().page_size_bytes;
   return (bytes + page - 1) / page * page;
@@ -59,11 +82,17 @@ std::uint64_t round_to_pages(std::uint64_t bytes) {
 // IoMode::automatic asks how much memory this process may still use (the memory cgroup's limit
 // less its usage, and MemAvailable) and spills with direct I/O when the arena is larger: the
 // page cache could not hold it anyway, and would compete with the model for the limit. Where
-// the file system refuses O_DIRECT, buffered I/O runs and the stats say why.
+// the file system refuses O_DIRECT, buffered I/O runs and the stats say why. io = gds (never
+// chosen here) runs as direct for the engine; see Note [GPUDirect Storage] in src/core/gds.cc.
 IoMode resolve_io_mode(const ArenaOptions& o, std::string* note) {
   if (o.backing == Backing::ram) {
     *note = "RAM backing: no disk I/O";
     return IoMode::buffered;
+  }
+  if (o.io == IoMode::gds) {
+    *note = "io = gds as asked: device memory through cuFile (" +
+            detail::cufile_library_name() + "); host-side I/O as direct";
+    return IoMode::direct;
   }
   if (o.io != IoMode::automatic) {
     *note = std::string("io = ") + to_string(o.io) + " as asked";
@@ -131,6 +160,7 @@ std::string default_spill_directory() {
 SpillArena::SpillArena(const ArenaOptions& options) {
   check_capacity(options.capacity_bytes);
   check_staging(options.staging_bytes);
+  check_host_pool(options.host_pool_bytes);
   ArenaOptions o = options;
   o.capacity_bytes = round_to_pages(options.capacity_bytes);
   // A pool larger than the arena could never be filled: capped at the capacity.
@@ -139,9 +169,12 @@ SpillArena::SpillArena(const ArenaOptions& options) {
   if (o.backing == Backing::ram) o.directory.clear();
   std::string io_note;
   if (o.backing == Backing::disk) detail::check_directory(o.directory);
+  // io = gds without libcufile is a typed error now, not at the first device input.
+  const bool gds = o.io == IoMode::gds && o.backing == Backing::disk;
+  if (gds) detail::cufile_library();
   o.io = resolve_io_mode(o, &io_note);
   if (o.io == IoMode::direct) check_staging_fits(o.staging_bytes);
-  core_ = std::make_shared<detail::ArenaCore>(o, make_storage(o), std::move(io_note));
+  core_ = std::make_shared<detail::ArenaCore>(o, make_storage(o), std::move(io_note), gds);
 }
 
 SpillArena::~SpillArena() = default;
@@ -150,6 +183,7 @@ SpillArena& SpillArena::operator=(SpillArena&&) noexcept = default;
 
 detail::ArenaCore& SpillArena::live_core() const {
   if (!core_) throw Error("spill: use of a moved-from SpillArena");
+  core_->check_process("a use of a SpillArena");  // Note [Arenas across fork] (fork_guard.cc)
   return *core_;
 }
 
@@ -188,6 +222,7 @@ void SpillArena::prefetch(const Region& region) const {
 const ArenaOptions& SpillArena::options() const { return live_core().options(); }
 const void* SpillArena::identity() const { return &live_core(); }
 IoMode SpillArena::io_mode() const { return live_core().io_mode(); }
+bool SpillArena::uses_gds() const { return live_core().gds_requested(); }
 std::uint64_t SpillArena::io_alignment() const { return live_core().io_alignment(); }
 
 void SpillArena::record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) const {

@@ -1,28 +1,60 @@
 #include "arena_core.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
 #include "platform.h"
+#include "spill/error.h"
 
 namespace spill::detail {
 
 ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> storage,
-                     std::string io_note)
+                     std::string io_note, bool gds_requested)
     : options_(options),
       io_note_(std::move(io_note)),
+      gds_requested_(gds_requested),
       storage_(std::move(storage)),
       allocator_(options.capacity_bytes, platform::capabilities().page_size_bytes) {
   if (options_.verify_integrity) ledger_ = std::make_unique<IntegrityLedger>();
   if (options_.backing == Backing::disk) {
     engine_ = std::make_unique<IoEngine>(*storage_, options_, options_.io);
   }
+  // Opened with the arena, so a driver cuFile cannot start is a typed error now, and the stats
+  // can say which mode runs.
+  if (gds_requested_ && engine_) gds_ = std::make_unique<GdsFile>(storage_->direct_fd());
+}
+
+void ArenaCore::write_from_device(std::uint64_t region, std::uint64_t at, const void* device_ptr,
+                                  std::uint64_t bytes) {
+  owner_.check("a write from device memory (io = gds)");
+  if (!gds_) throw InvalidArgumentError("spill: write_from_device needs an arena made with io = gds");
+  engine_->throw_if_failed();
+  if (ledger_) ledger_->forget(region, Span{at, bytes});
+  gds_->write(device_ptr, bytes, region + at);
+  bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void ArenaCore::read_to_device(std::uint64_t region, std::uint64_t at, void* device_ptr,
+                               std::uint64_t bytes) {
+  owner_.check("a read into device memory (io = gds)");
+  if (!gds_) throw InvalidArgumentError("spill: read_to_device needs an arena made with io = gds");
+  engine_->throw_if_failed();
+  gds_->read(device_ptr, bytes, region + at);
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 ArenaCore::~ArenaCore() {
-  if (engine_) engine_->drain();
+  if (engine_ && !owner_.forked()) engine_->drain();
 }
 
 // The hashes go first: once the block is back in the allocator, another thread may carve the
 // same offset and record its own.
 void ArenaCore::free(const Block& block) noexcept {
+  if (owner_.forked()) return;  // the child's copy of the allocator is never used again
   if (ledger_) ledger_->drop(block.offset);
   if (engine_) engine_->forget_failures(block.offset, block.size);
   try {
@@ -37,28 +69,111 @@ void ArenaCore::free(const Block& block) noexcept {
 // src/core/spill_file.cc).
 void ArenaCore::write(std::uint64_t region, std::uint64_t at, const void* src,
                       std::uint64_t bytes) {
+  owner_.check("a write of a region");
   if (engine_) engine_->throw_if_failed();
   if (engine_ && options_.io != IoMode::buffered) {
     write_async(region, at, src, bytes).wait();
     return;
   }
-  const Span written{at, bytes};
-  if (ledger_) ledger_->forget(region, written);
-  storage_->write(region + at, src, bytes);
-  if (ledger_) ledger_->record(region, written, written, static_cast<const char*>(src));
+  if (ledger_) {
+    write_hashed(region, at, static_cast<const char*>(src), bytes);
+  } else {
+    storage_->write(region + at, src, bytes);
+  }
   bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
   if (engine_) engine_->written(region + at, bytes);
 }
 
 void ArenaCore::read(std::uint64_t region, std::uint64_t at, void* dst, std::uint64_t bytes) {
+  owner_.check("a read of a region");
   if (engine_) engine_->throw_if_failed();
   if (engine_ && (options_.io != IoMode::buffered || !storage_->resident(region + at, bytes))) {
     read_async(region, at, dst, bytes).wait();
     return;
   }
-  storage_->read(region + at, dst, bytes);
+  read_resident(region, at, static_cast<char*>(dst), bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-  verify(region, Span{at, bytes}, static_cast<const char*>(dst));
+}
+
+// The copy and its hash take turns slice by slice, so the hash reads what the copy just left in
+// the CPU cache. See Note [Hashing while the bytes are in cache] in src/core/integrity.cc.
+void ArenaCore::write_hashed(std::uint64_t region, std::uint64_t at, const char* src,
+                             std::uint64_t bytes) {
+  WriteHasher hasher(Span{at, bytes});
+  ledger_->forget(region, hasher.write());
+  for (std::uint64_t done = 0; done < bytes; done += kHashSliceBytes) {
+    const std::uint64_t n = std::min(kHashSliceBytes, bytes - done);
+    storage_->write(region + at + done, src + done, n);
+    hasher.update(src + done, n);
+  }
+  ledger_->record(region, hasher);
+}
+
+// Resident pages (or host memory), copied from the mapping as SpillFile::read does, in slices
+// that the integrity check hashes as they land (it skips bytes no recorded chunk covers).
+void ArenaCore::read_resident(std::uint64_t region, std::uint64_t at, char* dst,
+                              std::uint64_t bytes) {
+  std::optional<IntegrityLedger::ReadCheck> check;
+  if (ledger_) check.emplace(ledger_->checker(region, Span{at, bytes}));
+  const char* from = storage_->base() + region + at;
+  std::exception_ptr mismatch;
+  auto copy = [&] {
+    for (std::uint64_t done = 0; done < bytes; done += kHashSliceBytes) {
+      const std::uint64_t n = std::min(kHashSliceBytes, bytes - done);
+      std::memcpy(dst + done, from + done, n);
+      if (check && (mismatch = check->update(dst + done, n))) return;
+    }
+  };
+  read_mapping(region + at, bytes, IoOp::read, copy);
+  if (mismatch) std::rethrow_exception(mismatch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the mapping (see Note [SIGBUS on the mapping] in src/core/platform_posix.cc)
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+template <class Read>
+void run(void* read) {
+  (*static_cast<Read*>(read))();
+}
+}  // namespace
+
+// `read` reads [offset, offset + bytes) of the mapping. A file shorter than that is an IoError
+// before it runs; a SIGBUS while it runs is one after (the file shrank meanwhile, or the disk
+// failed to read a page in). Host memory has no file: `read` just runs.
+template <class Read>
+void ArenaCore::read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op,
+                             Read& read) const {
+  if (storage_->fd() < 0) return read();
+  throw_if_shrunk(offset, bytes, op);
+  if (platform::read_mapped(storage_->base() + offset, bytes, &run<Read>, &read) == 0) return;
+  throw_if_shrunk(offset, bytes, op);
+  throw IoError(EIO,
+                "spill: reading " + std::to_string(bytes) + " bytes at offset " +
+                    std::to_string(offset) + " of the spill file in " + storage_->info().directory +
+                    " through its mapping failed (SIGBUS): the disk could not read a page of it "
+                    "back; check the disk (dmesg, its SMART log), and move the spill directory to "
+                    "a healthy disk if it happens again",
+                op, offset, bytes);
+}
+
+void ArenaCore::throw_if_shrunk(std::uint64_t offset, std::uint64_t bytes, IoOp op) const {
+  platform::FileStatus status;
+  if (platform::file_status(storage_->fd(), &status) != 0) return;  // the read will tell
+  if (status.size_bytes >= offset + bytes) return;
+  throw IoError(
+      EIO,
+      "spill: the spill file in " + storage_->info().directory + " is " +
+          std::to_string(status.size_bytes) + " bytes long, not the " +
+          std::to_string(storage_->info().capacity_bytes) +
+          " it was made with: something truncated it behind the arena's back (a process writing "
+          "through /proc/" + std::to_string(platform::process_id()) + "/fd/" +
+          std::to_string(storage_->fd()) + ", or a tool cleaning the directory), and the " +
+          std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+          " are gone. Nothing was read; create a new SpillArena, and keep cleanup tools and other "
+          "processes away from the spill directory while it is in use",
+      op, offset, bytes);
 }
 
 // A piece holds its hash chunks whole when a transfer starts on the chunk grid (at 0: every
@@ -82,6 +197,16 @@ IoEngine::Hooks ArenaCore::hash_written(std::uint64_t region, std::uint64_t at, 
   const Span written{at, bytes};
   ledger_->forget(region, written);
   IoEngine::Hooks hooks;
+  if (options_.io == IoMode::direct) {  // hashed as it is copied into staging, recorded once on file
+    auto hasher = std::make_shared<WriteHasher>(written);
+    hooks.staged = [hasher](const char* memory, std::uint64_t n) { hasher->update(memory, n); };
+    hooks.after = [ledger = ledger_.get(), region, hasher](bool all_succeeded,
+                                                           const std::vector<IoEngine::Piece>&) {
+      if (all_succeeded) ledger->record(region, *hasher);
+      return std::exception_ptr();
+    };
+    return hooks;
+  }
   hooks.piece = [ledger = ledger_.get(), region, written](std::uint64_t offset, const char* memory,
                                                           std::uint64_t n) {
     ledger->record(region, written, Span{offset - region, n}, memory);
@@ -117,6 +242,7 @@ IoEngine::Hooks ArenaCore::check_read(std::uint64_t region, std::uint64_t at, vo
 
 Pending ArenaCore::write_async(std::uint64_t region, std::uint64_t at, const void* src,
                                std::uint64_t bytes) {
+  owner_.check("an asynchronous write of a region");
   if (!engine_) {
     write(region, at, src, bytes);
     return Pending();
@@ -130,6 +256,7 @@ Pending ArenaCore::write_async(std::uint64_t region, std::uint64_t at, const voi
 
 Pending ArenaCore::read_async(std::uint64_t region, std::uint64_t at, void* dst,
                               std::uint64_t bytes) {
+  owner_.check("an asynchronous read of a region");
   if (!engine_) {
     read(region, at, dst, bytes);
     return Pending();
@@ -141,28 +268,34 @@ Pending ArenaCore::read_async(std::uint64_t region, std::uint64_t at, void* dst,
 }
 
 const void* ArenaCore::read_in_place(std::uint64_t region, std::uint64_t bytes) const {
+  owner_.check("a zero-copy read of a region");
   if (engine_) engine_->throw_if_failed();  // bytes a failed write left behind are not handed out
   storage_->prefetch(region, bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
   const char* in_place = storage_->base() + region;
-  verify(region, Span{0, bytes}, in_place);
+  std::optional<IntegrityLedger::ReadCheck> check;
+  if (ledger_) check.emplace(ledger_->checker(region, Span{0, bytes}));
+  std::exception_ptr mismatch;
+  auto hash = [&] {
+    if (check) mismatch = check->update(in_place, bytes);
+  };
+  read_mapping(region, bytes, IoOp::read, hash);  // the size checked even with nothing to hash
+  if (mismatch) std::rethrow_exception(mismatch);
   return in_place;
 }
 
-void ArenaCore::verify(std::uint64_t region, const Span& read, const char* memory) const {
-  if (!ledger_) return;
-  if (std::exception_ptr e = ledger_->check(region, read, memory)) std::rethrow_exception(e);
-}
-
 void ArenaCore::prefetch(std::uint64_t offset, std::uint64_t bytes) const {
+  owner_.check("a prefetch of a region");
   storage_->prefetch(offset, bytes);
 }
 
 void ArenaCore::start_writeback(std::uint64_t offset, std::uint64_t bytes) const {
+  owner_.check("a writeback of a region");
   storage_->start_writeback(offset, bytes);
 }
 
 void ArenaCore::drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const {
+  owner_.check("a cache drop of a region");
   storage_->drop_cached_pages(offset, bytes);
 }
 
@@ -197,6 +330,7 @@ ArenaStats ArenaCore::stats() const {
   s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
   s.io_mode = options_.io;
   s.io_note = io_note_;
+  if (gds_) s.io_note += std::string("; cuFile mode: ") + gds_->mode();
   if (engine_) {
     s.io_backend = engine_->backend();
     if (!engine_->backend_note().empty()) {

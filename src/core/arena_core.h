@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "fork_guard.h"
+#include "gds.h"
 #include "integrity.h"
 #include "io_engine.h"
 #include "spill/arena.h"
@@ -18,10 +20,20 @@ namespace spill::detail {
 class ArenaCore {
  public:
   // `options.io` is resolved (buffered or direct); `io_note` says why, for the stats.
-  ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> storage, std::string io_note);
+  // `gds_requested`: io = gds was asked (then resolved to direct).
+  ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> storage, std::string io_note,
+            bool gds_requested = false);
   ~ArenaCore();
 
-  std::optional<Block> allocate(std::uint64_t bytes) { return allocator_.allocate(bytes); }
+  // In a fork() child every operation below throws spill::ForkedProcessError, free() and the
+  // destructor touch nothing of the parent's: see Note [Arenas across fork] in
+  // src/core/fork_guard.cc. check_process is that check, for SpillArena's members.
+  void check_process(const char* operation) const { owner_.check(operation); }
+
+  std::optional<Block> allocate(std::uint64_t bytes) {
+    owner_.check("SpillArena::allocate");
+    return allocator_.allocate(bytes);
+  }
   void free(const Block& block) noexcept;
 
   // Region I/O: `region` is the region's file offset (what its integrity hashes are kept by),
@@ -40,9 +52,21 @@ class ArenaCore {
 
   ArenaStats stats() const;
   IoMode io_mode() const { return options_.io; }
+  // io = gds was asked: device inputs go through cuFile (src/core/gds.h) on storage().direct_fd().
+  bool gds_requested() const { return gds_requested_; }
+  // io = gds: synchronous transfers between device memory and the region through cuFile;
+  // `at` and `bytes` multiples of GdsFile::kAlignmentBytes. Bytes the host never sees are not
+  // hashed: a write forgets the hashes of the range it covers.
+  void write_from_device(std::uint64_t region, std::uint64_t at, const void* device_ptr,
+                         std::uint64_t bytes);
+  void read_to_device(std::uint64_t region, std::uint64_t at, void* device_ptr,
+                      std::uint64_t bytes);
   std::uint64_t io_alignment() const;
   const ArenaOptions& options() const { return options_; }
-  const Storage& storage() const { return *storage_; }
+  const Storage& storage() const {
+    owner_.check("a use of the spill file");
+    return *storage_;
+  }
   IoEngine* engine() { return engine_.get(); }  // null for the RAM backing
 
  private:
@@ -53,10 +77,16 @@ class ArenaCore {
                                std::uint64_t bytes);
   IoEngine::Hooks check_read(std::uint64_t region, std::uint64_t at, void* dst,
                              std::uint64_t bytes);
-  void verify(std::uint64_t region, const Span& read, const char* memory) const;
+  void write_hashed(std::uint64_t region, std::uint64_t at, const char* src, std::uint64_t bytes);
+  void read_resident(std::uint64_t region, std::uint64_t at, char* dst, std::uint64_t bytes);
+  template <class Read>
+  void read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op, Read& read) const;
+  void throw_if_shrunk(std::uint64_t offset, std::uint64_t bytes, IoOp op) const;
 
+  const ProcessOwner owner_;
   const ArenaOptions options_;
   const std::string io_note_;
+  const bool gds_requested_;
   std::unique_ptr<Storage> storage_;
   SlabAllocator allocator_;
   std::atomic<std::uint64_t> bytes_written_{0};
@@ -67,6 +97,7 @@ class ArenaCore {
   std::atomic<std::uint64_t> prefetches_{0};
   std::atomic<std::uint64_t> prefetch_hits_{0};
   std::unique_ptr<IntegrityLedger> ledger_;  // verify_integrity only; outlives the engine
+  std::unique_ptr<GdsFile> gds_;             // io = gds only
   std::unique_ptr<IoEngine> engine_;         // disk only; last member: drained first
 };
 

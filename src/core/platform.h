@@ -1,7 +1,7 @@
 // The operating-system seam. Every system call of the library lives behind the functions below,
 // in one file per OS family:
 //   platform_posix.cc  what every POSIX system has: open, close, fstat, unlink, mkostemp,
-//                      pread/pwrite, mmap/munmap, sysconf; and capabilities();
+//                      pread/pwrite, mmap/munmap, sysconf, dlopen/dlsym; and capabilities();
 //   platform_linux.cc  what only Linux has: O_TMPFILE, O_DIRECT reopened through /proc/self/fd,
 //                      fallocate, sync_file_range, posix_fadvise, mincore, MADV_DONTNEED, statfs
 //                      magic numbers, /proc and cgroup files, glibc's malloc tuning;
@@ -117,6 +117,15 @@ int unmap_pages(void* addr, std::uint64_t bytes);
 // MADV_WILLNEED on a sub-range of a mapping (addr page aligned).
 int advise_will_need(void* addr, std::uint64_t bytes);
 
+// Runs read(context), which reads [begin, begin + bytes) of a shared file mapping, with a SIGBUS
+// at an address in that range (the file shrank under the mapping, or the disk failed a page)
+// turned into EIO: `read` is then left where it faulted, by siglongjmp, so it must hold nothing
+// that needs destroying (plain copies and hashes). SIGBUS elsewhere goes to the handler installed
+// before the first call (by default the process dies, as without this). Per thread.
+// See Note [SIGBUS on the mapping] in src/core/platform_posix.cc.
+int read_mapped(const void* begin, std::uint64_t bytes, void (*read)(void* context),
+                void* context);
+
 // ---------------------------------------------------------------------------------------------
 // Bulk I/O and page-cache control on a file range
 // ---------------------------------------------------------------------------------------------
@@ -135,11 +144,27 @@ int drop_cached_pages(int fd, std::uint64_t offset, std::uint64_t bytes);
 int prefetch_range(int fd, std::uint64_t offset, std::uint64_t bytes);
 
 // ---------------------------------------------------------------------------------------------
+// Shared libraries loaded at run time (libcufile: see Note [GPUDirect Storage] in src/core/gds.cc)
+// ---------------------------------------------------------------------------------------------
+
+// dlopen(RTLD_NOW | RTLD_LOCAL) of `name`: a file name searched as the dynamic linker does
+// (LD_LIBRARY_PATH, ld.so.cache), or a path. A library that fails to load is ENOENT with
+// *error = dlerror()'s text. Loaded libraries are never unloaded.
+int load_library(const std::string& name, void** handle, std::string* error);
+// dlsym of `name` in a loaded library: ENOENT (and *symbol null) when it has none.
+int find_symbol(void* handle, const char* name, void** symbol);
+
+// ---------------------------------------------------------------------------------------------
 // Process facts
 // ---------------------------------------------------------------------------------------------
 
 std::uint64_t process_id();
+// pthread_atfork: `in_child` runs in the child of every later fork(), before fork() returns
+// there; only async-signal-safe work belongs in it. Handlers cannot be removed: register once.
+int register_fork_handler(void (*in_child)());
 std::uint64_t physical_memory_bytes();
+// RLIMIT_MEMLOCK's soft limit in bytes; UINT64_MAX when unlimited or unknown.
+std::uint64_t locked_memory_limit_bytes();
 // [Linux] RssAnon from /proc/self/status, in bytes (0 when unreadable).
 std::uint64_t resident_anonymous_bytes();
 // The system temp directory: $TMPDIR when set and non-empty, else "/tmp".

@@ -1,9 +1,14 @@
 // The POSIX half of platform.h: the calls every POSIX system has. What only Linux has is in
 // platform_linux.cc (platform_other.cc elsewhere); see platform.h for the split and the contract.
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -209,13 +214,126 @@ int read_at(int fd, void* dst, std::uint64_t bytes, std::uint64_t offset) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Shared libraries loaded at run time
+// ---------------------------------------------------------------------------------------------
+
+int load_library(const std::string& name, void** handle, std::string* error) {
+  *handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (*handle != nullptr) return 0;
+  const char* text = dlerror();
+  *error = text != nullptr ? text : "dlopen failed";
+  return ENOENT;  // the cause (missing, wrong ELF class, missing dependency) is in *error
+}
+
+int find_symbol(void* handle, const char* name, void** symbol) {
+  *symbol = dlsym(handle, name);
+  return *symbol != nullptr ? 0 : ENOENT;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading a shared file mapping without dying of SIGBUS
+// ---------------------------------------------------------------------------------------------
+
+// Note [SIGBUS on the mapping]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A load from a shared file mapping beyond the file's end, or from a page the disk fails to
+// read in, raises SIGBUS, and the process dies without a word about the spill file. The file is
+// preallocated (see Note [Preallocate, never sparse] in src/core/spill_file.cc), so that takes
+// someone shrinking it behind the arena's back (ftruncate through /proc/<pid>/fd/N, a cleanup
+// tool) or a failing disk. The arena's mapped reads (the copy of a resident read, the integrity
+// hash of a zero-copy restore) first compare the file's size (fstat) with the bytes they need,
+// which names a file that shrank before; read_mapped covers what happens during the read: a
+// per-thread guard holds a sigjmp_buf and the address range, and the SIGBUS handler, installed
+// once, jumps back to it when the fault lies in that range, so the read becomes EIO and a typed
+// spill::IoError above. Faults outside a guarded range (another thread's, another library's
+// mapping) go to the handler that was there before ours, or to the default action, which kills
+// the process as it would have without us. A pointer handed out by read_in_place is read later
+// by the caller, outside any guard: the size check before handing it out is all it gets.
+namespace {
+
+struct MappedReadGuard {
+  sigjmp_buf jump;
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+};
+
+thread_local MappedReadGuard* t_mapped_read = nullptr;
+struct sigaction g_previous_sigbus;  // written once, before our handler is installed
+pthread_once_t g_sigbus_once = PTHREAD_ONCE_INIT;
+int g_sigbus_install_error = 0;
+
+void on_sigbus(int sig, siginfo_t* info, void* context) {
+  const MappedReadGuard* guard = t_mapped_read;
+  const auto at = reinterpret_cast<std::uintptr_t>(info->si_addr);
+  if (guard != nullptr && at >= guard->begin && at < guard->end) {
+    siglongjmp(t_mapped_read->jump, 1);
+  }
+  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) != 0) {
+    g_previous_sigbus.sa_sigaction(sig, info, context);
+  } else if (g_previous_sigbus.sa_handler != SIG_DFL && g_previous_sigbus.sa_handler != SIG_IGN) {
+    g_previous_sigbus.sa_handler(sig);
+  } else {
+    // The default action: reinstalled and raised again, it runs once this handler returns (a
+    // fault also repeats when its instruction does).
+    struct sigaction fallback {};
+    fallback.sa_handler = SIG_DFL;
+    sigemptyset(&fallback.sa_mask);
+    sigaction(sig, &fallback, nullptr);
+    raise(sig);
+  }
+}
+
+void install_sigbus_handler() {
+  struct sigaction action {};
+  action.sa_sigaction = on_sigbus;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  if (sigaction(SIGBUS, &action, &g_previous_sigbus) != 0) g_sigbus_install_error = errno;
+}
+
+// Puts the enclosing guard back however read_mapped is left: return, exception or the jump.
+struct RestoreGuard {
+  MappedReadGuard* outer;
+  ~RestoreGuard() { t_mapped_read = outer; }
+};
+
+}  // namespace
+
+int read_mapped(const void* begin, std::uint64_t bytes, void (*read)(void* context),
+                void* context) {
+  pthread_once(&g_sigbus_once, install_sigbus_handler);
+  if (g_sigbus_install_error != 0) {  // unguarded, as before: SIGBUS kills the process
+    read(context);
+    return 0;
+  }
+  MappedReadGuard guard;
+  guard.begin = reinterpret_cast<std::uintptr_t>(begin);
+  guard.end = guard.begin + bytes;
+  const RestoreGuard restore{t_mapped_read};
+  if (sigsetjmp(guard.jump, 1) != 0) return EIO;
+  t_mapped_read = &guard;
+  read(context);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Process facts
 // ---------------------------------------------------------------------------------------------
 
 std::uint64_t process_id() { return static_cast<std::uint64_t>(getpid()); }
 
+int register_fork_handler(void (*in_child)()) {
+  return pthread_atfork(nullptr, nullptr, in_child);
+}
+
 std::uint64_t physical_memory_bytes() {
   return static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * capabilities().page_size_bytes;
+}
+
+std::uint64_t locked_memory_limit_bytes() {
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return ~0ull;
+  return static_cast<std::uint64_t>(limit.rlim_cur);
 }
 
 std::string temp_directory() {

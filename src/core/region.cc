@@ -87,20 +87,34 @@ void Region::read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region
   core_->read(offset_, offset_in_region, dst, bytes);
 }
 
-Pending Region::write_async(const void* src, std::uint64_t bytes) {
+Pending Region::write_async(const void* src, std::uint64_t bytes,
+                            std::uint64_t offset_in_region) {
   core_or_throw();
-  check_range(size_, bytes, 0);
-  Pending p = core_->write_async(offset_, 0, src, bytes);
+  check_range(size_, bytes, offset_in_region);
+  Pending p = core_->write_async(offset_, offset_in_region, src, bytes);
   in_flight_.add(p);
   return p;
 }
 
-Pending Region::read_async(void* dst, std::uint64_t bytes) {
+Pending Region::read_async(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region) {
   core_or_throw();
-  check_range(size_, bytes, 0);
-  Pending p = core_->read_async(offset_, 0, dst, bytes);
+  check_range(size_, bytes, offset_in_region);
+  Pending p = core_->read_async(offset_, offset_in_region, dst, bytes);
   in_flight_.add(p);
   return p;
+}
+
+void Region::write_from_device(const void* device_ptr, std::uint64_t bytes,
+                               std::uint64_t offset_in_region) {
+  core_or_throw();
+  check_range(size_, bytes, offset_in_region);
+  core_->write_from_device(offset_, offset_in_region, device_ptr, bytes);
+}
+
+void Region::read_to_device(void* device_ptr, std::uint64_t bytes, std::uint64_t offset_in_region) {
+  core_or_throw();
+  check_range(size_, bytes, offset_in_region);
+  core_->read_to_device(offset_, offset_in_region, device_ptr, bytes);
 }
 
 const void* Region::read_in_place(std::uint64_t bytes) const {

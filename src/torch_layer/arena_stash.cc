@@ -1,36 +1,43 @@
 // The arena stash: layer inputs spilled to regions of a SpillArena, overlapped with compute.
+// The chain's common part and its CPU path; the accelerator path is in device_spill.cc.
 // See Note [Overlapped spilling].
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <deque>
-#include <exception>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <sstream>
 #include <utility>
 #include <vector>
 
-#include "device_copy.h"
-#include "serial_worker.h"
 #include "spill/tensor_stash.h"
+#include "stash_chain.h"
 #include "storable.h"
 
 namespace spill {
+namespace detail {
 namespace {
 
 // Note [Overlapped spilling]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // store() keeps a reference to the input and returns. The input is spilled once keep_last newer
-// inputs were stored (the last layers' inputs are needed first in backward, so they stay where they
-// are): its region is allocated and its write queued; an accelerator tensor is first copied to host
-// memory on a side stream (see Note [Accelerator copies] in src/torch_layer/device_copy.cc) and
-// written once that copy is done. The reference is dropped when the write completed, so until then
-// restore() simply gives the input back and no read can overtake the write. restore() of layer i
-// first queues the reads of its prefetch_depth predecessors — this stash's own chain of stored
-// tensors, not the arena's last write — then waits for its own bytes only. An input changed in
-// place before it was spilled would be spilled wrong, so its version counter is checked.
+// inputs were stored (the last layers' inputs are needed first in backward, so they stay where
+// they are): its region is allocated and its write queued — from the input itself on the CPU,
+// from a block of the host pool after a device -> host copy on an accelerator (Note [The host
+// pool] in host_pool.cc). Each step after that happens on the chain's progress thread (Note
+// [Progress on accelerators]) the moment the copy or the write completed: the device input is
+// released when its copy finished, the CPU input and the pool block when the write did. So memory
+// follows the I/O, not the next store(). The bytes in flight are bounded: the pool's size on an
+// accelerator, host_pool_bytes of CPU inputs otherwise; store() waits for the oldest write when
+// they would exceed it. restore() of layer i first secures its own bytes (a read into the pool
+// may wait for room), then queues the reads of its prefetch_depth predecessors — this stash's own
+// chain of stored tensors — without waiting, keeping room for the next restore, and only then
+// waits for its own. The lifecycle is one State: Note [Lifecycle of a stashed tensor] in
+// stash_entry.cc.
+//
+// An input changed in place while the stash references it — before it is spilled, during its
+// copy or write, or while kept — is refused in backward with autograd's own words: the bytes on
+// disk might be either version, and an integrity error would blame the disk for what the
+// program did.
 
 // Note [Progress on accelerators]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -38,20 +45,11 @@ namespace {
 // -> host copy of an input is rarely done, and the copies of a forward's last layers are never
 // looked at again before backward: their writes were not queued and their inputs stayed on the
 // device, holding the memory the spill exists to free (on an H200, 4 of 15 inputs per step were
-// spilled in direct mode). So a chain with accelerator inputs has one progress thread (a
-// SerialWorker): for each copy it waits for the copy's event and queues the write, then, in a
-// later job, waits for the write and drops the device tensor. The training thread still does the
-// same when it gets there first: retire() is idempotent under the entry's mutex. A failure in the
-// thread (a write that could not be queued) is kept and rethrown on the training thread at the
-// next store() or restore(); the entry keeps its input, so nothing is read from a region that was
-// never written.
-
-std::string describe(const torch::Tensor& t) {
-  std::ostringstream text;
-  text << "layer input of shape " << t.sizes() << ", dtype " << t.dtype() << ", " << t.nbytes()
-       << " bytes";
-  return text.str();
-}
+// spilled in direct mode). So each chain has one progress thread (a SerialWorker): for each copy
+// it waits for the copy's event and queues the write, then, in a later job, waits for the write
+// and returns the pool block; for each CPU write it waits and drops the input. It never waits
+// for the training thread, so a store() waiting for room always gets it. A failure in the thread
+// is kept and rethrown on the training thread at the next store() or restore().
 
 std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -59,100 +57,177 @@ std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
                                         .count());
 }
 
-struct Entry {
-  std::mutex mutex;  // guards the mutable fields below
-  torch::Tensor held;        // the input itself, until its write completed
-  std::int64_t version = 0;  // held's version counter at store()
-  std::shared_ptr<detail::DeviceCopy> to_host;  // accelerator: device -> host before the write
-  std::optional<detail::DeviceCopy> to_device;  // accelerator: host -> device after the read
-  torch::Tensor host;  // bytes being written, or the destination of the read
-  Region region;
-  Pending write;
-  Pending read;
-  bool spilled = false;
-  bool write_queued = false;
-  bool handed_off = false;  // to the progress thread; see Note [Progress on accelerators]
-  bool read_queued = false;
-  bool prefetched = false;
-  bool restored = false;
-  // Set at store(), then constant.
-  std::vector<int64_t> sizes;
-  torch::TensorOptions options;
-  std::weak_ptr<Entry> previous;  // what this stash stored just before
-};
-using EntryPtr = std::shared_ptr<Entry>;
+[[noreturn]] void throw_modified(const Entry& e, const char* when) {
+  throw CheckpointError("spill::checkpoint: one of the variables needed for gradient computation "
+                        "has been modified by an inplace operation: the stashed " +
+                        e.describe() + " was changed " + when +
+                        "; clone it before changing it, or do not modify layer inputs in place");
+}
 
-// What a stash and its stashed tensors share: the arena, the chain of stored tensors, and the
-// host -> device copies still reading their host buffers.
-class Chain {
- public:
-  explicit Chain(const SpillArena& arena)
-      : arena_(arena.shared_handle()), options_(arena_.options()) {}
+}  // namespace
 
-  const SpillArena& arena() const { return arena_; }
-  const ArenaOptions& options() const { return options_; }
+Chain::Chain(const SpillArena& arena)
+    : arena_(arena.shared_handle()),
+      options_(arena_.options()),
+      counters_(std::make_shared<StashCounters>()),
+      gds_(arena_.uses_gds()) {}
 
-  void stored(const EntryPtr& e);
-  void keep_until_done(detail::DeviceCopy copy);
-  // Rethrows, once, a failure of the progress thread.
-  void rethrow_failure();
+Chain::~Chain() = default;
 
-  void spill(Entry& e);        // caller holds e.mutex
-  void retire(Entry& e);       // caller holds e.mutex
-  void queue_read(Entry& e);   // caller holds e.mutex
-  torch::Tensor aligned_host_buffer(const Entry& e) const;
+StashStats Chain::stats() const {
+  const StashCounters& c = *counters_;
+  StashStats s;
+  s.inputs_stored = c.inputs_stored;
+  s.inputs_spilled = c.inputs_spilled;
+  s.device_bytes_held = c.device_bytes_held;
+  s.peak_device_bytes_held = c.peak_device_bytes_held;
+  s.host_bytes_in_flight = c.host_bytes_in_flight;
+  s.peak_host_bytes_in_flight = c.peak_host_bytes_in_flight;
+  s.pool_waits = c.budget_waits;
+  s.pool_wait_ns = c.budget_wait_ns;
+  s.inputs_kept_on_device = c.inputs_kept_on_device;
+  s.bytes_kept_on_device = c.bytes_kept_on_device;
+  s.pieces = c.pieces;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (pool_) {
+    s.host_pool_bytes = pool_->bytes();
+    s.host_pool_pinned = pool_->pinned();
+    s.peak_host_pool_bytes_in_use = pool_->peak_bytes_in_use();
+    s.pool_waits += pool_->waits();
+    s.pool_wait_ns += pool_->wait_ns();
+  }
+  return s;
+}
 
- private:
-  void write(Entry& e, torch::Tensor host);
-  void hand_off(const EntryPtr& e);  // caller holds e->mutex
-  void finish_copy(const EntryPtr& e);
-  void finish_write(const EntryPtr& e, const Pending& write);
-  void record_failure(std::exception_ptr failure);
-
-  SpillArena arena_;
-  const ArenaOptions options_;
-  std::mutex mutex_;  // guards last_, unsafe_, copies_, failure_
-  std::weak_ptr<Entry> last_;
-  std::deque<std::weak_ptr<Entry>> unsafe_;  // stored, write not yet complete, oldest first
-  std::deque<detail::DeviceCopy> copies_;
-  std::exception_ptr failure_;
-  detail::SerialWorker progress_;  // last: joined before the members its jobs use are destroyed
-};
+// ---------------------------------------------------------------------------------------------
+// Common
+// ---------------------------------------------------------------------------------------------
 
 void Chain::stored(const EntryPtr& e) {
-  std::vector<EntryPtr> alive;
+  std::vector<EntryPtr> to_spill;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     e->previous = last_;
     last_ = e;
-    unsafe_.push_back(e);
-    std::deque<std::weak_ptr<Entry>> still;
-    for (auto& w : unsafe_) {
-      if (EntryPtr p = w.lock()) {
-        alive.push_back(p);
-        still.push_back(w);
-      }
+    largest_input_ = std::max(largest_input_, e->bytes);
+    unspilled_.push_back(e);
+    while (unspilled_.size() > options_.keep_last) {
+      if (EntryPtr p = unspilled_.front().lock()) to_spill.push_back(std::move(p));
+      unspilled_.pop_front();
     }
-    unsafe_.swap(still);
-    for (auto& c : copies_) c.release_source_if_done();
-    while (!copies_.empty() && copies_.front().done()) copies_.pop_front();
   }
-  const std::size_t keep = std::min<std::size_t>(options_.keep_last, alive.size());
-  std::vector<const Entry*> safe;  // written: no longer needs this chain's attention
-  for (std::size_t i = 0; i < alive.size(); ++i) {
-    std::lock_guard<std::mutex> lock(alive[i]->mutex);
-    if (i + keep < alive.size()) spill(*alive[i]);
-    retire(*alive[i]);
-    hand_off(alive[i]);
-    if (!alive[i]->held.defined() && !alive[i]->to_host) safe.push_back(alive[i].get());
+  for (const EntryPtr& p : to_spill) {
+    std::lock_guard<std::mutex> lock(p->mutex);
+    spill(p);
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  unsafe_.erase(std::remove_if(unsafe_.begin(), unsafe_.end(),
-                               [&](const std::weak_ptr<Entry>& w) {
-                                 const EntryPtr p = w.lock();
-                                 return !p || std::find(safe.begin(), safe.end(), p.get()) != safe.end();
-                               }),
-                unsafe_.end());
+}
+
+void Chain::spill(const EntryPtr& e) {
+  Entry& entry = *e;
+  if (entry.state != State::held || entry.kept) return;
+  if (entry.changed_in_place()) throw_modified(entry, "before it was spilled");
+  if (entry.bytes == 0) {
+    entry.input = torch::Tensor();
+    return advance(entry, State::spilled);
+  }
+  try {
+    entry.region = arena_.allocate(entry.bytes);
+  } catch (const ArenaExhaustedError& x) {
+    throw ArenaExhaustedError(x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
+                              "spill::checkpoint: no room to stash the " + entry.describe() +
+                                  ": " + x.what());
+  }
+  if (entry.accelerator) return spill_device(e);
+  spill_cpu(e);
+}
+
+torch::Tensor Chain::restore(const EntryPtr& e) {
+  rethrow_failure();
+  std::unique_lock<std::mutex> lock(e->mutex);
+  Entry& entry = *e;
+  if (entry.state == State::restored) return torch::Tensor();
+  if (entry.modified) throw_modified(entry, "while it was being spilled");
+  const bool in_memory = entry.input.defined();
+  if (in_memory) {  // held, copying, or a CPU input being written: given back as it is
+    torch::Tensor t = give_back_input(entry);
+    lock.unlock();
+    prefetch_predecessors(entry);
+    return t;
+  }
+  const bool was_prefetched = entry.prefetched;
+  const auto start = std::chrono::steady_clock::now();
+  torch::Tensor result;
+  if (entry.accelerator) {
+    const bool ready = entry.state == State::uploading ||
+                       (entry.state == State::reading && entry.piece.io.ready());
+    if (entry.state == State::writing) {  // its device bytes are gone: wait, then read back
+      entry.piece.io.settle();
+      finish_device_write_locked(entry);
+    }
+    if (through_gds(entry) && entry.region.valid()) {
+      result = restore_gds(entry);
+    } else if (entry.state == State::spilled && entry.region.valid() &&
+               entry.bytes > pool_for(entry).largest_piece()) {
+      result = restore_in_pieces(entry, pool_for(entry));
+    } else {
+      queue_device_read(entry, true);  // first its own bytes, then the predecessors'
+      lock.unlock();
+      prefetch_predecessors(entry);
+      lock.lock();
+      result = finish_device_restore(entry);
+    }
+    arena_.record_restore(was_prefetched, ready, elapsed_ns(start));
+  } else {
+    queue_cpu_read(entry);
+    const bool ready = !entry.region.valid() ||
+                       (arena_.io_mode() == IoMode::buffered && arena_.backing() == Backing::disk
+                            ? entry.region.resident()
+                            : entry.read.ready());
+    lock.unlock();
+    prefetch_predecessors(entry);
+    lock.lock();
+    result = restore_cpu(entry);
+    arena_.record_restore(was_prefetched, ready, elapsed_ns(start));
+  }
+  return result;
+}
+
+// The region goes back at once (after a write still in flight: its bytes are never read), so
+// the arena is drained when backward ends.
+torch::Tensor Chain::give_back_input(Entry& e) {
+  if (e.changed_in_place()) throw_modified(e, "between forward and backward");
+  arena_.record_restore(e.prefetched, true, 0);
+  if (e.accelerator) counters_->sub_device_bytes(e.bytes);
+  e.region.free();
+  advance(e, State::restored);
+  return std::exchange(e.input, torch::Tensor());
+}
+
+// Idempotent; a read that found no room in the pool is tried again at the next call.
+void Chain::prefetch(Entry& e) {
+  if (e.state == State::restored) return;
+  if (!e.prefetched) {
+    e.prefetched = true;
+    arena_.record_prefetch();
+  }
+  if (e.input.defined() || !e.region.valid() || through_gds(e)) return;
+  if (e.accelerator) {
+    queue_device_read(e, false);
+    upload_if_read(e);
+  } else {
+    queue_cpu_read(e);
+  }
+}
+
+void Chain::prefetch_predecessors(const Entry& e) {
+  EntryPtr p = e.previous.lock();
+  for (std::uint32_t i = 0; p && i < options_.prefetch_depth; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(p->mutex);
+      prefetch(*p);  // uploads only within the depth: device memory stays bounded
+    }
+    p = p->previous.lock();
+  }
 }
 
 void Chain::rethrow_failure() {
@@ -165,262 +240,187 @@ void Chain::rethrow_failure() {
 }
 
 void Chain::record_failure(std::exception_ptr failure) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!failure_) failure_ = std::move(failure);
-}
-
-void Chain::hand_off(const EntryPtr& e) {
-  if (e->handed_off || !e->to_host || !options_.asynchronous) return;
-  e->handed_off = true;
-  progress_.post([this, e] { finish_copy(e); });
-}
-
-// On the progress thread: once the copy is done, queue the write, and wait for it in a later job.
-void Chain::finish_copy(const EntryPtr& e) {
-  try {
-    std::shared_ptr<detail::DeviceCopy> copy;
-    {
-      std::lock_guard<std::mutex> lock(e->mutex);
-      copy = e->to_host;
-    }
-    if (copy) copy->synchronize();
-    Pending write;
-    {
-      std::lock_guard<std::mutex> lock(e->mutex);
-      retire(*e);
-      write = e->write;
-    }
-    progress_.post([this, e, write] { finish_write(e, write); });
-  } catch (...) {
-    record_failure(std::current_exception());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_) failure_ = std::move(failure);
   }
+  room_.notify_all();
 }
 
-// On the progress thread: once the write is done, drop the device tensor. A failed write is
-// reported by the arena at the next read of the region.
-void Chain::finish_write(const EntryPtr& e, const Pending& write) {
-  try {
-    write.settle();
+bool Chain::failed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_ != nullptr;
+}
+
+void Chain::post(std::function<void()> job) {
+  if (options_.asynchronous) return progress_.post(std::move(job));
+  job();
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU inputs: the input itself is written; see Note [Overlapped spilling]
+// ---------------------------------------------------------------------------------------------
+
+void Chain::spill_cpu(const EntryPtr& e) {
+  wait_for_room(e->bytes);
+  counters_->add_in_flight(e->bytes);
+  e->write = e->region.write_async(e->input.data_ptr(), e->bytes);
+  advance(*e, State::writing);
+  if (!options_.asynchronous) {
+    // The comparison point: the write completes before store() returns, failures thrown here.
+    try {
+      e->write.wait();
+    } catch (...) {
+      counters_->sub_in_flight(e->bytes);
+      throw;
+    }
+    e->input = torch::Tensor();
+    counters_->sub_in_flight(e->bytes);
+    counters_->inputs_spilled.fetch_add(1);
+    return advance(*e, State::spilled);
+  }
+  progress_.post([this, e] { finish_cpu_write(e); });
+}
+
+// Bounds the bytes of CPU inputs held for writes in flight (host_pool_bytes; by default room for
+// prefetch_depth + 2 inputs): store() waits for the oldest writes to complete.
+void Chain::wait_for_room(std::uint64_t bytes) {
+  const std::uint64_t budget =
+      options_.host_pool_bytes != kAutomaticHostPool
+          ? options_.host_pool_bytes
+          : automatic_host_pool_bytes(bytes, options_.prefetch_depth + 2ull);
+  const auto fits = [&] {
+    const std::uint64_t now = counters_->host_bytes_in_flight.load();
+    return now == 0 || now + bytes <= budget || failure_ != nullptr;
+  };
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (fits()) return;
+  const auto start = std::chrono::steady_clock::now();
+  counters_->budget_waits.fetch_add(1);
+  while (!fits()) room_.wait_for(lock, std::chrono::milliseconds(5));
+  counters_->budget_wait_ns.fetch_add(elapsed_ns(start));
+}
+
+// On the progress thread: the write completed (or failed: the arena reports it at the region's
+// next read), so the input is no longer needed here.
+void Chain::finish_cpu_write(const EntryPtr& e) {
+  Pending write;
+  {
     std::lock_guard<std::mutex> lock(e->mutex);
-    retire(*e);
-  } catch (...) {
-    record_failure(std::current_exception());
+    write = e->write;
   }
-}
-
-// Only the host buffer is kept: the device tensor belongs to the caller. Finished copies are
-// dropped here too, as backward stores nothing.
-void Chain::keep_until_done(detail::DeviceCopy copy) {
-  copy.release_result();
+  write.settle();
+  {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    if (e->changed_in_place()) e->modified = true;
+    e->input = torch::Tensor();
+    if (e->state == State::writing) {
+      advance(*e, State::spilled);
+      counters_->inputs_spilled.fetch_add(1);
+    }
+  }
+  counters_->sub_in_flight(e->bytes);
   std::lock_guard<std::mutex> lock(mutex_);
-  while (!copies_.empty() && copies_.front().done()) copies_.pop_front();
-  copies_.push_back(std::move(copy));
-}
-
-void Chain::spill(Entry& e) {
-  if (e.spilled || e.restored || !e.held.defined()) return;
-  if (e.held._version() != e.version) {
-    throw CheckpointError("spill::checkpoint: a stashed " + describe(e.held) +
-                          " was modified in place before it was spilled; clone it before "
-                          "changing it, or do not modify layer inputs in place");
-  }
-  e.spilled = true;
-  const std::uint64_t bytes = e.held.nbytes();
-  if (bytes == 0) return;
-  try {
-    e.region = arena_.allocate(bytes);
-  } catch (const ArenaExhaustedError& x) {
-    throw ArenaExhaustedError(x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
-                              "spill::checkpoint: no room to stash the " + describe(e.held) +
-                                  ": " + x.what());
-  }
-  if (e.held.device().is_cpu()) return write(e, e.held);
-  e.to_host = std::make_shared<detail::DeviceCopy>(detail::DeviceCopy::to_host(e.held));
-  if (!options_.asynchronous) e.to_host->synchronize();
-}
-
-void Chain::write(Entry& e, torch::Tensor host) {
-  e.host = std::move(host);
-  e.write = e.region.write_async(e.host.data_ptr(), e.host.nbytes());
-  e.write_queued = true;
-  if (!options_.asynchronous) e.write.wait();
-}
-
-void Chain::retire(Entry& e) {
-  if (e.to_host && (e.to_host->done() || !options_.asynchronous)) {
-    torch::Tensor host = e.to_host->result();
-    e.to_host.reset();
-    write(e, std::move(host));
-  }
-  if (e.spilled && !e.to_host && e.write_queued && e.write.ready()) {
-    e.held = torch::Tensor();
-    if (!e.read_queued) e.host = torch::Tensor();
-  }
+  room_.notify_all();
 }
 
 // Direct reads skip the staging pool when the destination is aligned: allocate with slack and
-// view the aligned part. Pinned buffers come page-aligned from LibTorch's host allocator, which
-// rounds sizes up to a power of two: slack there would double a 128 MiB buffer, so an exact
-// pinned buffer is tried first.
+// view the aligned part.
 torch::Tensor Chain::aligned_host_buffer(const Entry& e) const {
   const auto align = static_cast<std::int64_t>(arena_.io_alignment());
-  const std::int64_t bytes = static_cast<std::int64_t>(e.region.requested_bytes());
-  auto host_options = torch::TensorOptions().dtype(torch::kUInt8);
-  const auto typed = [&e](const torch::Tensor& raw) {
-    return raw.view(e.options.dtype().toScalarType()).view(e.sizes);
-  };
-  if (!e.options.device().is_cpu()) {
-    host_options = host_options.pinned_memory(true);
-    try {
-      torch::Tensor exact = torch::empty({bytes}, host_options);
-      if (reinterpret_cast<std::uintptr_t>(exact.data_ptr()) % align == 0) return typed(exact);
-    } catch (const c10::Error&) {
-      host_options = torch::TensorOptions().dtype(torch::kUInt8);  // pinning refused
-    }
-  }
-  torch::Tensor raw;
-  try {
-    raw = torch::empty({bytes + align}, host_options);
-  } catch (const c10::Error&) {
-    raw = torch::empty({bytes + align}, torch::TensorOptions().dtype(torch::kUInt8));
-  }
+  const auto bytes = static_cast<std::int64_t>(e.bytes);
+  torch::Tensor raw = torch::empty({bytes + align}, torch::TensorOptions().dtype(torch::kUInt8));
   const auto address = reinterpret_cast<std::uintptr_t>(raw.data_ptr());
   const auto pad = static_cast<std::int64_t>((align - address % align) % align);
-  return typed(raw.narrow(0, pad, bytes));
+  return raw.narrow(0, pad, bytes).view(e.options.dtype().toScalarType()).view(e.sizes);
 }
 
-void Chain::queue_read(Entry& e) {
-  if (e.read_queued || !e.spilled || e.held.defined() || !e.region.valid()) return;
-  const bool zero_copy = e.options.device().is_cpu() && arena_.io_mode() == IoMode::buffered;
+void Chain::queue_cpu_read(Entry& e) {
+  if (e.state != State::spilled || !e.region.valid()) return;
+  const bool zero_copy = arena_.io_mode() == IoMode::buffered;
   if (zero_copy) {
-    e.region.prefetch();  // readahead; restore() views the mapping
+    e.region.prefetch();  // readahead; restore_cpu() views the mapping
   } else {
     e.host = aligned_host_buffer(e);
-    e.read = e.region.read_async(e.host.data_ptr(), e.host.nbytes());
+    e.read = e.region.read_async(e.host.data_ptr(), e.bytes);
   }
-  e.read_queued = true;
+  advance(e, State::reading);
 }
+
+// Note [Zero-copy restore]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// In buffered mode a CPU tensor is restored as a view of its region in the mapping (from_blob),
+// not copied out: the recomputation reads the page cache directly, no anonymous memory is
+// allocated, and the region is freed when the last reference to that tensor dies (normally at
+// the end of this layer's backward). Direct mode reads into a host buffer and frees the region
+// at once.
+torch::Tensor Chain::restore_cpu(Entry& e) {
+  if (!e.region.valid()) {
+    advance(e, State::restored);
+    return torch::empty(e.sizes, e.options);
+  }
+  queue_cpu_read(e);
+  advance(e, State::restored);
+  if (arena_.io_mode() == IoMode::buffered) {
+    e.write.wait();
+    auto region = std::make_shared<Region>(std::move(e.region));
+    return torch::from_blob(const_cast<void*>(region->read_in_place(e.bytes)), e.sizes,
+                            [region](void*) mutable { region.reset(); }, e.options);
+  }
+  e.read.wait();
+  e.region.free();
+  return std::exchange(e.host, torch::Tensor());
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// The stash
+// ---------------------------------------------------------------------------------------------
+
+namespace {
 
 class ArenaStashed final : public StashedTensor {
  public:
-  ArenaStashed(std::shared_ptr<Chain> chain, EntryPtr entry)
+  ArenaStashed(std::shared_ptr<detail::Chain> chain, detail::EntryPtr entry)
       : chain_(std::move(chain)), entry_(std::move(entry)) {}
 
   void prefetch() override {
     std::lock_guard<std::mutex> lock(entry_->mutex);
-    prefetch_locked(*entry_);
+    chain_->prefetch(*entry_);
   }
 
-  torch::Tensor restore() override {
-    chain_->rethrow_failure();
-    prefetch_predecessors();
-    std::lock_guard<std::mutex> lock(entry_->mutex);
-    Entry& e = *entry_;
-    if (e.restored) return torch::Tensor();
-    e.restored = true;
-    chain_->retire(e);
-    if (e.held.defined()) return give_back_held(e);
-    if (!e.region.valid()) return torch::empty(e.sizes, e.options);
-    chain_->queue_read(e);
-    const bool ready = e.options.device().is_cpu() && chain_->arena().io_mode() == IoMode::buffered
-                           ? e.region.resident()
-                           : e.read.ready();
-    const auto start = std::chrono::steady_clock::now();
-    torch::Tensor result = bring_back(e);
-    chain_->arena().record_restore(e.prefetched, ready, elapsed_ns(start));
-    return result;
-  }
+  torch::Tensor restore() override { return chain_->restore(entry_); }
 
  private:
-  // A tensor still in memory (kept, or its write in flight) counts as prefetched: it will be
-  // ready when backward asks, which is what the counter measures.
-  void prefetch_locked(Entry& e) {
-    if (e.restored || e.prefetched) return;
-    e.prefetched = true;
-    chain_->arena().record_prefetch();
-    chain_->retire(e);
-    if (e.held.defined() || !e.region.valid()) return;
-    chain_->queue_read(e);
-  }
-
-  void prefetch_predecessors() {
-    EntryPtr p = entry_->previous.lock();
-    for (std::uint32_t i = 0; p && i < chain_->options().prefetch_depth; ++i) {
-      {
-        std::lock_guard<std::mutex> lock(p->mutex);
-        prefetch_locked(*p);
-        if (!p->options.device().is_cpu() && p->read_queued && !p->to_device && p->read.ready()) {
-          p->to_device = detail::DeviceCopy::to_device(p->host, p->options.device());
-        }
-      }
-      p = p->previous.lock();
-    }
-  }
-
-  torch::Tensor give_back_held(Entry& e) {
-    if (e.held._version() != e.version) {
-      throw CheckpointError("spill::checkpoint: a stashed " + describe(e.held) +
-                            " was modified in place between forward and backward; clone it "
-                            "before changing it");
-    }
-    chain_->arena().record_restore(e.prefetched, true, 0);
-    return std::exchange(e.held, torch::Tensor());
-  }
-
-  // Note [Zero-copy restore]
-  // ~~~~~~~~~~~~~~~~~~~~~~~~
-  // In buffered mode a CPU tensor is restored as a view of its region in the mapping (from_blob),
-  // not copied out: the recomputation reads the page cache directly, no anonymous memory is
-  // allocated, and the region is freed when the last reference to that tensor dies (normally at
-  // the end of this layer's backward). Direct mode and accelerators read into a host buffer and
-  // free the region at once.
-  torch::Tensor bring_back(Entry& e) {
-    if (e.options.device().is_cpu() && chain_->arena().io_mode() == IoMode::buffered) {
-      e.write.wait();
-      auto region = std::make_shared<Region>(std::move(e.region));
-      const std::uint64_t bytes = region->requested_bytes();
-      return torch::from_blob(const_cast<void*>(region->read_in_place(bytes)), e.sizes,
-                              [region](void*) mutable { region.reset(); }, e.options);
-    }
-    e.read.wait();
-    e.region.free();
-    torch::Tensor host = std::exchange(e.host, torch::Tensor());
-    if (e.options.device().is_cpu()) return host;
-    if (!e.to_device) e.to_device = detail::DeviceCopy::to_device(host, e.options.device());
-    e.to_device->order_current_stream();
-    torch::Tensor result = e.to_device->result();
-    chain_->keep_until_done(std::move(*e.to_device));  // keeps the host buffer alive
-    e.to_device.reset();
-    return result;
-  }
-
-  std::shared_ptr<Chain> chain_;
-  EntryPtr entry_;
+  std::shared_ptr<detail::Chain> chain_;
+  detail::EntryPtr entry_;
 };
 
 class ArenaStash final : public TensorStash {
  public:
-  explicit ArenaStash(const SpillArena& arena) : chain_(std::make_shared<Chain>(arena)) {}
+  explicit ArenaStash(const SpillArena& arena) : chain_(std::make_shared<detail::Chain>(arena)) {}
 
   std::unique_ptr<StashedTensor> store(const torch::Tensor& tensor) override {
     detail::check_storable(tensor, name());
     chain_->rethrow_failure();
-    auto e = std::make_shared<Entry>();
-    e->held = tensor.detach().contiguous();
-    e->version = e->held._version();
-    e->sizes = tensor.sizes().vec();
-    e->options = tensor.options();
+    auto e = std::make_shared<detail::Entry>(tensor, chain_->counters());
     chain_->stored(e);
     return std::make_unique<ArenaStashed>(chain_, std::move(e));
   }
 
-  std::string name() const override {
-    return to_string(chain_->arena().backing());
-  }
+  std::string name() const override { return to_string(chain_->arena().backing()); }
+  StashStats stats() const override { return chain_->stats(); }
 
  private:
-  std::shared_ptr<Chain> chain_;
+  std::shared_ptr<detail::Chain> chain_;
 };
+
+std::mutex registry_mutex;
+std::map<const void*, std::weak_ptr<TensorStash>>& registry() {
+  static std::map<const void*, std::weak_ptr<TensorStash>> stashes;
+  return stashes;
+}
 
 }  // namespace
 
@@ -431,9 +431,8 @@ std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena) {
 // One stash per arena while it is in use: a registry of weak references, keyed by the arena's
 // identity. Checkpoint nodes own the stash; when the last graph dies, so does the stash.
 std::shared_ptr<TensorStash> shared_arena_stash(const SpillArena& arena) {
-  static std::mutex mutex;
-  static std::map<const void*, std::weak_ptr<TensorStash>> stashes;
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto& stashes = registry();
   for (auto it = stashes.begin(); it != stashes.end();) {
     it = it->second.expired() ? stashes.erase(it) : std::next(it);
   }
@@ -444,6 +443,16 @@ std::shared_ptr<TensorStash> shared_arena_stash(const SpillArena& arena) {
     slot = stash;
   }
   return stash;
+}
+
+StashStats shared_stash_stats(const SpillArena& arena) {
+  std::shared_ptr<TensorStash> stash;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto it = registry().find(arena.identity());
+    if (it != registry().end()) stash = it->second.lock();
+  }
+  return stash ? stash->stats() : StashStats{};
 }
 
 }  // namespace spill

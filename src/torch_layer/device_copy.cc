@@ -1,7 +1,20 @@
 #include "device_copy.h"
 
+#include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "serial_worker.h"
+#include "spill/testing.h"
 
 namespace spill::detail {
 namespace {
@@ -10,20 +23,19 @@ namespace {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // A layer's input is copied off the device on a side stream from the device's pool, after an
 // event recorded on the current stream (the input is complete there); the copy records its own
-// event. The source tensor stays referenced until that event completed, so the caching
-// allocator cannot hand its memory to the next layer while the copy still reads it — the race
-// torchtune, TRL and Megatron shipped. The current stream is taken at every call, never cached.
-// Host buffers are pinned (LibTorch's host allocator for the device type), so copies are truly
-// asynchronous; where pinning is refused (containers, WSL cap it) pageable memory works, slower.
-torch::Tensor host_buffer_like(const torch::Tensor& t) {
-  const auto options = t.options().device(torch::kCPU);
-  try {
-    return torch::empty(t.sizes(), options.pinned_memory(true));
-  } catch (const c10::Error&) {
-    TORCH_WARN_ONCE("spillarena: pinned host memory is unavailable; spilling through pageable "
-                    "memory (device copies are then synchronous)");
-    return torch::empty(t.sizes(), options);
-  }
+// event. The tensors it reads and writes stay referenced until that event completed, so the
+// caching allocator cannot hand their memory to the next layer while the copy still uses it —
+// the race torchtune, TRL and Megatron shipped. The current stream is taken at every call, never
+// cached. Host memory is a view of the stash's pool (Note [The host pool] in host_pool.cc): a
+// view, not a blob, so LibTorch's host allocator sees its own block in every copy.
+//
+// Without a GPU the same path runs under emulation: CPU tensors, one copy thread, a random delay
+// before each copy, and order_current_stream() waits on the host (a CPU "stream" is the calling
+// thread). The stash cannot tell the difference, which is the point.
+
+torch::Tensor bytes_of(const torch::Tensor& t, std::uint64_t offset, std::uint64_t bytes) {
+  return t.reshape({-1}).view(torch::kUInt8).narrow(0, static_cast<std::int64_t>(offset),
+                                                    static_cast<std::int64_t>(bytes));
 }
 
 c10::Event record_on(const c10::Stream& stream) {
@@ -32,48 +44,162 @@ c10::Event record_on(const c10::Stream& stream) {
   return event;
 }
 
-// Runs `copy` on a side stream of `device` ordered after the current stream; returns its event.
-template <class Copy>
-c10::Event on_side_stream(const torch::Device& device, Copy copy) {
+class StreamCopy final : public Copy {
+ public:
+  StreamCopy(torch::Tensor from, torch::Tensor to, c10::Event event)
+      : from_(std::move(from)), to_(std::move(to)), event_(std::move(event)) {}
+  bool done() const override { return event_.query(); }
+  void synchronize() const override { event_.synchronize(); }
+  void order_current_stream() override {
+    c10::impl::VirtualGuardImpl impl(event_.device_type());
+    event_.block(impl.getStream(torch::Device(event_.device_type(), event_.device_index())));
+  }
+
+ private:
+  torch::Tensor from_;
+  torch::Tensor to_;
+  c10::Event event_;
+};
+
+// Runs `from` -> `to` on a side stream of `device`, ordered after the current stream.
+CopyPtr on_side_stream(const torch::Device& device, torch::Tensor from, torch::Tensor to) {
   c10::impl::VirtualGuardImpl impl(device.type());
   const c10::Stream current = impl.getStream(device);
   const c10::Stream side = impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false);
   c10::Event inputs_ready = record_on(current);
   inputs_ready.block(side);
   c10::StreamGuard guard(side);
-  copy();
-  return record_on(side);
+  to.copy_(from, /*non_blocking=*/true);
+  return std::make_shared<StreamCopy>(std::move(from), std::move(to), record_on(side));
 }
+
+class StreamEngine final : public CopyEngine {
+ public:
+  CopyPtr to_host(const torch::Tensor& source, std::uint64_t offset, std::uint64_t bytes,
+                  const torch::Tensor& host) override {
+    return on_side_stream(source.device(), bytes_of(source, offset, bytes), host);
+  }
+  CopyPtr to_device(const torch::Tensor& host, const torch::Tensor& dest,
+                    std::uint64_t offset) override {
+    const auto bytes = static_cast<std::uint64_t>(host.numel());
+    return on_side_stream(dest.device(), host, bytes_of(dest, offset, bytes));
+  }
+  CopyPtr marker(const torch::Device& device) override {
+    c10::impl::VirtualGuardImpl impl(device.type());
+    return std::make_shared<StreamCopy>(torch::Tensor(), torch::Tensor(),
+                                        record_on(impl.getStream(device)));
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Emulation (tests)
+// ---------------------------------------------------------------------------------------------
+
+class EmulatedCopy final : public Copy {
+ public:
+  EmulatedCopy(torch::Tensor from, torch::Tensor to) : from_(std::move(from)), to_(std::move(to)) {}
+  void run() {
+    if (to_.defined()) {
+      std::memcpy(to_.data_ptr(), from_.data_ptr(), static_cast<std::size_t>(to_.nbytes()));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    from_ = torch::Tensor();
+    to_ = torch::Tensor();
+    done_ = true;
+    finished_.notify_all();
+  }
+  bool done() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+  void synchronize() const override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    finished_.wait(lock, [this] { return done_; });
+  }
+  void order_current_stream() override { synchronize(); }
+
+ private:
+  mutable std::mutex mutex_;  // guards from_, to_, done_
+  mutable std::condition_variable finished_;
+  torch::Tensor from_;
+  torch::Tensor to_;
+  bool done_ = false;
+};
+
+class EmulatedEngine final : public CopyEngine {
+ public:
+  explicit EmulatedEngine(const testing::AcceleratorEmulation& e)
+      : min_delay_us_(std::min(e.min_delay_us, e.max_delay_us)),
+        max_delay_us_(e.max_delay_us),
+        random_(e.seed) {}
+
+  CopyPtr to_host(const torch::Tensor& source, std::uint64_t offset, std::uint64_t bytes,
+                  const torch::Tensor& host) override {
+    return queue(bytes_of(source, offset, bytes), host);
+  }
+  CopyPtr to_device(const torch::Tensor& host, const torch::Tensor& dest,
+                    std::uint64_t offset) override {
+    return queue(host, bytes_of(dest, offset, static_cast<std::uint64_t>(host.numel())));
+  }
+  CopyPtr marker(const torch::Device&) override {  // CPU work is done when it returns
+    auto done = std::make_shared<EmulatedCopy>(torch::Tensor(), torch::Tensor());
+    done->run();
+    return done;
+  }
+
+ private:
+  CopyPtr queue(torch::Tensor from, torch::Tensor to) {
+    auto copy = std::make_shared<EmulatedCopy>(std::move(from), std::move(to));
+    std::uint32_t delay_us = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      delay_us = min_delay_us_ + random_() % (max_delay_us_ - min_delay_us_ + 1);
+    }
+    worker_.post([copy, delay_us] {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      copy->run();
+    });
+    return copy;
+  }
+
+  const std::uint32_t min_delay_us_;
+  const std::uint32_t max_delay_us_;
+  std::mutex mutex_;  // guards random_
+  std::mt19937 random_;
+  SerialWorker worker_;  // last: runs the copies already queued, then joins
+};
+
+std::mutex emulation_mutex;
+std::shared_ptr<CopyEngine> emulated;  // guarded by emulation_mutex
+std::atomic<bool> emulating{false};
 
 }  // namespace
 
-DeviceCopy::DeviceCopy(torch::Tensor source, torch::Tensor result, c10::Event event)
-    : source_(std::move(source)), result_(std::move(result)), event_(std::move(event)) {}
-
-DeviceCopy DeviceCopy::to_host(const torch::Tensor& source) {
-  torch::Tensor host = host_buffer_like(source);
-  c10::Event done =
-      on_side_stream(source.device(), [&] { host.copy_(source, /*non_blocking=*/true); });
-  return DeviceCopy(source, host, std::move(done));
+std::shared_ptr<CopyEngine> CopyEngine::for_inputs() {
+  static const auto real = std::make_shared<StreamEngine>();
+  if (emulating.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(emulation_mutex);
+    if (emulated) return emulated;
+  }
+  return real;
 }
 
-DeviceCopy DeviceCopy::to_device(const torch::Tensor& host, const torch::Device& device) {
-  torch::Tensor result = torch::empty(host.sizes(), host.options().device(device));
-  c10::Event done = on_side_stream(device, [&] { result.copy_(host, /*non_blocking=*/true); });
-  return DeviceCopy(host, result, std::move(done));
-}
-
-bool DeviceCopy::done() const { return event_->query(); }
-
-void DeviceCopy::synchronize() const { event_->synchronize(); }
-
-void DeviceCopy::order_current_stream() {
-  c10::impl::VirtualGuardImpl impl(event_->device_type());
-  event_->block(impl.getStream(torch::Device(event_->device_type(), event_->device_index())));
-}
-
-void DeviceCopy::release_source_if_done() {
-  if (source_.defined() && done()) source_ = torch::Tensor();
+bool CopyEngine::is_accelerator_input(const torch::Tensor& t) {
+  return !t.device().is_cpu() || emulating.load(std::memory_order_acquire);
 }
 
 }  // namespace spill::detail
+
+namespace spill::testing {
+
+void set_accelerator_emulation(const AcceleratorEmulation& emulation) {
+  std::shared_ptr<detail::CopyEngine> previous;
+  {
+    std::lock_guard<std::mutex> lock(detail::emulation_mutex);
+    previous = std::move(detail::emulated);
+    if (emulation.enabled) detail::emulated = std::make_shared<detail::EmulatedEngine>(emulation);
+    detail::emulating.store(emulation.enabled, std::memory_order_release);
+  }
+}
+
+}  // namespace spill::testing

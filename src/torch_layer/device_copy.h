@@ -1,39 +1,54 @@
-// DeviceCopy: a copy between an accelerator and host memory on a side stream, ordered after the
-// work already queued on the current stream, with an event that says when it is done. Device-
-// generic through c10's stream/event interfaces: nothing here names CUDA. CPU tensors never get
-// here. See Note [Accelerator copies] in src/torch_layer/device_copy.cc.
+// The seam for copies between an accelerator and host memory. CopyEngine::real() queues them on
+// a side stream of the tensor's device through c10's device-generic stream/event interfaces
+// (nothing here names CUDA); the emulated engine (spill::testing::set_accelerator_emulation)
+// copies CPU tensors on a thread of its own after random delays, so CI exercises the stash's
+// accelerator path — budget, back-pressure, release timing, lifetimes — without a GPU.
+// See Note [Accelerator copies] in src/torch_layer/device_copy.cc.
+//
+//   std::shared_ptr<spill::detail::CopyEngine> engine = spill::detail::CopyEngine::for_inputs();
+//   spill::detail::CopyPtr c = engine->to_host(input, 0, bytes, lease.host());
+//   c->synchronize();                 // the host waits; or poll c->done()
+//   c = engine->to_device(lease.host(), output, 0, bytes);
+//   c->order_current_stream();        // compute waits for the copy; the host does not
 #pragma once
 
-#include <c10/core/Event.h>
 #include <torch/torch.h>
 
-#include <optional>
+#include <cstdint>
+#include <memory>
 
 namespace spill::detail {
 
-class DeviceCopy {
+// One queued copy. It keeps the tensors it reads and writes alive until it completed.
+class Copy {
  public:
-  // Device -> host: a pinned host tensor (pageable where pinning fails, with one warning)
-  // receiving `source`; `source` is kept alive until the copy completed.
-  static DeviceCopy to_host(const torch::Tensor& source);
-  // Host -> `device`: the device tensor, filled once the copy completed; `host` is kept alive.
-  static DeviceCopy to_device(const torch::Tensor& host, const torch::Device& device);
+  virtual ~Copy() = default;
+  virtual bool done() const = 0;            // never blocks
+  virtual void synchronize() const = 0;     // blocks the host until done
+  virtual void order_current_stream() = 0;  // later work on the current stream waits for it
+};
+using CopyPtr = std::shared_ptr<Copy>;
 
-  bool done() const;              // never blocks
-  void synchronize() const;       // blocks the host until done
-  void order_current_stream();    // the current stream waits for the copy; the host does not
-  const torch::Tensor& result() const { return result_; }
-  // Releases the tensor kept alive for the copy once it is done (call from time to time).
-  void release_source_if_done();
-  // Drops this handle's reference to the result. Safe once order_current_stream() ran: the
-  // current stream's later work, which may reuse the memory, is ordered after the copy.
-  void release_result() { result_ = torch::Tensor(); }
+class CopyEngine {
+ public:
+  virtual ~CopyEngine() = default;
+  // Bytes [offset, offset + bytes) of contiguous `source` into `host` (uint8, `bytes` long),
+  // ordered after the work already queued on the current stream.
+  virtual CopyPtr to_host(const torch::Tensor& source, std::uint64_t offset, std::uint64_t bytes,
+                          const torch::Tensor& host) = 0;
+  // `host` (uint8) into bytes [offset, offset + host.numel()) of contiguous `dest`.
+  virtual CopyPtr to_device(const torch::Tensor& host, const torch::Tensor& dest,
+                            std::uint64_t offset) = 0;
 
- private:
-  DeviceCopy(torch::Tensor source, torch::Tensor result, c10::Event event);
-  torch::Tensor source_;
-  torch::Tensor result_;
-  std::optional<c10::Event> event_;
+  // Completes when the work queued so far on `device`'s current stream has (for transfers that
+  // bypass streams, such as cuFile's).
+  virtual CopyPtr marker(const torch::Device& device) = 0;
+
+  // The engine for the stash's accelerator inputs: the emulated one while a test set it. Held
+  // by whoever still has copies to make with it.
+  static std::shared_ptr<CopyEngine> for_inputs();
+  // True when `t` takes the accelerator path: on a device, or on the CPU under emulation.
+  static bool is_accelerator_input(const torch::Tensor& t);
 };
 
 }  // namespace spill::detail

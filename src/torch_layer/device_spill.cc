@@ -1,0 +1,288 @@
+// The arena stash's accelerator path: device -> host pool -> region, and back. See Note [The
+// host pool] in host_pool.cc, Note [Overlapped spilling] in arena_stash.cc and Note [Lifecycle
+// of a stashed tensor] in stash_entry.cc.
+#include <algorithm>
+#include <utility>
+
+#include "stash_chain.h"
+
+namespace spill::detail {
+namespace {
+constexpr std::uint64_t kGdsAlignmentBytes = 4096;  // cuFile's unit (GdsFile::kAlignmentBytes)
+}  // namespace
+
+HostPool& Chain::pool_for(const Entry& e) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!pool_) {
+    const std::uint64_t budget =
+        options_.host_pool_bytes != kAutomaticHostPool
+            ? options_.host_pool_bytes
+            : automatic_host_pool_bytes(e.bytes, options_.prefetch_depth + 2ull);
+    pool_ = HostPool::make(budget, e.options.device().type());
+  }
+  return *pool_;
+}
+
+// PoolFull::wait: waits for the oldest write to return its block (the progress thread always
+// does). PoolFull::keep_on_device: nothing when there is no room now.
+std::optional<HostPool::Lease> Chain::lease_for_store(Entry& e, HostPool& pool) {
+  if (options_.when_pool_full == PoolFull::keep_on_device) return pool.try_take(e.bytes);
+  HostPool::Lease lease = pool.take(e.bytes, [this] { return failed(); });
+  if (!lease) rethrow_failure();
+  return lease;
+}
+
+void Chain::spill_device(const EntryPtr& e) {
+  if (through_gds(*e)) return spill_gds(e);
+  HostPool& pool = pool_for(*e);
+  if (e->bytes > pool.largest_piece()) return spill_in_pieces(*e, pool);
+  std::optional<HostPool::Lease> lease = lease_for_store(*e, pool);
+  if (!lease) {
+    e->kept = true;
+    e->region.free();
+    counters_->inputs_kept_on_device.fetch_add(1);
+    counters_->bytes_kept_on_device.fetch_add(e->bytes);
+    return;
+  }
+  e->piece.bytes = e->bytes;
+  e->piece.lease = std::move(*lease);
+  e->piece.copy = e->engine->to_host(e->input, 0, e->bytes, e->piece.lease.host());
+  advance(*e, State::copying);
+  if (options_.asynchronous) return progress_.post([this, e] { finish_copy(e); });
+  e->piece.copy->synchronize();
+  finish_copy_locked(e);
+}
+
+// An input larger than the pool goes through it piece by piece, synchronously: each piece is
+// copied, written and waited for before the next takes the block.
+void Chain::spill_in_pieces(Entry& e, HostPool& pool) {
+  counters_->pieces.fetch_add(1);
+  const std::uint64_t step = pool.largest_piece();
+  for (std::uint64_t offset = 0; offset < e.bytes; offset += step) {
+    const std::uint64_t n = std::min(step, e.bytes - offset);
+    HostPool::Lease lease = pool.take(n, [this] { return failed(); });
+    if (!lease) rethrow_failure();
+    e.engine->to_host(e.input, offset, n, lease.host())->synchronize();
+    e.region.write_async(lease.host().data_ptr(), n, offset).wait();
+  }
+  e.input = torch::Tensor();
+  counters_->sub_device_bytes(e.bytes);
+  advance(e, State::writing);
+  advance(e, State::spilled);
+  counters_->inputs_spilled.fetch_add(1);
+}
+
+// On the progress thread: the copy is done, so the device input can go.
+void Chain::finish_copy(const EntryPtr& e) {
+  CopyPtr copy;
+  {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    copy = e->piece.copy;
+  }
+  if (copy) copy->synchronize();
+  try {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    finish_copy_locked(e);
+  } catch (...) {
+    record_failure(std::current_exception());
+  }
+}
+
+void Chain::finish_copy_locked(const EntryPtr& e) {
+  if (e->state != State::copying) {  // restored meanwhile: the input went back as it was
+    e->piece = Piece();
+    return;
+  }
+  e->piece.io = e->region.write_async(e->piece.lease.host().data_ptr(), e->bytes);
+  if (e->changed_in_place()) e->modified = true;
+  e->input = torch::Tensor();
+  counters_->sub_device_bytes(e->bytes);
+  e->piece.copy.reset();
+  advance(*e, State::writing);
+  if (options_.asynchronous) return progress_.post([this, e] { finish_device_write(e); });
+  e->piece.io.wait();
+  finish_device_write_locked(*e);
+}
+
+// On the progress thread: the write is done (or failed: the region's next read reports it), so
+// the pool block goes back.
+void Chain::finish_device_write(const EntryPtr& e) {
+  Pending write;
+  {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    write = e->piece.io;
+  }
+  write.settle();
+  std::lock_guard<std::mutex> lock(e->mutex);
+  finish_device_write_locked(*e);
+}
+
+void Chain::finish_device_write_locked(Entry& e) {
+  if (e.state != State::writing) return;
+  e.piece = Piece();
+  advance(e, State::spilled);
+  counters_->inputs_spilled.fetch_add(1);
+}
+
+// A read into the pool. Prefetches (wait_for_room false) take a block only when room for the
+// largest input remains, so the restore that needs one next always finds it.
+bool Chain::queue_device_read(Entry& e, bool wait_for_room) {
+  if (e.state != State::spilled || !e.region.valid()) return false;
+  HostPool& pool = pool_for(e);
+  if (e.bytes > pool.largest_piece()) return false;  // in pieces, at restore
+  HostPool::Lease lease;
+  if (wait_for_room) {
+    lease = pool.take(e.bytes, [this] { return failed(); });
+    if (!lease) rethrow_failure();
+  } else {
+    std::uint64_t reserve = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reserve = SlabAllocator::rounded_size(largest_input_);
+    }
+    std::optional<HostPool::Lease> room = pool.try_take(e.bytes, reserve);
+    if (!room) return false;
+    lease = std::move(*room);
+  }
+  e.piece = Piece();
+  e.piece.bytes = e.bytes;
+  e.piece.lease = std::move(lease);
+  e.piece.io = e.region.read_async(e.piece.lease.host().data_ptr(), e.bytes);
+  advance(e, State::reading);
+  return true;
+}
+
+// The read is done: host -> device into a new tensor. The block goes back (on the progress
+// thread) as soon as that copy completed; a failed read is left for restore() to report.
+void Chain::start_upload(Entry& e) {
+  try {
+    e.piece.io.wait();
+  } catch (const std::exception&) {
+    return;
+  }
+  e.result = torch::empty(e.sizes, e.options);
+  counters_->add_device_bytes(e.bytes);
+  e.upload = e.engine->to_device(e.piece.lease.host(), e.result, 0);
+  auto piece = std::make_shared<Piece>(std::move(e.piece));
+  piece->copy = e.upload;
+  e.piece = Piece();
+  advance(e, State::uploading);
+  post([piece]() mutable { piece.reset(); });  // waits for the copy, then returns the block
+}
+
+// Ahead of backward, an upload that cannot start (the device is out of memory) is left for
+// restore(), which then reports it.
+void Chain::upload_if_read(Entry& e) {
+  if (e.state != State::reading || !e.piece.io.ready()) return;
+  try {
+    start_upload(e);
+  } catch (const c10::Error&) {
+  }
+}
+
+torch::Tensor Chain::finish_device_restore(Entry& e) {
+  if (!e.region.valid()) {
+    advance(e, State::restored);
+    return torch::empty(e.sizes, e.options);
+  }
+  if (e.state == State::reading) {
+    e.piece.io.wait();  // IoError, IntegrityError
+    start_upload(e);
+  }
+  e.upload->order_current_stream();
+  e.upload.reset();
+  e.region.free();
+  counters_->sub_device_bytes(e.bytes);
+  advance(e, State::restored);
+  return std::exchange(e.result, torch::Tensor());
+}
+
+torch::Tensor Chain::restore_in_pieces(Entry& e, HostPool& pool) {
+  counters_->pieces.fetch_add(1);
+  torch::Tensor result = torch::empty(e.sizes, e.options);
+  const std::uint64_t step = pool.largest_piece();
+  for (std::uint64_t offset = 0; offset < e.bytes; offset += step) {
+    const std::uint64_t n = std::min(step, e.bytes - offset);
+    HostPool::Lease lease = pool.take(n, [this] { return failed(); });
+    if (!lease) rethrow_failure();
+    e.region.read_async(lease.host().data_ptr(), n, offset).wait();
+    e.engine->to_device(lease.host(), result, offset)->synchronize();
+  }
+  e.region.free();
+  advance(e, State::restored);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// io = gds: see Note [GPUDirect Storage] in src/core/gds.cc
+// ---------------------------------------------------------------------------------------------
+
+// cuFile reads device memory outside any stream, so the write waits (on the progress thread)
+// for the work queued so far on the current stream: then the input is complete. The 4 KiB-
+// aligned body goes through cuFile, a tail of fewer bytes through host memory.
+void Chain::spill_gds(const EntryPtr& e) {
+  e->piece.copy = e->engine->marker(e->input.device());
+  advance(*e, State::copying);
+  if (options_.asynchronous) return progress_.post([this, e] { finish_gds_write(e); });
+  e->piece.copy->synchronize();
+  finish_gds_write_locked(e);
+}
+
+void Chain::finish_gds_write(const EntryPtr& e) {
+  CopyPtr ready;
+  {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    ready = e->piece.copy;
+  }
+  if (ready) ready->synchronize();
+  try {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    finish_gds_write_locked(e);
+  } catch (...) {
+    record_failure(std::current_exception());
+  }
+}
+
+void Chain::finish_gds_write_locked(const EntryPtr& e) {
+  if (e->state != State::copying) {  // restored meanwhile
+    e->piece = Piece();
+    return;
+  }
+  if (e->changed_in_place()) e->modified = true;
+  advance(*e, State::writing);
+  const std::uint64_t body = e->bytes / kGdsAlignmentBytes * kGdsAlignmentBytes;
+  if (body > 0) e->region.write_from_device(e->input.data_ptr(), body, 0);
+  if (body < e->bytes) {  // a small pageable buffer: this thread never waits for the pool
+    torch::Tensor tail = torch::empty({static_cast<std::int64_t>(e->bytes - body)},
+                                      torch::TensorOptions().dtype(torch::kUInt8));
+    e->engine->to_host(e->input, body, e->bytes - body, tail)->synchronize();
+    e->region.write_async(tail.data_ptr(), e->bytes - body, body).wait();
+  }
+  e->input = torch::Tensor();
+  counters_->sub_device_bytes(e->bytes);
+  e->piece = Piece();
+  advance(*e, State::spilled);
+  counters_->inputs_spilled.fetch_add(1);
+}
+
+// Synchronous: cuFile writes device memory outside any stream, so nothing queued may still use
+// the new tensor's memory when it starts (the caching allocator may hand out a block whose last
+// kernels are still queued).
+torch::Tensor Chain::restore_gds(Entry& e) {
+  torch::Tensor result = torch::empty(e.sizes, e.options);
+  e.engine->marker(result.device())->synchronize();
+  const std::uint64_t body = e.bytes / kGdsAlignmentBytes * kGdsAlignmentBytes;
+  if (body > 0) e.region.read_to_device(result.data_ptr(), body, 0);
+  if (body < e.bytes) {
+    torch::Tensor tail = torch::empty({static_cast<std::int64_t>(e.bytes - body)},
+                                      torch::TensorOptions().dtype(torch::kUInt8));
+    e.region.read_async(tail.data_ptr(), e.bytes - body, body).wait();
+    e.engine->to_device(tail, result, body)->synchronize();
+  }
+  e.region.free();
+  if (e.state == State::spilled) advance(e, State::reading);
+  advance(e, State::restored);
+  return result;
+}
+
+}  // namespace spill::detail

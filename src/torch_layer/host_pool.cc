@@ -1,0 +1,191 @@
+#include "host_pool.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/platform.h"
+#include "spill/error.h"
+#include "spill/process_memory.h"
+#include "spill/units.h"
+
+namespace spill::detail {
+
+// Note [The host pool]
+// ~~~~~~~~~~~~~~~~~~~~
+// Every accelerator input crosses host memory twice: device -> host before its write, host ->
+// device after its read. Given a fresh pinned buffer each time (LibTorch's caching host
+// allocator, which rounds to powers of two and keeps what it pinned), host memory grew with the
+// volume spilled — +6.2 GB on an H200 — and pinned memory is the budget containers and WSL cap
+// hardest. So the stash owns one pool: allocated once at the first accelerator input, pinned once
+// (a power-of-two size, so the host allocator reserves exactly what the pool reports), carved by
+// spill's SlabAllocator and reused every step. Device -> host copies land in it, O_DIRECT
+// writes read from it (the pinned block is the staging buffer: no second host copy), reads land
+// in it before the host -> device copy. A block goes back when every operation on it completed.
+// When the pool is full, store() waits for the oldest write (PoolFull::wait, counted) or keeps
+// the input on its device (PoolFull::keep_on_device); an input larger than the pool goes
+// through it in pieces. Host memory spent on accelerator traffic is therefore the pool,
+// whatever the model. Where pinning is refused, the same pool is pageable (one warning).
+//
+// For CPU inputs nothing is copied: the input itself is written. There the budget bounds the
+// bytes of inputs held while their writes are in flight (Note [Overlapped spilling] in
+// src/torch_layer/arena_stash.cc).
+
+namespace {
+
+constexpr std::uint64_t kMinAutomaticBytes = 64ull << 20;
+
+std::uint64_t page_bytes() { return platform::capabilities().page_size_bytes; }
+
+std::uint64_t power_of_two_floor(std::uint64_t bytes) {
+  std::uint64_t p = 1;
+  while (p <= bytes / 2) p *= 2;
+  return p;
+}
+
+void check_memlock(std::uint64_t bytes) {
+  const std::uint64_t limit = platform::locked_memory_limit_bytes();
+  if (bytes <= limit) return;
+  throw InvalidArgumentError("spill: ArenaOptions::host_pool_bytes = " + bytes_with_units(bytes) +
+                             " exceeds RLIMIT_MEMLOCK (" + bytes_with_units(limit) +
+                             "), the pinned memory this process may lock; lower it, or raise "
+                             "the limit (ulimit -l, or memlock in the container's settings)");
+}
+
+// Pinned through LibTorch's host allocator for `device`; undefined (and one warning) where that
+// is refused, or where there is nothing to pin for (the CPU, under emulation).
+torch::Tensor pinned_bytes(std::uint64_t bytes, c10::DeviceType device) {
+  if (device != c10::DeviceType::CPU) {
+    try {
+      return torch::empty({static_cast<std::int64_t>(bytes)},
+                          torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+    } catch (const c10::Error&) {
+    }
+  }
+  TORCH_WARN_ONCE("spillarena: pinned host memory is unavailable; the host pool is pageable "
+                  "(device copies are then synchronous)");
+  return torch::Tensor();
+}
+
+torch::Tensor pageable_bytes(std::uint64_t bytes) {
+  try {
+    return torch::empty({static_cast<std::int64_t>(bytes)},
+                        torch::TensorOptions().dtype(torch::kUInt8));
+  } catch (const c10::Error&) {
+    throw InsufficientSpaceError("<host pool>", bytes, memory_limits().usable_bytes(),
+                                 "spill: the host pool of " + bytes_with_units(bytes) +
+                                     " could not be allocated; lower "
+                                     "ArenaOptions::host_pool_bytes");
+  }
+}
+
+// The largest page multiple whose size class fits in `bytes` (binary search: rounding is
+// monotonic).
+std::uint64_t largest_piece_of(std::uint64_t bytes) {
+  const std::uint64_t page = page_bytes();
+  std::uint64_t low = 1;
+  std::uint64_t high = bytes / page;
+  while (low < high) {
+    const std::uint64_t mid = low + (high - low + 1) / 2;
+    if (SlabAllocator::rounded_size(mid * page, page) <= bytes) {
+      low = mid;
+    } else {
+      high = mid - 1;
+    }
+  }
+  return low * page;
+}
+
+}  // namespace
+
+std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t inputs) {
+  std::uint64_t bytes = std::max(kMinAutomaticBytes, input_bytes * inputs);
+  const std::uint64_t usable = memory_limits().usable_bytes();
+  if (usable > 0) bytes = std::min(bytes, usable / 2);
+  bytes = std::min(bytes, platform::locked_memory_limit_bytes());
+  return std::max(bytes / page_bytes() * page_bytes(), page_bytes());
+}
+
+std::shared_ptr<HostPool> HostPool::make(std::uint64_t budget_bytes, c10::DeviceType device) {
+  std::uint64_t bytes = std::max(budget_bytes / page_bytes() * page_bytes(), page_bytes());
+  check_memlock(bytes);
+  torch::Tensor memory = pinned_bytes(power_of_two_floor(bytes), device);
+  const bool pinned = memory.defined();
+  if (!pinned) memory = pageable_bytes(bytes);
+  return std::shared_ptr<HostPool>(new HostPool(std::move(memory), pinned));
+}
+
+HostPool::HostPool(torch::Tensor memory, bool pinned)
+    : memory_(std::move(memory)),
+      bytes_(static_cast<std::uint64_t>(memory_.numel())),
+      pinned_(pinned),
+      slabs_(bytes_, page_bytes()),
+      largest_piece_(largest_piece_of(bytes_)) {}
+
+std::optional<HostPool::Lease> HostPool::try_take(std::uint64_t bytes, std::uint64_t reserve) {
+  const AllocatorStats s = slabs_.stats();
+  if (s.free_bytes < reserve || bytes > s.free_bytes - reserve) return std::nullopt;
+  std::optional<Block> block = slabs_.allocate(bytes);
+  if (!block) return std::nullopt;
+  Lease lease;
+  lease.pool_ = shared_from_this();
+  lease.block_ = *block;
+  lease.host_ = memory_.narrow(0, static_cast<std::int64_t>(block->offset),
+                               static_cast<std::int64_t>(bytes));
+  return lease;
+}
+
+HostPool::Lease HostPool::take(std::uint64_t bytes, const std::function<bool()>& give_up) {
+  if (std::optional<Lease> lease = try_take(bytes)) return std::move(*lease);
+  const auto start = std::chrono::steady_clock::now();
+  MutexLock lock(mutex_);
+  ++waits_;
+  for (;;) {
+    lock.unlock();
+    std::optional<Lease> lease = try_take(bytes);
+    const bool stop = !lease && give_up();
+    lock.lock();
+    if (lease || stop) {
+      wait_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::steady_clock::now() - start)
+                                                 .count());
+      return lease ? std::move(*lease) : Lease();
+    }
+    freed_.wait_for(lock, std::chrono::milliseconds(5));
+  }
+}
+
+void HostPool::give_back(const Block& block) {
+  slabs_.free(block);
+  MutexLock lock(mutex_);
+  freed_.notify_all();
+}
+
+std::uint64_t HostPool::waits() const {
+  MutexLock lock(mutex_);
+  return waits_;
+}
+
+std::uint64_t HostPool::wait_ns() const {
+  MutexLock lock(mutex_);
+  return wait_ns_;
+}
+
+HostPool::Lease& HostPool::Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    reset();
+    pool_ = std::move(other.pool_);
+    block_ = other.block_;
+    host_ = std::move(other.host_);
+    other.pool_ = nullptr;
+  }
+  return *this;
+}
+
+void HostPool::Lease::reset() {
+  if (!pool_) return;
+  host_ = torch::Tensor();
+  pool_->give_back(block_);
+  pool_ = nullptr;
+}
+
+}  // namespace spill::detail

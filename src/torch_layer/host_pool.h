@@ -1,0 +1,93 @@
+// HostPool: the one bounded block of host memory the arena stash moves accelerator inputs through
+// — allocated once, pinned once where the device allows, carved by spill's SlabAllocator, reused
+// every step. See Note [The host pool] in src/torch_layer/host_pool.cc.
+//
+//   auto pool = spill::detail::HostPool::make(256ull << 20, torch::kCUDA);
+//   spill::detail::HostPool::Lease lease = pool->take(bytes, [] { return false; });
+//   lease.host();   // a uint8 CPU tensor of `bytes`: device -> host copies land in it
+//   ... write it to the region, wait ...
+//   lease = {};     // back to the pool (every operation on it must have completed)
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "core/mutex.h"
+#include "spill/slab_allocator.h"
+
+namespace spill::detail {
+
+class HostPool : public std::enable_shared_from_this<HostPool> {
+ public:
+  // `budget_bytes` (>= one page): the pool holds at most that much host memory. Pinned for
+  // `device` through LibTorch's host allocator (the size rounded down to a power of two there,
+  // which that allocator would otherwise round up); pageable, with one warning, where pinning is
+  // refused (the CPU under emulation too). Throws spill::InsufficientSpaceError when the memory
+  // cannot be had, InvalidArgumentError above RLIMIT_MEMLOCK.
+  static std::shared_ptr<HostPool> make(std::uint64_t budget_bytes, c10::DeviceType device);
+
+  // Bytes of the pool, handed back when it dies. Move-only; empty when default-constructed.
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(Lease&& other) noexcept { *this = std::move(other); }
+    Lease& operator=(Lease&& other) noexcept;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { reset(); }
+    void reset();
+    explicit operator bool() const { return pool_ != nullptr; }
+    const torch::Tensor& host() const { return host_; }  // uint8, exactly the bytes asked for
+    std::uint64_t bytes() const { return static_cast<std::uint64_t>(host_.numel()); }
+
+   private:
+    friend class HostPool;
+    std::shared_ptr<HostPool> pool_;
+    Block block_;
+    torch::Tensor host_;
+  };
+
+  // `bytes` (<= bytes()) of the pool, or nothing when no free block is that large. `reserve`:
+  // leave at least that many bytes free (prefetches keep room for the restore that needs it).
+  std::optional<Lease> try_take(std::uint64_t bytes, std::uint64_t reserve = 0);
+  // Waits until `bytes` are free; counted in waits() and wait_ns(). `give_up` is asked every few
+  // milliseconds while waiting: true stops the wait with an empty Lease (a failure elsewhere).
+  Lease take(std::uint64_t bytes, const std::function<bool()>& give_up);
+
+  std::uint64_t bytes() const { return bytes_; }
+  // The largest request that can ever be granted (the allocator rounds requests to size
+  // classes): larger inputs go through the pool in pieces of this size.
+  std::uint64_t largest_piece() const { return largest_piece_; }
+  bool pinned() const { return pinned_; }
+  std::uint64_t bytes_in_use() const { return slabs_.stats().bytes_in_use; }
+  std::uint64_t peak_bytes_in_use() const { return slabs_.stats().peak_bytes_in_use; }
+  std::uint64_t waits() const;
+  std::uint64_t wait_ns() const;
+
+ private:
+  HostPool(torch::Tensor memory, bool pinned);
+  void give_back(const Block& block);
+
+  const torch::Tensor memory_;  // the whole pool, uint8
+  const std::uint64_t bytes_;
+  const bool pinned_;
+  SlabAllocator slabs_;
+  const std::uint64_t largest_piece_;
+  mutable Mutex mutex_;  // with freed_, wakes take() when a block comes back
+  std::condition_variable freed_;
+  std::uint64_t waits_ GUARDED_BY(mutex_) = 0;
+  std::uint64_t wait_ns_ GUARDED_BY(mutex_) = 0;
+};
+
+// The pool's size when ArenaOptions::host_pool_bytes is kAutomaticHostPool: room for
+// `inputs` inputs of `input_bytes`, at least 64 MiB, at most half the memory this process may
+// still use and RLIMIT_MEMLOCK.
+std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t inputs);
+
+}  // namespace spill::detail

@@ -1,0 +1,110 @@
+// One stored tensor of the arena stash and its lifecycle: one State, moved only by advance(),
+// which knows the allowed transitions. See Note [Lifecycle of a stashed tensor] in
+// src/torch_layer/stash_entry.cc.
+//
+//   std::lock_guard<std::mutex> lock(entry->mutex);
+//   spill::detail::advance(*entry, spill::detail::State::writing);  // throws on a bad transition
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "device_copy.h"
+#include "host_pool.h"
+#include "spill/arena.h"
+
+namespace spill::detail {
+
+enum class State {
+  held,       // stored; the stash references the input where it is; nothing moved yet
+  copying,    // accelerator: device -> host pool copy in flight; the input still referenced
+  writing,    // write to the region in flight (from the CPU input itself, or from the pool)
+  spilled,    // only the region holds the bytes
+  reading,    // read queued (into the pool or a host buffer; readahead for zero-copy)
+  uploading,  // accelerator: host pool -> device copy in flight into a new device tensor
+  restored,   // given back to backward; nothing left to do but free
+};
+const char* to_string(State state);
+
+// Counters shared by a stash and its entries (atomics: any thread updates them).
+struct StashCounters {
+  std::atomic<std::uint64_t> inputs_stored{0};
+  std::atomic<std::uint64_t> inputs_spilled{0};
+  std::atomic<std::uint64_t> device_bytes_held{0};
+  std::atomic<std::uint64_t> peak_device_bytes_held{0};
+  std::atomic<std::uint64_t> host_bytes_in_flight{0};
+  std::atomic<std::uint64_t> peak_host_bytes_in_flight{0};
+  std::atomic<std::uint64_t> budget_waits{0};  // CPU inputs: waits for bytes in flight
+  std::atomic<std::uint64_t> budget_wait_ns{0};
+  std::atomic<std::uint64_t> inputs_kept_on_device{0};
+  std::atomic<std::uint64_t> bytes_kept_on_device{0};
+  std::atomic<std::uint64_t> pieces{0};
+
+  void add_device_bytes(std::uint64_t bytes);
+  void sub_device_bytes(std::uint64_t bytes) { device_bytes_held.fetch_sub(bytes); }
+  void add_in_flight(std::uint64_t bytes);
+  void sub_in_flight(std::uint64_t bytes) { host_bytes_in_flight.fetch_sub(bytes); }
+};
+
+// One piece of an accelerator input's movement through the pool: normally the whole input.
+struct Piece {
+  std::uint64_t offset = 0;  // in the input and in its region
+  std::uint64_t bytes = 0;
+  HostPool::Lease lease;  // declared first: returned to the pool after copy and io finished
+  CopyPtr copy;
+  Pending io;
+  Piece() = default;
+  Piece(Piece&&) = default;
+  Piece& operator=(Piece&&) = default;
+  ~Piece() { settle(); }
+  void settle() const {  // waits for the copy and the write or read, without throwing
+    io.settle();
+    if (copy) copy->synchronize();
+  }
+};
+
+struct Entry {
+  Entry(const torch::Tensor& input, std::shared_ptr<StashCounters> counters);
+  ~Entry();
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
+
+  std::mutex mutex;  // guards every field below that is not marked constant
+  State state = State::held;
+  torch::Tensor input;       // held, copying; writing for a CPU input
+  bool modified = false;     // the input changed in place while the stash referenced it
+  bool kept = false;         // left on its device (keep_last, or no room with keep_on_device)
+  bool prefetched = false;
+  Region region;
+  Pending write;             // CPU input: its write
+  Pending read;              // CPU input, direct mode: its read into `host`
+  torch::Tensor host;        // CPU input, direct mode: the read's destination
+  Piece piece;               // accelerator input: its pool block, copy and write or read
+  torch::Tensor result;      // accelerator input: the device tensor being filled (uploading)
+  CopyPtr upload;            // ... and the copy filling it (its pool block goes back on its own)
+  std::weak_ptr<Entry> previous;  // what this stash stored just before
+
+  // Constant after construction.
+  const std::int64_t version;
+  const std::vector<int64_t> sizes;
+  const torch::TensorOptions options;
+  const std::uint64_t bytes;
+  const bool accelerator;
+  const std::shared_ptr<CopyEngine> engine;  // accelerator inputs
+  const std::shared_ptr<StashCounters> counters;
+
+  std::string describe() const;
+  bool changed_in_place() const { return input.defined() && input._version() != version; }
+};
+using EntryPtr = std::shared_ptr<Entry>;
+
+// Moves `e` to `to`; throws std::logic_error naming both states when the Note's diagram has no
+// such arrow. The caller holds e.mutex.
+void advance(Entry& e, State to);
+
+}  // namespace spill::detail

@@ -1,0 +1,280 @@
+// The arena stash's accelerator path on the CPU, through the copy seam's emulation
+// (spill::testing::set_accelerator_emulation): the host pool's budget, back-pressure, release of
+// device memory when the device -> host copy completes, inputs larger than the pool, keep on
+// device, bounded restores, in-place changes, bitwise gradients — and the CPU path's bounded
+// bytes in flight. Every run of CI exercises what a GPU machine would.
+#include <doctest/doctest.h>
+#include <sys/resource.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "gpt_test_support.h"
+#include "io_test_support.h"
+#include "test_support.h"
+
+// LibTorch's logging header defines its own CHECK, which aborts the process at the first failure
+// instead of reporting it; the checks below are doctest's.
+#undef CHECK
+#define CHECK(...) DOCTEST_CHECK(__VA_ARGS__)
+
+using spill_test::engine_options;
+using spill_test::HookScope;
+using spill_test::ScratchDir;
+using namespace spill_test::gpt;
+
+namespace {
+
+// Emulated accelerator copies for the scope's lifetime.
+struct Emulation {
+  explicit Emulation(std::uint32_t max_delay_us, std::uint32_t min_delay_us = 0) {
+    spill::testing::set_accelerator_emulation({true, max_delay_us, 7, min_delay_us});
+  }
+  ~Emulation() { spill::testing::set_accelerator_emulation({}); }
+  Emulation(const Emulation&) = delete;
+  Emulation& operator=(const Emulation&) = delete;
+};
+
+// Every queued write waits `ms` first (reads do not).
+std::function<int(spill::IoOp)> slow_writes(int ms) {
+  return [ms](spill::IoOp op) {
+    if (op == spill::IoOp::write) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return 0;
+  };
+}
+
+template <class Condition>
+bool eventually(Condition condition, int timeout_ms = 5000) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return condition();
+}
+
+constexpr std::uint64_t kInputBytes = 2 * 32 * 64 * sizeof(float);  // GptReference's input
+
+}  // namespace
+
+TEST_CASE("device path: gradients are bit-identical through the host pool in every setting") {
+  ScratchDir dir;
+  GptReference g(4, 99, {2, 32, 64});
+  Emulation emulation(300);
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    for (bool asynchronous : {false, true}) {
+      for (std::uint32_t keep_last : {0u, 1u}) {
+        for (auto backing : {spill::Backing::disk, spill::Backing::ram}) {
+          CAPTURE(spill::to_string(io));
+          CAPTURE(asynchronous);
+          CAPTURE(keep_last);
+          CAPTURE(spill::to_string(backing));
+          auto o = engine_options(dir.path(), io, asynchronous, spill::IoBackend::automatic,
+                                  keep_last, backing);
+          spill::SpillArena arena(o);
+          auto stash = spill::make_arena_stash(arena);
+          check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+          const spill::StashStats s = stash->stats();
+          // Asynchronous: the last inputs may still be in their copies when backward takes them
+          // back (given back as they are, not spilled).
+          if (!asynchronous) CHECK(s.inputs_spilled == 4 - keep_last);
+          CHECK(s.inputs_spilled <= 4 - keep_last);
+          CHECK(s.host_pool_bytes > 0);  // automatic (64 MiB, or RLIMIT_MEMLOCK below it)
+          CHECK_FALSE(s.host_pool_pinned);               // the CPU cannot pin: pageable
+          CHECK(s.device_bytes_held == 0);
+          CHECK(arena.stats().bytes_in_use == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("device path: an input larger than the pool goes through it in pieces") {
+  ScratchDir dir;
+  GptReference g(3, 5, {2, 32, 64});
+  Emulation emulation(100);
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    for (bool asynchronous : {false, true}) {
+      CAPTURE(spill::to_string(io));
+      CAPTURE(asynchronous);
+      auto o = engine_options(dir.path(), io, asynchronous, spill::IoBackend::automatic, 0);
+      o.host_pool_bytes = 4096;  // a quarter of one input
+      spill::SpillArena arena(o);
+      auto stash = spill::make_arena_stash(arena);
+      check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+      const spill::StashStats s = stash->stats();
+      CHECK(s.host_pool_bytes == 4096);
+      CHECK(s.pieces == 6);  // 3 spilled, 3 restored
+      CHECK(s.peak_host_pool_bytes_in_use <= 4096);
+    }
+  }
+}
+
+TEST_CASE("device path: a full pool makes store() wait for the oldest write, never exceeding it") {
+  ScratchDir dir;
+  GptReference g(8, 11, {2, 32, 64});
+  Emulation emulation(0);
+  HookScope slow(slow_writes(20));
+  auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::thread_pool,
+                          0);
+  o.host_pool_bytes = 2 * kInputBytes;
+  spill::SpillArena arena(o);
+  auto stash = spill::make_arena_stash(arena);
+  for (int step = 0; step < 2; ++step) {
+    check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+  }
+  const spill::StashStats s = stash->stats();
+  CHECK(s.pool_waits > 0);
+  CHECK(s.pool_wait_ns > 0);
+  CHECK(s.peak_host_pool_bytes_in_use <= 2 * kInputBytes);
+  CHECK(s.inputs_spilled >= 14);  // the last of each step may be taken back during its copy
+  CHECK(s.inputs_kept_on_device == 0);
+}
+
+TEST_CASE("device path: keep_on_device leaves inputs on the device when the pool is full") {
+  ScratchDir dir;
+  GptReference g(8, 11, {2, 32, 64});
+  Emulation emulation(0);
+  HookScope slow(slow_writes(50));
+  auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::thread_pool,
+                          0);
+  o.host_pool_bytes = kInputBytes;
+  o.when_pool_full = spill::PoolFull::keep_on_device;
+  spill::SpillArena arena(o);
+  auto stash = spill::make_arena_stash(arena);
+  check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+  const spill::StashStats s = stash->stats();
+  CHECK(s.inputs_kept_on_device > 0);
+  CHECK(s.bytes_kept_on_device == s.inputs_kept_on_device * kInputBytes);
+  CHECK(s.inputs_spilled + s.inputs_kept_on_device >= 7);
+  CHECK(s.inputs_spilled + s.inputs_kept_on_device <= 8);
+  CHECK(s.pool_waits == 0);
+}
+
+TEST_CASE("device path: device memory is released when the copy completes, before the write") {
+  ScratchDir dir;
+  Emulation emulation(0);
+  HookScope slow(slow_writes(300));
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, true,
+                          spill::IoBackend::thread_pool, 0);
+  spill::SpillArena arena(o);
+  auto stash = spill::make_arena_stash(arena);
+  torch::Tensor x = torch::randn({1024});
+  const torch::Tensor expected = x.clone();
+  auto stored = stash->store(x);
+  CHECK(eventually([&] { return stash->stats().device_bytes_held == 0; }));
+  CHECK(x.storage().use_count() == 1);  // the stash holds no reference any more
+  CHECK(stash->stats().inputs_spilled == 0);      // ... while the write is still in flight
+  CHECK(stash->stats().peak_device_bytes_held == 4096);
+  CHECK(eventually([&] { return stash->stats().inputs_spilled == 1; }));
+  CHECK(torch::equal(stored->restore(), expected));
+}
+
+TEST_CASE("device path: restored inputs on the device are bounded by prefetch_depth + 1") {
+  ScratchDir dir;
+  Emulation emulation(50);
+  for (std::uint32_t depth : {0u, 1u, 2u}) {
+    CAPTURE(depth);
+    auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::automatic,
+                            0);
+    o.prefetch_depth = depth;
+    spill::SpillArena arena(o);
+    auto stash = spill::make_arena_stash(arena);
+    std::uint64_t most = 0;
+    auto layer = [&](const torch::Tensor& t) {
+      if (torch::GradMode::is_enabled()) {  // the recomputation, in backward
+        most = std::max(most, stash->stats().device_bytes_held);
+      }
+      return t * 2;
+    };
+    torch::Tensor x = torch::randn({1024}).requires_grad_(true);
+    torch::Tensor y = x;
+    for (int i = 0; i < 8; ++i) y = spill::checkpoint(*stash, layer, y);
+    REQUIRE(eventually([&] { return stash->stats().device_bytes_held == 0; }));
+    y.sum().backward();
+    CHECK(most <= (depth + 1) * 4096);
+    CHECK(torch::allclose(x.grad(), torch::full({1024}, 256.0f)));
+  }
+}
+
+TEST_CASE("device path: an input changed in place during its copy or write is refused") {
+  ScratchDir dir;
+  for (bool emulated : {true, false}) {
+    for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+      CAPTURE(emulated);
+      CAPTURE(spill::to_string(io));
+      std::optional<Emulation> emulation;
+      if (emulated) emulation.emplace(100000, 50000);  // a 50-100 ms copy
+      HookScope slow(slow_writes(200));
+      spill::SpillArena arena(
+          engine_options(dir.path(), io, true, spill::IoBackend::thread_pool, 0));
+      auto stash = spill::make_arena_stash(arena);
+      torch::Tensor x = torch::randn({4096});
+      auto stored = stash->store(x);
+      x.add_(1);  // the copy or the write is still in flight
+      CHECK_THROWS_WITH_AS(stored->restore(), doctest::Contains("modified by an inplace"),
+                           spill::CheckpointError);
+      CHECK(arena.stats().integrity_failures == 0);  // never blamed on the disk
+    }
+  }
+}
+
+TEST_CASE("CPU path: inputs held for writes in flight stay within the budget, dropped at once") {
+  ScratchDir dir;
+  HookScope slow(slow_writes(30));
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, true,
+                          spill::IoBackend::thread_pool, 0);
+  o.host_pool_bytes = 2 * 16384;
+  spill::SpillArena arena(o);
+  auto stash = spill::make_arena_stash(arena);
+  std::vector<std::unique_ptr<spill::StashedTensor>> stored;
+  for (int i = 0; i < 8; ++i) stored.push_back(stash->store(torch::randn({4096})));  // 16 KiB
+  const spill::StashStats s = stash->stats();
+  CHECK(s.peak_host_bytes_in_flight <= 2 * 16384);
+  CHECK(s.pool_waits > 0);
+  // Dropped when each write completed, with no further store() or restore().
+  CHECK(eventually([&] { return stash->stats().host_bytes_in_flight == 0; }));
+  CHECK(stash->stats().inputs_spilled == 8);
+}
+
+TEST_CASE("host pool: budgets out of range are typed errors naming the value") {
+  ScratchDir dir;
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, true,
+                          spill::IoBackend::thread_pool, 0);
+  o.host_pool_bytes = 0;
+  CHECK_THROWS_WITH_AS(spill::SpillArena{o}, doctest::Contains("host_pool_bytes = 0"),
+                       spill::InvalidArgumentError);
+  o.host_pool_bytes = 100;
+  CHECK_THROWS_WITH_AS(spill::SpillArena{o}, doctest::Contains("below one page"),
+                       spill::InvalidArgumentError);
+  o.host_pool_bytes = 1ull << 50;
+  CHECK_THROWS_WITH_AS(spill::SpillArena{o}, doctest::Contains("may still use"),
+                       spill::InsufficientSpaceError);
+  CHECK(spill_test::list_dir(dir.path()).empty());
+}
+
+TEST_CASE("host pool: a budget above RLIMIT_MEMLOCK is refused where the pool is pinned") {
+  ScratchDir dir;
+  struct rlimit saved {};
+  REQUIRE(getrlimit(RLIMIT_MEMLOCK, &saved) == 0);
+  struct rlimit lowered = saved;
+  lowered.rlim_cur = 1 << 20;
+  REQUIRE(setrlimit(RLIMIT_MEMLOCK, &lowered) == 0);
+  Emulation emulation(0);
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, true,
+                          spill::IoBackend::thread_pool, 0);
+  o.host_pool_bytes = 8 << 20;
+  spill::SpillArena arena(o);
+  auto stash = spill::make_arena_stash(arena);
+  CHECK_THROWS_WITH_AS(stash->store(torch::randn({1024})), doctest::Contains("RLIMIT_MEMLOCK"),
+                       spill::InvalidArgumentError);
+  o.host_pool_bytes = spill::kAutomaticHostPool;  // automatic: capped at the limit instead
+  spill::SpillArena capped(o);
+  auto capped_stash = spill::make_arena_stash(capped);
+  auto stored = capped_stash->store(torch::randn({1024}));
+  CHECK(capped_stash->stats().host_pool_bytes == 1 << 20);
+  stored.reset();
+  REQUIRE(setrlimit(RLIMIT_MEMLOCK, &saved) == 0);
+}
