@@ -6,9 +6,12 @@
 #   2. runs the CUDA tests (tests/accelerator_test.cc: bitwise gradients in fp32 and bf16 with
 #      dropout, autocast replay, random queue delays) and the CPU tests of the engine beside them;
 #   3. runs BM_AcceleratorStep (bench/accelerator_benchmark.cc) in every mode, at 16 layers and
-#      again at 8 (host memory added must not grow with the layer count: the host pool bounds it).
+#      again at 8 (host memory added must not grow with the layer count: the host pool bounds it);
+#   4. runs the Python head-to-head (bench/python/head_to_head.py) at Llama-3-8B width, seq 8k,
+#      transformers from the carried wheels (.deps/wheels) on PYTHONPATH, into head_to_head.json.
 # Everything it reports goes to $OUT (at most 8 files): env.txt, build.log, tests.log,
-# accelerator.json, accelerator-8.json, bench.log. Budget: about 8 minutes on 16 cores.
+# accelerator.json, accelerator-8.json, head_to_head.json, python-build.log, bench.log (8).
+# Budget: about 12 minutes on 16 cores.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/spillarena-gpu-check}
@@ -71,4 +74,19 @@ SPILLARENA_BENCH_ACCEL_SHAPE=4,4096,4096,32,8 "$build/bench/spillarena_bench" \
   --benchmark_out_format=json --benchmark_out="$out/accelerator-8.json" >> "$out/bench.log" 2>&1 ||
   status=1
 cat "$out/bench.log"
+
+# The Python head-to-head: the extension built against this machine's torch, transformers from
+# the carried wheels.
+mkdir -p .deps/py
+for whl in .deps/wheels/*.whl; do "$python" -m zipfile -e "$whl" .deps/py >/dev/null 2>&1; done
+if PYTHONPATH=$PWD/.deps/py "$python" -m pip install -q --no-build-isolation --no-deps --no-index \
+     --target .deps/py . > "$out/python-build.log" 2>&1; then
+  PYTHONPATH=$PWD/.deps/py timeout 900 "$python" bench/python/head_to_head.py --device cuda \
+    --dtype bfloat16 --hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 32000 \
+    --layers 8 --seq 8192 --steps 2 --out "$out/head_to_head.json" >> "$out/bench.log" 2>&1 ||
+    status=1
+else
+  echo "python package build failed: see python-build.log"; status=1
+fi
+tail -n 8 "$out/bench.log"
 exit $status

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Run HERE (Debian 12), before a GPU session: downloads the Debian packages the build needs into
-# .deps/debs (git-ignored), to be carried to the GPU machine, which reaches no registry. There,
-# scripts/gpu-check.sh unpacks them into .deps/root (never into /).
+# .deps/debs and the pure-Python wheels the head-to-head needs (transformers and what it imports,
+# never torch) into .deps/wheels (both git-ignored), to be carried to the GPU machine, which
+# reaches no registry. There, scripts/gpu-check.sh unpacks them into .deps/root and .deps/py
+# (never into / or the machine's site-packages).
 #   bash scripts/gpu-fetch-debs.sh      then: run(command="bash scripts/gpu-check.sh", carry=[".deps"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,3 +12,10 @@ cd .deps/debs
 apt-get download doctest-dev libbenchmark-dev libbenchmark1debian \
   libxxhash-dev libxxhash0 liburing-dev liburing2
 ls -la
+cd ../..
+# transformers' own dependencies, for the GPU machine's Python (CPython 3.x, x86_64, manylinux);
+# torch, numpy and the like are already there. The carry limit is 64 MiB in all.
+python3 -m pip download -q -d .deps/wheels --only-binary=:all: --no-deps "transformers==5.23.0" \
+  tokenizers safetensors huggingface_hub hf-xet regex pyyaml tqdm filelock packaging fsspec \
+  typing-extensions requests urllib3 idna certifi charset-normalizer
+du -sh .deps

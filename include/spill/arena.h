@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -299,6 +300,11 @@ class SpillArena {
   // True when the spill file never had a name (made unnamed by the system); false when it had
   // one for an instant (created, then unlinked) or the arena is in RAM.
   bool opened_without_name() const;
+
+  // For spillarena's own LibTorch layer: one object kept per arena (the stash's host pool and
+  // counters), made by `make` at the first call, shared by every handle and destroyed with the
+  // arena.
+  std::shared_ptr<void> attachment(const std::function<std::shared_ptr<void>()>& make) const;
 
   // A second handle to this same arena (same file, same allocator, same stats). Layers that
   // must outlive the caller's SpillArena object (an autograd graph, a module) hold one.

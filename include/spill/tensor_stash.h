@@ -36,7 +36,7 @@ class StashedTensor {
   virtual void prefetch() {}
 };
 
-// What an arena stash did and holds (zeros for the others). Device bytes are those of
+// What the arena stashes of one arena did and hold (zeros for the other stashes). Device bytes are those of
 // accelerator inputs the stash references: stored and not yet copied off, or brought back and
 // not yet restored. See Note [The host pool] in src/torch_layer/host_pool.cc.
 struct StashStats {
@@ -49,7 +49,7 @@ struct StashStats {
   std::uint64_t peak_host_pool_bytes_in_use = 0;
   std::uint64_t host_bytes_in_flight = 0;  // CPU inputs held while their writes are in flight
   std::uint64_t peak_host_bytes_in_flight = 0;
-  std::uint64_t pool_waits = 0;            // store()s that waited for room (PoolFull::wait)
+  std::uint64_t pool_waits = 0;  // store()s and restores that waited for room in the budget
   std::uint64_t pool_wait_ns = 0;
   std::uint64_t inputs_kept_on_device = 0;  // PoolFull::keep_on_device found no room
   std::uint64_t bytes_kept_on_device = 0;
@@ -90,8 +90,9 @@ std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena);
 // The stash spill::checkpoint(arena, ...) uses: one per arena while any of its tensors is
 // stashed, so consecutive layers form one chain for prefetching and keep_last.
 std::shared_ptr<TensorStash> shared_arena_stash(const SpillArena& arena);
-// The stats of that shared stash (zeros when none is alive).
-StashStats shared_stash_stats(const SpillArena& arena);
+// What every arena stash of `arena` did and holds: the host pool and counters are kept with the
+// arena, so they outlive the shared stash (which lives as long as a graph) and span steps.
+StashStats stash_stats(const SpillArena& arena);
 // Keeps a reference to the input itself: gradient checkpointing without offloading.
 std::shared_ptr<TensorStash> make_in_memory_stash();
 // One torch::save file per tensor in `directory`, torch::load + delete on restore; deleted as

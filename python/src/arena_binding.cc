@@ -9,6 +9,7 @@
 #include "spill/arena.h"
 #include "spill/io.h"
 #include "spill/sizing.h"
+#include "spill/tensor_stash.h"
 
 namespace spillarena_python {
 
@@ -119,6 +120,10 @@ void bind_arena(py::module_& m) {
       .def(
           "stats", [](const spill::SpillArena& a) { return to_dict(a.stats()); },
           "A dict keyed by spill::ArenaStats field names.")
+      .def(
+          "stash_stats", [](const spill::SpillArena& a) { return to_dict(spill::stash_stats(a)); },
+          "A dict keyed by spill::StashStats field names: what spillarena.checkpoint did with this "
+          "arena's host budget (host pool, device bytes held, bytes in flight, waits).")
       .def(
           "options",
           [](const spill::SpillArena& a) { return to_dict(a.options()); },

@@ -76,7 +76,10 @@ void bind_stash(py::module_& m) {
           },
           py::arg("tensor"), Release(),
           "Copies the tensor into the stash; raises ArenaExhaustedError when there is no room.")
-      .def_property_readonly("name", &spill::TensorStash::name);
+      .def_property_readonly("name", &spill::TensorStash::name)
+      .def(
+          "stats", [](const spill::TensorStash& s) { return to_dict(s.stats()); },
+          "A dict keyed by spill::StashStats field names (zeros for stashes without an arena).");
 
   m.def(
       "make_arena_stash",

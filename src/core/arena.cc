@@ -223,6 +223,11 @@ const ArenaOptions& SpillArena::options() const { return live_core().options(); 
 const void* SpillArena::identity() const { return &live_core(); }
 IoMode SpillArena::io_mode() const { return live_core().io_mode(); }
 bool SpillArena::uses_gds() const { return live_core().gds_requested(); }
+
+std::shared_ptr<void> SpillArena::attachment(
+    const std::function<std::shared_ptr<void>()>& make) const {
+  return live_core().attachment(make);
+}
 std::uint64_t SpillArena::io_alignment() const { return live_core().io_alignment(); }
 
 void SpillArena::record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) const {

@@ -47,6 +47,12 @@ void ArenaCore::read_to_device(std::uint64_t region, std::uint64_t at, void* dev
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
+std::shared_ptr<void> ArenaCore::attachment(const std::function<std::shared_ptr<void>()>& make) {
+  MutexLock lock(attachment_mutex_);
+  if (!attachment_) attachment_ = make();
+  return attachment_;
+}
+
 ArenaCore::~ArenaCore() {
   if (engine_ && !owner_.forked()) engine_->drain();
 }

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "gds.h"
 #include "integrity.h"
 #include "io_engine.h"
+#include "mutex.h"
 #include "spill/arena.h"
 #include "spill/slab_allocator.h"
 #include "storage.h"
@@ -46,6 +48,9 @@ class ArenaCore {
   void prefetch(std::uint64_t offset, std::uint64_t bytes) const;
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) const;
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const;
+
+  // See SpillArena::attachment.
+  std::shared_ptr<void> attachment(const std::function<std::shared_ptr<void>()>& make);
 
   void record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns);
   void record_prefetch() { prefetches_.fetch_add(1, std::memory_order_relaxed); }
@@ -98,6 +103,8 @@ class ArenaCore {
   std::atomic<std::uint64_t> prefetch_hits_{0};
   std::unique_ptr<IntegrityLedger> ledger_;  // verify_integrity only; outlives the engine
   std::unique_ptr<GdsFile> gds_;             // io = gds only
+  Mutex attachment_mutex_;
+  std::shared_ptr<void> attachment_ GUARDED_BY(attachment_mutex_);
   std::unique_ptr<IoEngine> engine_;         // disk only; last member: drained first
 };
 

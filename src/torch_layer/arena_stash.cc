@@ -66,16 +66,22 @@ std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
+std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena) {
+  return std::static_pointer_cast<ArenaShared>(
+      arena.attachment([] { return std::make_shared<ArenaShared>(); }));
+}
+
 Chain::Chain(const SpillArena& arena)
     : arena_(arena.shared_handle()),
       options_(arena_.options()),
-      counters_(std::make_shared<StashCounters>()),
+      shared_(shared_state_of(arena_)),
+      counters_(shared_->counters),
       gds_(arena_.uses_gds()) {}
 
 Chain::~Chain() = default;
 
-StashStats Chain::stats() const {
-  const StashCounters& c = *counters_;
+StashStats ArenaShared::stats() {
+  const StashCounters& c = *counters;
   StashStats s;
   s.inputs_stored = c.inputs_stored;
   s.inputs_spilled = c.inputs_spilled;
@@ -88,13 +94,13 @@ StashStats Chain::stats() const {
   s.inputs_kept_on_device = c.inputs_kept_on_device;
   s.bytes_kept_on_device = c.bytes_kept_on_device;
   s.pieces = c.pieces;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (pool_) {
-    s.host_pool_bytes = pool_->bytes();
-    s.host_pool_pinned = pool_->pinned();
-    s.peak_host_pool_bytes_in_use = pool_->peak_bytes_in_use();
-    s.pool_waits += pool_->waits();
-    s.pool_wait_ns += pool_->wait_ns();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (pool) {
+    s.host_pool_bytes = pool->bytes();
+    s.host_pool_pinned = pool->pinned();
+    s.peak_host_pool_bytes_in_use = pool->peak_bytes_in_use();
+    s.pool_waits += pool->waits();
+    s.pool_wait_ns += pool->wait_ns();
   }
   return s;
 }
@@ -146,7 +152,7 @@ torch::Tensor Chain::restore(const EntryPtr& e) {
   std::unique_lock<std::mutex> lock(e->mutex);
   Entry& entry = *e;
   if (entry.state == State::restored) return torch::Tensor();
-  if (entry.modified) throw_modified(entry, "while it was being spilled");
+  if (entry.changed_in_place()) throw_modified(entry, "after it was stored");
   const bool in_memory = entry.input.defined();
   if (in_memory) {  // held, copying, or a CPU input being written: given back as it is
     torch::Tensor t = give_back_input(entry);
@@ -192,8 +198,8 @@ torch::Tensor Chain::restore(const EntryPtr& e) {
   return result;
 }
 
-// The region goes back at once (after a write still in flight: its bytes are never read), so
-// the arena is drained when backward ends.
+// The region goes back now, after a write still in flight completed (a short wait: it was
+// queued before backward began), so the arena is drained when backward ends.
 torch::Tensor Chain::give_back_input(Entry& e) {
   if (e.changed_in_place()) throw_modified(e, "between forward and backward");
   arena_.record_restore(e.prefetched, true, 0);
@@ -263,8 +269,8 @@ void Chain::post(std::function<void()> job) {
 
 void Chain::spill_cpu(const EntryPtr& e) {
   wait_for_room(e->bytes);
-  counters_->add_in_flight(e->bytes);
   e->write = e->region.write_async(e->input.data_ptr(), e->bytes);
+  counters_->add_in_flight(e->bytes);
   advance(*e, State::writing);
   if (!options_.asynchronous) {
     // The comparison point: the write completes before store() returns, failures thrown here.
@@ -312,7 +318,6 @@ void Chain::finish_cpu_write(const EntryPtr& e) {
   write.settle();
   {
     std::lock_guard<std::mutex> lock(e->mutex);
-    if (e->changed_in_place()) e->modified = true;
     e->input = torch::Tensor();
     if (e->state == State::writing) {
       advance(*e, State::spilled);
@@ -445,14 +450,6 @@ std::shared_ptr<TensorStash> shared_arena_stash(const SpillArena& arena) {
   return stash;
 }
 
-StashStats shared_stash_stats(const SpillArena& arena) {
-  std::shared_ptr<TensorStash> stash;
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex);
-    auto it = registry().find(arena.identity());
-    if (it != registry().end()) stash = it->second.lock();
-  }
-  return stash ? stash->stats() : StashStats{};
-}
+StashStats stash_stats(const SpillArena& arena) { return detail::shared_state_of(arena)->stats(); }
 
 }  // namespace spill

@@ -8,7 +8,7 @@
 //   std::shared_ptr<spill::detail::CopyEngine> engine = spill::detail::CopyEngine::for_inputs();
 //   spill::detail::CopyPtr c = engine->to_host(input, 0, bytes, lease.host());
 //   c->synchronize();                 // the host waits; or poll c->done()
-//   c = engine->to_device(lease.host(), output, 0, bytes);
+//   c = engine->to_device(lease.host(), output, 0);
 //   c->order_current_stream();        // compute waits for the copy; the host does not
 #pragma once
 

@@ -2,8 +2,10 @@
 // host pool] in host_pool.cc, Note [Overlapped spilling] in arena_stash.cc and Note [Lifecycle
 // of a stashed tensor] in stash_entry.cc.
 #include <algorithm>
+#include <cerrno>
 #include <utility>
 
+#include "spill/error.h"
 #include "stash_chain.h"
 
 namespace spill::detail {
@@ -11,16 +13,26 @@ namespace {
 constexpr std::uint64_t kGdsAlignmentBytes = 4096;  // cuFile's unit (GdsFile::kAlignmentBytes)
 }  // namespace
 
+// take() gave up: a failure of the progress thread, rethrown here (or, if another thread took
+// it first, named).
+void Chain::throw_abandoned_wait() {
+  rethrow_failure();
+  throw IoError(EIO,
+                "spill::checkpoint: the wait for room in the host pool ended on a failure "
+                "already reported by another call; free the step's graph and run again");
+}
+
 HostPool& Chain::pool_for(const Entry& e) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!pool_) {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  std::shared_ptr<HostPool>& pool = shared_->pool;
+  if (!pool) {
     const std::uint64_t budget =
         options_.host_pool_bytes != kAutomaticHostPool
             ? options_.host_pool_bytes
             : automatic_host_pool_bytes(e.bytes, options_.prefetch_depth + 2ull);
-    pool_ = HostPool::make(budget, e.options.device().type());
+    pool = HostPool::make(budget, e.options.device().type());
   }
-  return *pool_;
+  return *pool;
 }
 
 // PoolFull::wait: waits for the oldest write to return its block (the progress thread always
@@ -28,7 +40,7 @@ HostPool& Chain::pool_for(const Entry& e) {
 std::optional<HostPool::Lease> Chain::lease_for_store(Entry& e, HostPool& pool) {
   if (options_.when_pool_full == PoolFull::keep_on_device) return pool.try_take(e.bytes);
   HostPool::Lease lease = pool.take(e.bytes, [this] { return failed(); });
-  if (!lease) rethrow_failure();
+  if (!lease) throw_abandoned_wait();
   return lease;
 }
 
@@ -61,7 +73,7 @@ void Chain::spill_in_pieces(Entry& e, HostPool& pool) {
   for (std::uint64_t offset = 0; offset < e.bytes; offset += step) {
     const std::uint64_t n = std::min(step, e.bytes - offset);
     HostPool::Lease lease = pool.take(n, [this] { return failed(); });
-    if (!lease) rethrow_failure();
+    if (!lease) throw_abandoned_wait();
     e.engine->to_host(e.input, offset, n, lease.host())->synchronize();
     e.region.write_async(lease.host().data_ptr(), n, offset).wait();
   }
@@ -79,8 +91,8 @@ void Chain::finish_copy(const EntryPtr& e) {
     std::lock_guard<std::mutex> lock(e->mutex);
     copy = e->piece.copy;
   }
-  if (copy) copy->synchronize();
   try {
+    if (copy) copy->synchronize();
     std::lock_guard<std::mutex> lock(e->mutex);
     finish_copy_locked(e);
   } catch (...) {
@@ -94,7 +106,6 @@ void Chain::finish_copy_locked(const EntryPtr& e) {
     return;
   }
   e->piece.io = e->region.write_async(e->piece.lease.host().data_ptr(), e->bytes);
-  if (e->changed_in_place()) e->modified = true;
   e->input = torch::Tensor();
   counters_->sub_device_bytes(e->bytes);
   e->piece.copy.reset();
@@ -133,12 +144,12 @@ bool Chain::queue_device_read(Entry& e, bool wait_for_room) {
   HostPool::Lease lease;
   if (wait_for_room) {
     lease = pool.take(e.bytes, [this] { return failed(); });
-    if (!lease) rethrow_failure();
+    if (!lease) throw_abandoned_wait();
   } else {
     std::uint64_t reserve = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      reserve = SlabAllocator::rounded_size(largest_input_);
+      reserve = largest_input_;
     }
     std::optional<HostPool::Lease> room = pool.try_take(e.bytes, reserve);
     if (!room) return false;
@@ -160,9 +171,11 @@ void Chain::start_upload(Entry& e) {
   } catch (const std::exception&) {
     return;
   }
-  e.result = torch::empty(e.sizes, e.options);
+  torch::Tensor result = torch::empty(e.sizes, e.options);
+  CopyPtr upload = e.engine->to_device(e.piece.lease.host(), result, 0);
+  e.result = std::move(result);
+  e.upload = std::move(upload);
   counters_->add_device_bytes(e.bytes);
-  e.upload = e.engine->to_device(e.piece.lease.host(), e.result, 0);
   auto piece = std::make_shared<Piece>(std::move(e.piece));
   piece->copy = e.upload;
   e.piece = Piece();
@@ -204,7 +217,7 @@ torch::Tensor Chain::restore_in_pieces(Entry& e, HostPool& pool) {
   for (std::uint64_t offset = 0; offset < e.bytes; offset += step) {
     const std::uint64_t n = std::min(step, e.bytes - offset);
     HostPool::Lease lease = pool.take(n, [this] { return failed(); });
-    if (!lease) rethrow_failure();
+    if (!lease) throw_abandoned_wait();
     e.region.read_async(lease.host().data_ptr(), n, offset).wait();
     e.engine->to_device(lease.host(), result, offset)->synchronize();
   }
@@ -234,8 +247,8 @@ void Chain::finish_gds_write(const EntryPtr& e) {
     std::lock_guard<std::mutex> lock(e->mutex);
     ready = e->piece.copy;
   }
-  if (ready) ready->synchronize();
   try {
+    if (ready) ready->synchronize();
     std::lock_guard<std::mutex> lock(e->mutex);
     finish_gds_write_locked(e);
   } catch (...) {
@@ -248,7 +261,6 @@ void Chain::finish_gds_write_locked(const EntryPtr& e) {
     e->piece = Piece();
     return;
   }
-  if (e->changed_in_place()) e->modified = true;
   advance(*e, State::writing);
   const std::uint64_t body = e->bytes / kGdsAlignmentBytes * kGdsAlignmentBytes;
   if (body > 0) e->region.write_from_device(e->input.data_ptr(), body, 0);
@@ -280,7 +292,6 @@ torch::Tensor Chain::restore_gds(Entry& e) {
     e.engine->to_device(tail, result, body)->synchronize();
   }
   e.region.free();
-  if (e.state == State::spilled) advance(e, State::reading);
   advance(e, State::restored);
   return result;
 }

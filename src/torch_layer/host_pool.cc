@@ -16,7 +16,8 @@ namespace spill::detail {
 // device after its read. Given a fresh pinned buffer each time (LibTorch's caching host
 // allocator, which rounds to powers of two and keeps what it pinned), host memory grew with the
 // volume spilled — +6.2 GB on an H200 — and pinned memory is the budget containers and WSL cap
-// hardest. So the stash owns one pool: allocated once at the first accelerator input, pinned once
+// hardest. So each arena has one pool, kept with the arena (SpillArena::attachment) and shared by its
+// stashes: allocated once at the first accelerator input, pinned once
 // (a power-of-two size, so the host allocator reserves exactly what the pool reports), carved by
 // spill's SlabAllocator and reused every step. Device -> host copies land in it, O_DIRECT
 // writes read from it (the pinned block is the staging buffer: no second host copy), reads land
@@ -122,10 +123,13 @@ HostPool::HostPool(torch::Tensor memory, bool pinned)
       largest_piece_(largest_piece_of(bytes_)) {}
 
 std::optional<HostPool::Lease> HostPool::try_take(std::uint64_t bytes, std::uint64_t reserve) {
-  const AllocatorStats s = slabs_.stats();
-  if (s.free_bytes < reserve || bytes > s.free_bytes - reserve) return std::nullopt;
   std::optional<Block> block = slabs_.allocate(bytes);
   if (!block) return std::nullopt;
+  if (reserve > 0 && slabs_.stats().largest_free_block <
+                         SlabAllocator::rounded_size(reserve, slabs_.alignment_bytes())) {
+    slabs_.free(*block);  // the request that needs the reserve would no longer fit
+    return std::nullopt;
+  }
   Lease lease;
   lease.pool_ = shared_from_this();
   lease.block_ = *block;

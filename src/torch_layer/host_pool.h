@@ -54,7 +54,8 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   };
 
   // `bytes` (<= bytes()) of the pool, or nothing when no free block is that large. `reserve`:
-  // leave at least that many bytes free (prefetches keep room for the restore that needs it).
+  // a request of that many bytes must still fit afterwards (prefetches keep room for the
+  // restore that needs it).
   std::optional<Lease> try_take(std::uint64_t bytes, std::uint64_t reserve = 0);
   // Waits until `bytes` are free; counted in waits() and wait_ns(). `give_up` is asked every few
   // milliseconds while waiting: true stops the wait with an empty Lease (a failure elsewhere).

@@ -21,6 +21,17 @@
 
 namespace spill::detail {
 
+// What every stash of one arena shares, kept with the arena (SpillArena::attachment): the host
+// pool — made at the first accelerator input, then reused by every step's stash (the shared
+// stash of spill::checkpoint(arena, ...) lives only as long as a graph) — and the counters.
+struct ArenaShared {
+  std::mutex mutex;  // guards pool
+  std::shared_ptr<HostPool> pool;
+  const std::shared_ptr<StashCounters> counters = std::make_shared<StashCounters>();
+  StashStats stats();
+};
+std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena);
+
 class Chain {
  public:
   explicit Chain(const SpillArena& arena);
@@ -29,7 +40,7 @@ class Chain {
   const SpillArena& arena() const { return arena_; }
   const ArenaOptions& options() const { return options_; }
   const std::shared_ptr<StashCounters>& counters() const { return counters_; }
-  StashStats stats() const;
+  StashStats stats() const { return shared_->stats(); }
 
   // store(): links `e` after the last stored entry and spills those keep_last no longer keeps.
   void stored(const EntryPtr& e);
@@ -39,6 +50,7 @@ class Chain {
   void prefetch(Entry& e);  // caller holds e.mutex
   // Rethrows, once, a failure of the progress thread.
   void rethrow_failure();
+  [[noreturn]] void throw_abandoned_wait();
 
  private:
   // --- common (arena_stash.cc)
@@ -81,14 +93,14 @@ class Chain {
 
   SpillArena arena_;
   const ArenaOptions options_;
+  const std::shared_ptr<ArenaShared> shared_;
   const std::shared_ptr<StashCounters> counters_;
   const bool gds_;  // the arena was made with io = gds
-  mutable std::mutex mutex_;  // guards last_, unspilled_, failure_, pool_, largest_input_
+  mutable std::mutex mutex_;  // guards last_, unspilled_, failure_, largest_input_
   std::condition_variable room_;  // CPU inputs: bytes in flight went down
   std::weak_ptr<Entry> last_;
   std::deque<std::weak_ptr<Entry>> unspilled_;  // stored, not yet spilled, oldest first
   std::exception_ptr failure_;
-  std::shared_ptr<HostPool> pool_;
   std::uint64_t largest_input_ = 0;
   SerialWorker progress_;  // last: joined before the members its jobs use are destroyed
 };

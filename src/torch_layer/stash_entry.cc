@@ -86,9 +86,19 @@ void StashCounters::add_in_flight(std::uint64_t bytes) {
   raise_peak(peak_host_bytes_in_flight, host_bytes_in_flight.fetch_add(bytes) + bytes);
 }
 
+void Piece::settle() const noexcept {
+  io.settle();
+  try {
+    if (copy) copy->synchronize();
+  } catch (...) {
+    // A device error: reported by whatever uses the device next; a destructor cannot throw.
+  }
+}
+
 Entry::Entry(const torch::Tensor& t, std::shared_ptr<StashCounters> c)
     : input(t.detach().contiguous()),
-      version(input._version()),
+      version_counter(input.unsafeGetTensorImpl()->version_counter()),
+      version(version_counter.current_version()),
       sizes(t.sizes().vec()),
       options(t.options()),
       bytes(static_cast<std::uint64_t>(t.nbytes())),
@@ -101,6 +111,8 @@ Entry::Entry(const torch::Tensor& t, std::shared_ptr<StashCounters> c)
 
 // Device bytes still referenced here go with the entry (a graph freed without backward).
 Entry::~Entry() {
+  read.settle();  // a direct read may still land in `host`, destroyed before `region`
+  write.settle();
   piece.settle();
   if (accelerator && input.defined()) counters->sub_device_bytes(bytes);
   if (result.defined()) counters->sub_device_bytes(bytes);

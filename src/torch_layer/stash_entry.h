@@ -60,12 +60,15 @@ struct Piece {
   Pending io;
   Piece() = default;
   Piece(Piece&&) = default;
-  Piece& operator=(Piece&&) = default;
-  ~Piece() { settle(); }
-  void settle() const {  // waits for the copy and the write or read, without throwing
-    io.settle();
-    if (copy) copy->synchronize();
+  Piece& operator=(Piece&& other) noexcept {  // the old block goes back only once settled
+    settle();
+    lease = std::move(other.lease);
+    copy = std::move(other.copy);
+    io = std::move(other.io);
+    return *this;
   }
+  ~Piece() { settle(); }
+  void settle() const noexcept;  // waits for the copy and the write or read; never throws
 };
 
 struct Entry {
@@ -77,7 +80,6 @@ struct Entry {
   std::mutex mutex;  // guards every field below that is not marked constant
   State state = State::held;
   torch::Tensor input;       // held, copying; writing for a CPU input
-  bool modified = false;     // the input changed in place while the stash referenced it
   bool kept = false;         // left on its device (keep_last, or no room with keep_on_device)
   bool prefetched = false;
   Region region;
@@ -87,10 +89,11 @@ struct Entry {
   Piece piece;               // accelerator input: its pool block, copy and write or read
   torch::Tensor result;      // accelerator input: the device tensor being filled (uploading)
   CopyPtr upload;            // ... and the copy filling it (its pool block goes back on its own)
-  std::weak_ptr<Entry> previous;  // what this stash stored just before
+  std::weak_ptr<Entry> previous;  // stored just before; set once by Chain::stored, then read
 
   // Constant after construction.
-  const std::int64_t version;
+  const c10::VariableVersion version_counter;  // the input's, shared with the caller's tensor
+  const std::uint32_t version;                 // its value at store()
   const std::vector<int64_t> sizes;
   const torch::TensorOptions options;
   const std::uint64_t bytes;
@@ -99,7 +102,9 @@ struct Entry {
   const std::shared_ptr<StashCounters> counters;
 
   std::string describe() const;
-  bool changed_in_place() const { return input.defined() && input._version() != version; }
+  // Autograd's rule for saved tensors: any in-place change after store() (the counter is shared
+  // with the caller's tensor, so this holds after the stash let go of it too).
+  bool changed_in_place() const { return version_counter.current_version() != version; }
 };
 using EntryPtr = std::shared_ptr<Entry>;
 

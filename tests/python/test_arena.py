@@ -5,6 +5,7 @@ import pathlib
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -268,3 +269,37 @@ def test_one_handle_restored_and_freed_from_two_threads_never_crashes(arena):
         thread.join()
         handle.free()
         assert results in ([True], ["refused"])
+
+
+def test_the_host_budget_is_a_keyword_with_typed_errors(spill_dir):
+    arena = spillarena.SpillArena(4 << 20, spill_dir, host_pool_bytes=1 << 20, when_pool_full="keep_on_device")
+    assert arena.options()["host_pool_bytes"] == 1 << 20
+    assert arena.options()["when_pool_full"] == "keep_on_device"
+    for bad in (0, 100):
+        with pytest.raises(spillarena.InvalidArgumentError, match="host_pool_bytes"):
+            spillarena.SpillArena(4 << 20, spill_dir, host_pool_bytes=bad)
+    with pytest.raises(spillarena.InsufficientSpaceError, match="host_pool_bytes"):
+        spillarena.SpillArena(4 << 20, spill_dir, host_pool_bytes=1 << 50)
+    with pytest.raises(spillarena.InvalidArgumentError, match="when_pool_full"):
+        spillarena.SpillArena(4 << 20, spill_dir, when_pool_full="drop")
+
+
+def test_stash_stats_span_steps_and_bound_the_bytes_in_flight(spill_dir):
+    budget = 2 * 64 * 64 * 4  # two layer inputs
+    arena = spillarena.SpillArena(8 << 20, spill_dir, keep_last=0, host_pool_bytes=budget)
+    weights = [torch.randn(64, 64, requires_grad=True) for _ in range(6)]
+    for _ in range(2):
+        x = torch.randn(64, 64, requires_grad=True)
+        for w in weights:
+            x = spillarena.checkpoint(lambda t, w=w: torch.tanh(t @ w), x, arena=arena)
+        x.sum().backward()
+    stats = arena.stash_stats()
+    assert tuple(stats) == tuple(spillarena.make_arena_stash(arena).stats())
+    assert stats["inputs_stored"] == 12
+    assert stats["peak_host_bytes_in_flight"] <= budget
+    assert stats["device_bytes_held"] == 0
+    deadline = time.monotonic() + 10  # the last writes' completions land on the progress thread
+    while arena.stash_stats()["host_bytes_in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert arena.stash_stats()["host_bytes_in_flight"] == 0
+    assert_drained(arena)
