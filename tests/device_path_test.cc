@@ -137,7 +137,7 @@ TEST_CASE("device path: keep_on_device leaves inputs on the device when the pool
   ScratchDir dir;
   GptReference g(8, 11, {2, 32, 64});
   Emulation emulation(0);
-  HookScope slow(slow_writes(50));
+  HookScope slow(slow_writes(400));  // the pool stays full for the whole forward, even under load
   auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::thread_pool,
                           0);
   o.host_pool_bytes = kInputBytes;

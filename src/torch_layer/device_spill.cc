@@ -60,7 +60,9 @@ void Chain::spill_device(const EntryPtr& e) {
   e->piece.lease = std::move(*lease);
   e->piece.copy = e->engine->to_host(e->input, 0, e->bytes, e->piece.lease.host());
   advance(*e, State::copying);
-  if (options_.asynchronous) return progress_.post([this, e] { finish_copy(e); });
+  if (options_.asynchronous) {
+    return progress_.post([this, e] { after_copy(e, &Chain::finish_copy_locked); });
+  }
   e->piece.copy->synchronize();
   finish_copy_locked(e);
 }
@@ -84,8 +86,9 @@ void Chain::spill_in_pieces(Entry& e, HostPool& pool) {
   counters_->inputs_spilled.fetch_add(1);
 }
 
-// On the progress thread: the copy is done, so the device input can go.
-void Chain::finish_copy(const EntryPtr& e) {
+// On the progress thread: waits for e's copy (or stream marker) without holding its mutex, then
+// runs `next` under it; a failure is kept for the training thread.
+void Chain::after_copy(const EntryPtr& e, void (Chain::*next)(const EntryPtr&)) {
   CopyPtr copy;
   {
     std::lock_guard<std::mutex> lock(e->mutex);
@@ -94,7 +97,7 @@ void Chain::finish_copy(const EntryPtr& e) {
   try {
     if (copy) copy->synchronize();
     std::lock_guard<std::mutex> lock(e->mutex);
-    finish_copy_locked(e);
+    (this->*next)(e);
   } catch (...) {
     record_failure(std::current_exception());
   }
@@ -137,10 +140,10 @@ void Chain::finish_device_write_locked(Entry& e) {
 
 // A read into the pool. Prefetches (wait_for_room false) take a block only when room for the
 // largest input remains, so the restore that needs one next always finds it.
-bool Chain::queue_device_read(Entry& e, bool wait_for_room) {
-  if (e.state != State::spilled || !e.region.valid()) return false;
+void Chain::queue_device_read(Entry& e, bool wait_for_room) {
+  if (e.state != State::spilled || !e.region.valid()) return;
   HostPool& pool = pool_for(e);
-  if (e.bytes > pool.largest_piece()) return false;  // in pieces, at restore
+  if (e.bytes > pool.largest_piece()) return;  // in pieces, at restore
   HostPool::Lease lease;
   if (wait_for_room) {
     lease = pool.take(e.bytes, [this] { return failed(); });
@@ -152,7 +155,7 @@ bool Chain::queue_device_read(Entry& e, bool wait_for_room) {
       reserve = largest_input_;
     }
     std::optional<HostPool::Lease> room = pool.try_take(e.bytes, reserve);
-    if (!room) return false;
+    if (!room) return;
     lease = std::move(*room);
   }
   e.piece = Piece();
@@ -160,7 +163,6 @@ bool Chain::queue_device_read(Entry& e, bool wait_for_room) {
   e.piece.lease = std::move(lease);
   e.piece.io = e.region.read_async(e.piece.lease.host().data_ptr(), e.bytes);
   advance(e, State::reading);
-  return true;
 }
 
 // The read is done: host -> device into a new tensor. The block goes back (on the progress
@@ -236,24 +238,11 @@ torch::Tensor Chain::restore_in_pieces(Entry& e, HostPool& pool) {
 void Chain::spill_gds(const EntryPtr& e) {
   e->piece.copy = e->engine->marker(e->input.device());
   advance(*e, State::copying);
-  if (options_.asynchronous) return progress_.post([this, e] { finish_gds_write(e); });
+  if (options_.asynchronous) {
+    return progress_.post([this, e] { after_copy(e, &Chain::finish_gds_write_locked); });
+  }
   e->piece.copy->synchronize();
   finish_gds_write_locked(e);
-}
-
-void Chain::finish_gds_write(const EntryPtr& e) {
-  CopyPtr ready;
-  {
-    std::lock_guard<std::mutex> lock(e->mutex);
-    ready = e->piece.copy;
-  }
-  try {
-    if (ready) ready->synchronize();
-    std::lock_guard<std::mutex> lock(e->mutex);
-    finish_gds_write_locked(e);
-  } catch (...) {
-    record_failure(std::current_exception());
-  }
 }
 
 void Chain::finish_gds_write_locked(const EntryPtr& e) {

@@ -66,7 +66,6 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   // classes): larger inputs go through the pool in pieces of this size.
   std::uint64_t largest_piece() const { return largest_piece_; }
   bool pinned() const { return pinned_; }
-  std::uint64_t bytes_in_use() const { return slabs_.stats().bytes_in_use; }
   std::uint64_t peak_bytes_in_use() const { return slabs_.stats().peak_bytes_in_use; }
   std::uint64_t waits() const;
   std::uint64_t wait_ns() const;

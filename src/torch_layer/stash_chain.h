@@ -74,11 +74,11 @@ class Chain {
   std::optional<HostPool::Lease> lease_for_store(Entry& e, HostPool& pool);
   void spill_device(const EntryPtr& e);
   void spill_in_pieces(Entry& e, HostPool& pool);
-  void finish_copy(const EntryPtr& e);
+  void after_copy(const EntryPtr& e, void (Chain::*next)(const EntryPtr&));
   void finish_copy_locked(const EntryPtr& e);
   void finish_device_write(const EntryPtr& e);
   void finish_device_write_locked(Entry& e);
-  bool queue_device_read(Entry& e, bool wait_for_room);
+  void queue_device_read(Entry& e, bool wait_for_room);
   void start_upload(Entry& e);
   void upload_if_read(Entry& e);
   torch::Tensor finish_device_restore(Entry& e);
@@ -87,7 +87,6 @@ class Chain {
   // --- io = gds (device_spill.cc): device memory straight to the file through cuFile
   bool through_gds(const Entry& e) const { return gds_ && !e.options.device().is_cpu(); }
   void spill_gds(const EntryPtr& e);
-  void finish_gds_write(const EntryPtr& e);
   void finish_gds_write_locked(const EntryPtr& e);
   torch::Tensor restore_gds(Entry& e);
 
