@@ -186,7 +186,8 @@ void report_stash(benchmark::State& state, const spill::harness::ModeSetup& mode
   state.counters["peak_device_held"] = static_cast<double>(st.peak_device_bytes_held);
   state.counters["kept_on_device"] = static_cast<double>(st.inputs_kept_on_device);
   if (recompute_peak_bytes() > 0) {
-    const double slack = (mode.arena->options().prefetch_depth + 1.0) * static_cast<double>(input);
+    const double slack =
+        (spill::stash_options(*mode.arena).prefetch_depth + 1.0) * static_cast<double>(input);
     state.counters["gpu_goal_bytes"] = recompute_peak_bytes() - spilled_bytes + slack;
   }
 }
@@ -276,8 +277,9 @@ void accelerator_step(benchmark::State& state, const std::string& mode_name) {
     const spill::ArenaStats st = mode.arena->stats();
     state.counters["spilled_bytes"] =
         static_cast<double>(st.bytes_written - written_before) / steps;
-    state.counters["restore_waits"] = static_cast<double>(st.restore_waits);
-    state.counters["restore_wait_ms"] = static_cast<double>(st.restore_wait_ns) / 1e6;
+    const spill::StashStats stash = spill::stash_stats(*mode.arena);
+    state.counters["restore_waits"] = static_cast<double>(stash.restore_waits);
+    state.counters["restore_wait_ms"] = static_cast<double>(stash.restore_wait_ns) / 1e6;
     state.counters["staging_waits"] = static_cast<double>(st.staging_waits);
     state.counters["spill_GBps"] =
         2.0 * state.counters["spilled_bytes"] / (step_ms / 1e3) / 1e9;  // written + read back

@@ -11,7 +11,7 @@
 //   of_direct_io      spill_Bps / direct_io_Bps
 //   spilled_bytes     written per step; limit_bytes the cgroup's limit; spill_over_limit ratio
 //   cgroup_peak_bytes the cgroup's peak usage (page cache included); peak_over_limit ratio
-//   staging_waits, restore_waits  from ArenaStats
+//   staging_waits, restore_waits  from ArenaStats and StashStats
 // Where no memory cgroup can be made (not root, no writable hierarchy) each case reports
 // "skipped: <reason>"; a child that is OOM-killed, fails or runs past its timeout reports
 // "did not finish: ..." with what it measured. See Note [The regime's layer].
@@ -202,7 +202,7 @@ void print_report(const spill::SpillArena& arena, const StepTimes& t, int steps)
   std::printf("direct %d\nstaging_waits %llu\nrestore_waits %llu\n",
               s.io_mode == spill::IoMode::direct ? 1 : 0,
               static_cast<unsigned long long>(s.staging_waits),
-              static_cast<unsigned long long>(s.restore_waits));
+              static_cast<unsigned long long>(spill::stash_stats(arena).restore_waits));
 }
 
 }  // namespace

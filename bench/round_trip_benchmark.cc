@@ -89,10 +89,11 @@ void round_trip_stash(benchmark::State& state, spill::Backing backing) {
   o.backing = backing;
   o.directory = backing == spill::Backing::disk ? spill_dir() : "";
   o.io = spill::IoMode::buffered;
-  o.asynchronous = false;  // a round trip waits for both halves anyway
-  o.keep_last = 0;         // every store goes to the arena
   spill::SpillArena arena(o);
-  time_stash_round_trip(state, *spill::make_arena_stash(arena));
+  spill::StashOptions s;
+  s.asynchronous = false;  // a round trip waits for both halves anyway
+  s.keep_last = 0;         // every store goes to the arena
+  time_stash_round_trip(state, *spill::make_arena_stash(arena, s));
 }
 
 // A disk arena of exactly `bytes` in the spill directory, with the given I/O mode.

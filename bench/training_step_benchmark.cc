@@ -60,6 +60,9 @@ class StepRunner {
 
   std::uint64_t bytes_written() const { return mode_.arena ? mode_.arena->stats().bytes_written : 0; }
   spill::ArenaStats stats() const { return mode_.arena ? mode_.arena->stats() : spill::ArenaStats{}; }
+  spill::StashStats stash_stats() const {
+    return mode_.stash ? mode_.stash->stats() : spill::StashStats{};
+  }
 
  private:
   static torch::nn::Sequential make_blocks(const Shape& shape) {
@@ -173,11 +176,11 @@ void paired_steps(benchmark::State& state, const std::string& variant, Shape sha
   state.counters["median_ratio"] = median(ratio);
   state.counters["vs_sync"] = median(vs_sync);
   state.counters["overlap"] = median(overlap);
-  const spill::ArenaStats s = runners[2]->stats();
-  state.counters["restore_waits"] = static_cast<double>(s.restore_waits);
-  state.counters["prefetch_hits"] = static_cast<double>(s.prefetch_hits);
-  state.counters["prefetches"] = static_cast<double>(s.prefetches);
-  state.counters["staging_waits"] = static_cast<double>(s.staging_waits);
+  const spill::StashStats st = runners[2]->stash_stats();
+  state.counters["restore_waits"] = static_cast<double>(st.restore_waits);
+  state.counters["prefetch_hits"] = static_cast<double>(st.prefetch_hits);
+  state.counters["prefetches"] = static_cast<double>(st.prefetches);
+  state.counters["staging_waits"] = static_cast<double>(runners[2]->stats().staging_waits);
 }
 
 }  // namespace
@@ -194,13 +197,14 @@ spill::harness::ModeSetup make_step_mode(const std::string& mode, std::uint64_t 
   o.start_writeback_after_write = start_writeback_after_write;
   o.io = mode == "disk_direct" ? spill::IoMode::direct : spill::IoMode::buffered;
   const bool synchronous = mode == "disk";
-  o.asynchronous = !synchronous;
-  o.keep_last = synchronous ? 0 : 1;
-  o.prefetch_depth = synchronous ? 1 : 2;
+  spill::StashOptions s;
+  s.asynchronous = !synchronous;
+  s.keep_last = synchronous ? 0 : 1;
+  s.prefetch_depth = synchronous ? 1 : 2;
   spill::harness::ModeSetup m;
   m.mode = mode;
   m.arena = std::make_unique<spill::SpillArena>(o);
-  m.stash = spill::make_arena_stash(*m.arena);
+  m.stash = spill::make_arena_stash(*m.arena, s);
   return m;
 }
 

@@ -16,9 +16,12 @@
 
 #include "gpt_test_support.h"
 #include "io_test_support.h"
+#include "stash_test_support.h"
 #include "test_support.h"
 
 using spill_test::engine_options;
+using spill_test::stash_arena;
+using spill_test::stash_settings;
 using spill_test::HookScope;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
@@ -111,8 +114,9 @@ TEST_CASE_FIXTURE(
               CAPTURE(asynchronous);
               CAPTURE(spill::to_string(backend));
               CAPTURE(keep_last);
-              spill::SpillArena arena(
-                  engine_options(dir.path(), io, asynchronous, backend, keep_last, backing));
+              spill::SpillArena arena =
+                  stash_arena(engine_options(dir.path(), io, backend, backing),
+                              stash_settings(asynchronous, keep_last));
               check_step(m, reference, spill::make_arena_stash(arena), *device);
               CHECK(arena.stats().bytes_in_use == 0);
               CHECK(arena.stats().allocations == 4 - keep_last);
@@ -131,14 +135,16 @@ TEST_CASE_FIXTURE(OnDevice,
   if (!device) return;
   Model m = model(torch::kFloat, 6);
   const Grads reference = gpt_step(m.blocks, nullptr, m.x0);
-  spill::SpillArena arena(
-      engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::automatic, 1));
+  spill::SpillArena arena =
+      stash_arena(engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::automatic),
+                  stash_settings(true, 1));
   check_step(m, reference, spill::make_arena_stash(arena), *device);
   const spill::ArenaStats s = arena.stats();
   CHECK(s.allocations == 5);
-  CHECK(s.restores == 6);    // every input, the one kept_last too
-  CHECK(s.prefetches == 5);  // each spilled input, queued by its successor's restore
   CHECK(s.bytes_in_use == 0);
+  const spill::StashStats st = spill::stash_stats(arena);
+  CHECK(st.restores == 6);    // every input, the one kept_last too
+  CHECK(st.prefetches == 5);  // each spilled input, queued by its successor's restore
 }
 
 // See Note [Progress on accelerators] in src/torch_layer/arena_stash.cc: the training thread queues
@@ -151,7 +157,9 @@ TEST_CASE_FIXTURE(OnDevice,
   const std::uint64_t spilled_bytes = 5 * m.x0.nbytes();  // keep_last 1
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     CAPTURE(spill::to_string(io));
-    spill::SpillArena arena(engine_options(dir.path(), io, true, spill::IoBackend::automatic, 1));
+    spill::SpillArena arena =
+        stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
+                    stash_settings(true, 1));
     auto stash = spill::make_arena_stash(arena);
     torch::Tensor x = m.x0.clone().requires_grad_(true);
     torch::Tensor y = spill::models::run_blocks(m.blocks, stash, x);
@@ -181,7 +189,9 @@ TEST_CASE_FIXTURE(OnDevice,
   CHECK_FALSE(torch::equal(reference.input, full_precision.input));
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     CAPTURE(spill::to_string(io));
-    spill::SpillArena arena(engine_options(dir.path(), io, true, spill::IoBackend::automatic, 0));
+    spill::SpillArena arena =
+        stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
+                    stash_settings(true, 0));
     Grads spilled;
     {
       Autocast autocast(*device);

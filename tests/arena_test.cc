@@ -254,3 +254,15 @@ TEST_CASE("arena: a moved-from arena throws a typed error instead of crashing") 
   CHECK_THROWS_AS(a.directory(), spill::Error);
   CHECK(b.allocate(page).size() == page);
 }
+
+TEST_CASE("arena: automatic I/O counts the stash's host pool beside the arena") {
+  ScratchDir dir;
+  spill::ArenaOptions o = options_in(dir.path(), spill::MiB);
+  o.host_pool_bytes = 4 * spill::MiB;
+  spill::SpillArena with_pool(o);
+  CHECK(with_pool.stats().io_note.find("the arena (1048576 bytes (1.00 MiB)) plus the host pool "
+                                       "(4194304 bytes (4.00 MiB))") != std::string::npos);
+  o.host_pool_bytes = spill::kAutomaticHostPool;  // sized later, from what is left
+  spill::SpillArena automatic_pool(o);
+  CHECK(automatic_pool.stats().io_note.find("host pool") == std::string::npos);
+}

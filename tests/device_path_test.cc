@@ -13,6 +13,7 @@
 
 #include "gpt_test_support.h"
 #include "io_test_support.h"
+#include "stash_test_support.h"
 #include "test_support.h"
 
 // LibTorch's logging header defines its own CHECK, which aborts the process at the first failure
@@ -21,6 +22,8 @@
 #define CHECK(...) DOCTEST_CHECK(__VA_ARGS__)
 
 using spill_test::engine_options;
+using spill_test::stash_arena;
+using spill_test::stash_settings;
 using spill_test::HookScope;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
@@ -31,6 +34,9 @@ namespace {
 struct Emulation {
   explicit Emulation(std::uint32_t max_delay_us, std::uint32_t min_delay_us = 0) {
     spill::testing::set_accelerator_emulation({true, max_delay_us, 7, min_delay_us});
+  }
+  explicit Emulation(const spill::testing::AcceleratorEmulation& faults) {
+    spill::testing::set_accelerator_emulation(faults);
   }
   ~Emulation() { spill::testing::set_accelerator_emulation({}); }
   Emulation(const Emulation&) = delete;
@@ -71,9 +77,8 @@ TEST_CASE("device path: gradients are bit-identical through the host pool in eve
           CAPTURE(asynchronous);
           CAPTURE(keep_last);
           CAPTURE(spill::to_string(backing));
-          auto o = engine_options(dir.path(), io, asynchronous, spill::IoBackend::automatic,
-                                  keep_last, backing);
-          spill::SpillArena arena(o);
+          auto o = engine_options(dir.path(), io, spill::IoBackend::automatic, backing);
+          spill::SpillArena arena = stash_arena(o, stash_settings(asynchronous, keep_last));
           auto stash = spill::make_arena_stash(arena);
           check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
           const spill::StashStats s = stash->stats();
@@ -99,9 +104,9 @@ TEST_CASE("device path: an input larger than the pool goes through it in pieces"
     for (bool asynchronous : {false, true}) {
       CAPTURE(spill::to_string(io));
       CAPTURE(asynchronous);
-      auto o = engine_options(dir.path(), io, asynchronous, spill::IoBackend::automatic, 0);
+      auto o = engine_options(dir.path(), io, spill::IoBackend::automatic);
       o.host_pool_bytes = 4096;  // a quarter of one input
-      spill::SpillArena arena(o);
+      spill::SpillArena arena = stash_arena(o, stash_settings(asynchronous, 0));
       auto stash = spill::make_arena_stash(arena);
       check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
       const spill::StashStats s = stash->stats();
@@ -117,10 +122,9 @@ TEST_CASE("device path: a full pool makes store() wait for the oldest write, nev
   GptReference g(8, 11, {2, 32, 64});
   Emulation emulation(0);
   HookScope slow(slow_writes(20));
-  auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::thread_pool,
-                          0);
+  auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::thread_pool);
   o.host_pool_bytes = 2 * kInputBytes;
-  spill::SpillArena arena(o);
+  spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
   auto stash = spill::make_arena_stash(arena);
   for (int step = 0; step < 2; ++step) {
     check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
@@ -138,11 +142,10 @@ TEST_CASE("device path: keep_on_device leaves inputs on the device when the pool
   GptReference g(8, 11, {2, 32, 64});
   Emulation emulation(0);
   HookScope slow(slow_writes(400));  // the pool stays full for the whole forward, even under load
-  auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::thread_pool,
-                          0);
+  auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::thread_pool);
   o.host_pool_bytes = kInputBytes;
   o.when_pool_full = spill::PoolFull::keep_on_device;
-  spill::SpillArena arena(o);
+  spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
   auto stash = spill::make_arena_stash(arena);
   check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
   const spill::StashStats s = stash->stats();
@@ -156,9 +159,8 @@ TEST_CASE("device path: device memory is released when the copy completes, befor
   ScratchDir dir;
   Emulation emulation(0);
   HookScope slow(slow_writes(300));
-  auto o = engine_options(dir.path(), spill::IoMode::buffered, true,
-                          spill::IoBackend::thread_pool, 0);
-  spill::SpillArena arena(o);
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::thread_pool);
+  spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
   auto stash = spill::make_arena_stash(arena);
   torch::Tensor x = torch::randn({1024});
   const torch::Tensor expected = x.clone();
@@ -176,10 +178,8 @@ TEST_CASE("device path: restored inputs on the device are bounded by prefetch_de
   Emulation emulation(50);
   for (std::uint32_t depth : {0u, 1u, 2u}) {
     CAPTURE(depth);
-    auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::automatic,
-                            0);
-    o.prefetch_depth = depth;
-    spill::SpillArena arena(o);
+    auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::automatic);
+    spill::SpillArena arena = stash_arena(o, stash_settings(true, 0, depth));
     auto stash = spill::make_arena_stash(arena);
     std::uint64_t most = 0;
     auto layer = [&](const torch::Tensor& t) {
@@ -207,8 +207,9 @@ TEST_CASE("device path: an input changed in place during its copy or write is re
       std::optional<Emulation> emulation;
       if (emulated) emulation.emplace(100000, 50000);  // a 50-100 ms copy
       HookScope slow(slow_writes(200));
-      spill::SpillArena arena(
-          engine_options(dir.path(), io, true, spill::IoBackend::thread_pool, 0));
+      spill::SpillArena arena =
+          stash_arena(engine_options(dir.path(), io, spill::IoBackend::thread_pool),
+                      stash_settings(true, 0));
       auto stash = spill::make_arena_stash(arena);
       torch::Tensor x = torch::randn({4096});
       auto stored = stash->store(x);
@@ -223,10 +224,9 @@ TEST_CASE("device path: an input changed in place during its copy or write is re
 TEST_CASE("CPU path: inputs held for writes in flight stay within the budget, dropped at once") {
   ScratchDir dir;
   HookScope slow(slow_writes(30));
-  auto o = engine_options(dir.path(), spill::IoMode::buffered, true,
-                          spill::IoBackend::thread_pool, 0);
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::thread_pool);
   o.host_pool_bytes = 2 * 16384;
-  spill::SpillArena arena(o);
+  spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
   auto stash = spill::make_arena_stash(arena);
   std::vector<std::unique_ptr<spill::StashedTensor>> stored;
   for (int i = 0; i < 8; ++i) stored.push_back(stash->store(torch::randn({4096})));  // 16 KiB
@@ -240,8 +240,7 @@ TEST_CASE("CPU path: inputs held for writes in flight stay within the budget, dr
 
 TEST_CASE("host pool: budgets out of range are typed errors naming the value") {
   ScratchDir dir;
-  auto o = engine_options(dir.path(), spill::IoMode::buffered, true,
-                          spill::IoBackend::thread_pool, 0);
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::thread_pool);
   o.host_pool_bytes = 0;
   CHECK_THROWS_WITH_AS(spill::SpillArena{o}, doctest::Contains("host_pool_bytes = 0"),
                        spill::InvalidArgumentError);
@@ -262,18 +261,111 @@ TEST_CASE("host pool: a budget above RLIMIT_MEMLOCK is refused where the pool is
   lowered.rlim_cur = 1 << 20;
   REQUIRE(setrlimit(RLIMIT_MEMLOCK, &lowered) == 0);
   Emulation emulation(0);
-  auto o = engine_options(dir.path(), spill::IoMode::buffered, true,
-                          spill::IoBackend::thread_pool, 0);
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::thread_pool);
   o.host_pool_bytes = 8 << 20;
-  spill::SpillArena arena(o);
+  spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
   auto stash = spill::make_arena_stash(arena);
   CHECK_THROWS_WITH_AS(stash->store(torch::randn({1024})), doctest::Contains("RLIMIT_MEMLOCK"),
                        spill::InvalidArgumentError);
   o.host_pool_bytes = spill::kAutomaticHostPool;  // automatic: capped at the limit instead
-  spill::SpillArena capped(o);
+  spill::SpillArena capped = stash_arena(o, stash_settings(true, 0));
   auto capped_stash = spill::make_arena_stash(capped);
   auto stored = capped_stash->store(torch::randn({1024}));
   CHECK(capped_stash->stats().host_pool_bytes == 1 << 20);
   stored.reset();
   REQUIRE(setrlimit(RLIMIT_MEMLOCK, &saved) == 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults on the accelerator path: each a typed error, the arena left consistent, the next step
+// bit-identical.
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+spill::testing::AcceleratorEmulation with_faults(std::uint32_t device_allocations_to_fail,
+                                                 bool host_pool_refused) {
+  spill::testing::AcceleratorEmulation e;
+  e.enabled = true;
+  e.max_delay_us = 50;
+  e.seed = 7;
+  e.device_allocations_to_fail = device_allocations_to_fail;
+  e.host_pool_refused = host_pool_refused;
+  return e;
+}
+
+void check_drained(const spill::SpillArena& arena) {
+  CHECK(arena.stats().bytes_in_use == 0);
+  CHECK(arena.stats().live_regions == 0);
+  CHECK(spill::stash_stats(arena).device_bytes_held == 0);
+}
+
+}  // namespace
+
+TEST_CASE("device path: out of device memory while restoring is LibTorch's OOM error, then exact") {
+  ScratchDir dir;
+  GptReference g(3, 31, {2, 16, 64});
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    CAPTURE(spill::to_string(io));
+    // prefetch_depth 0: only restore() allocates on the device, so the fault hits it.
+    spill::SpillArena arena = stash_arena(
+        engine_options(dir.path(), io, spill::IoBackend::thread_pool), stash_settings(true, 0, 0));
+    {
+      Emulation faults(with_faults(1, false));
+      CHECK_THROWS_WITH_AS(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0),
+                           doctest::Contains("no device memory to restore the stashed"),
+                           c10::OutOfMemoryError);
+    }
+    check_drained(arena);
+    Emulation emulation(50);
+    check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+    check_drained(arena);
+  }
+}
+
+TEST_CASE("host pool: memory refused when the pool is made is a typed error, then exact") {
+  ScratchDir dir;
+  GptReference g(3, 32, {2, 16, 64});
+  auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::thread_pool);
+  o.host_pool_bytes = spill::MiB;
+  spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
+  {
+    Emulation faults(with_faults(0, true));
+    CHECK_THROWS_WITH_AS(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0),
+                         doctest::Contains("could not be allocated; lower"),
+                         spill::InsufficientSpaceError);
+  }
+  check_drained(arena);
+  CHECK(spill::stash_stats(arena).host_pool_bytes == 0);  // not made: tried again next time
+  CHECK(spill_test::list_dir(dir.path()).empty());
+  Emulation emulation(50);
+  check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+  CHECK(spill::stash_stats(arena).host_pool_bytes == spill::MiB);
+  check_drained(arena);
+}
+
+TEST_CASE("device path: a write that fails in flight is spill::IoError, then exact") {
+  ScratchDir dir;
+  GptReference g(3, 33, {2, 16, 64});
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    CAPTURE(spill::to_string(io));
+    auto failures = std::make_shared<std::atomic<int>>(1);  // the first write fails, then none
+    // Installed before the arena: its queue takes the hook when it is made.
+    HookScope fail([failures](spill::IoOp op) {
+      return op == spill::IoOp::write && failures->fetch_sub(1) > 0 ? EIO : 0;
+    });
+    spill::SpillArena arena = stash_arena(
+        engine_options(dir.path(), io, spill::IoBackend::thread_pool), stash_settings(true, 0));
+    Emulation emulation(50);
+    try {
+      gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0);
+      FAIL("the injected EIO was lost");
+    } catch (const spill::IoError& e) {
+      CHECK(e.error_number() == EIO);
+      CHECK(e.op() == spill::IoOp::write);
+    }
+    check_drained(arena);
+    check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+    check_drained(arena);
+  }
 }

@@ -445,7 +445,6 @@ spill::ArenaOptions step_options(const std::string& dir, const Setup& s) {
   spill::ArenaOptions o = options_in(dir, s);
   o.capacity_bytes = 16 * spill::MiB;
   o.staging_bytes = spill::MiB;
-  o.keep_last = 0;  // every layer input is spilled
   return o;
 }
 
@@ -460,7 +459,9 @@ struct GptCase {
         x0(seeded_input(seed, input_shape)),
         reference(gpt_step(blocks, nullptr, x0)) {}
   Grads step(spill::SpillArena& arena) {
-    return gpt_step(blocks, spill::make_arena_stash(arena), x0);
+    spill::StashOptions every_input;  // every layer input is spilled
+    every_input.keep_last = 0;
+    return gpt_step(blocks, spill::make_arena_stash(arena, every_input), x0);
   }
   torch::nn::Sequential blocks;  // declared first: the reference is computed with it
   torch::Tensor x0;

@@ -130,7 +130,7 @@ bool round_trip(spill::SpillArena& arena, unsigned seed) {
 
 spill::ArenaOptions options_for(const std::string& dir, spill::IoBackend backend,
                                 spill::IoMode mode) {
-  return spill_test::engine_options(dir, mode, true, backend, 1);
+  return spill_test::engine_options(dir, mode, backend);
 }
 
 // The parent's arena, or false (skipped, with the reason) where io_uring cannot be set up.

@@ -26,8 +26,11 @@ inline spill::SpillArena make_arena(const std::string& dir, std::uint64_t capaci
   o.capacity_bytes = capacity;
   o.backing = backing;
   o.io = io;
-  o.keep_last = 0;
-  return spill::SpillArena(o);
+  spill::SpillArena arena(o);
+  spill::StashOptions every_input;
+  every_input.keep_last = 0;
+  spill::set_stash_options(arena, every_input);
+  return arena;
 }
 
 struct Grads {
@@ -87,7 +90,7 @@ void steps_under_random_delays(const std::string& dir, Step step) {
     for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
       CAPTURE(spill::to_string(io));
       CAPTURE(spill::to_string(backend));
-      spill::SpillArena arena(engine_options(dir, io, true, backend, 1));
+      spill::SpillArena arena(engine_options(dir, io, backend));  // default stash options
       auto stash = spill::make_arena_stash(arena);
       for (int i = 0; i < 12; ++i) step(stash);
       CHECK(arena.stats().bytes_in_use == 0);

@@ -25,7 +25,7 @@ namespace {
 
 spill::ArenaOptions options_in(const std::string& dir, spill::IoMode io = spill::IoMode::buffered,
                                spill::IoBackend backend = spill::IoBackend::thread_pool) {
-  spill::ArenaOptions o = spill_test::engine_options(dir, io, true, backend, 1);
+  spill::ArenaOptions o = spill_test::engine_options(dir, io, backend);
   o.capacity_bytes = 64 * spill::MiB;
   o.staging_bytes = 4 * spill::MiB;
   return o;
@@ -256,9 +256,11 @@ TEST_CASE(
       CAPTURE(std::string(spill::to_string(io)));
       CAPTURE(std::string(spill::to_string(backend)));
       spill::ArenaOptions o = options_in(dir.path(), io, backend);
-      o.keep_last = 0;         // every input spilled
-      o.asynchronous = false;  // ... and written before forward returns
       spill::SpillArena arena(o);
+      spill::StashOptions sync;
+      sync.keep_last = 0;         // every input spilled
+      sync.asynchronous = false;  // ... and written before forward returns
+      spill::set_stash_options(arena, sync);
       auto blocks = gpt_blocks(3);
       for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
       torch::Tensor x = torch::randn({2, 16, 64}).requires_grad_(true);

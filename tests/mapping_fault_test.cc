@@ -48,8 +48,8 @@ void truncate_spill_file(const std::string& dir, std::uint64_t bytes) {
 }
 
 spill::ArenaOptions buffered_in(const std::string& dir, bool verify) {
-  spill::ArenaOptions o = spill_test::engine_options(dir, spill::IoMode::buffered, true,
-                                                     spill::IoBackend::thread_pool, 1);
+  spill::ArenaOptions o =
+      spill_test::engine_options(dir, spill::IoMode::buffered, spill::IoBackend::thread_pool);
   o.capacity_bytes = 16 * spill::MiB;
   o.verify_integrity = verify;
   return o;

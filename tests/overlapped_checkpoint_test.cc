@@ -12,9 +12,12 @@
 
 #include "gpt_test_support.h"
 #include "io_test_support.h"
+#include "stash_test_support.h"
 #include "test_support.h"
 
 using spill_test::engine_options;
+using spill_test::stash_arena;
+using spill_test::stash_settings;
 using spill_test::HookScope;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
@@ -32,11 +35,13 @@ TEST_CASE("overlap: gradients are bit-identical in every I/O mode, backend and k
           CAPTURE(asynchronous);
           CAPTURE(spill::to_string(backend));
           CAPTURE(keep_last);
-          spill::SpillArena arena(engine_options(dir.path(), io, asynchronous, backend, keep_last));
+          spill::SpillArena arena =
+              stash_arena(engine_options(dir.path(), io, backend),
+                          stash_settings(asynchronous, keep_last));
           check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
           CHECK(arena.stats().bytes_in_use == 0);
           CHECK(arena.stats().allocations == 4 - keep_last);
-          CHECK(arena.stats().restores == 4);
+          CHECK(spill::stash_stats(arena).restores == 4);
         }
       }
     }
@@ -49,9 +54,8 @@ TEST_CASE("overlap: backward queues the reads of the stash's own predecessors") 
   const torch::Tensor x0 = torch::randn({1, 16, 64});
   for (std::uint32_t depth : {0u, 1u, 2u}) {
     auto o =
-        engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::automatic, 0);
-    o.prefetch_depth = depth;
-    spill::SpillArena arena(o);
+        engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::automatic);
+    spill::SpillArena arena = stash_arena(o, stash_settings(true, 0, depth));
     auto stash = spill::make_arena_stash(arena);
     spill::SpillArena other(o);  // a second chain in between must not confuse the first
     auto other_stash = spill::make_arena_stash(other);
@@ -59,12 +63,12 @@ TEST_CASE("overlap: backward queues the reads of the stash's own predecessors") 
     torch::Tensor side = spill::checkpoint(
         *other_stash, [](const torch::Tensor& t) { return t * 2; }, noise);
     gpt_step(blocks, stash, x0);
-    const spill::ArenaStats s = arena.stats();
+    const spill::StashStats s = spill::stash_stats(arena);
     CAPTURE(depth);
     CHECK(s.restores == 6);
     CHECK(s.prefetches == (depth == 0 ? 0u : 5u));  // every layer but the first has a successor
     CHECK(s.prefetch_hits <= s.prefetches);
-    CHECK(other.stats().prefetches == 0);
+    CHECK(spill::stash_stats(other).prefetches == 0);
     side.sum().backward();
   }
 }
@@ -74,8 +78,8 @@ TEST_CASE("overlap: keep_last keeps the last inputs where they are and spills th
   auto blocks = gpt_blocks(5);
   const torch::Tensor x0 = torch::randn({1, 16, 64});
   auto o =
-      engine_options(dir.path(), spill::IoMode::buffered, true, spill::IoBackend::automatic, 2);
-  spill::SpillArena arena(o);
+      engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::automatic);
+  spill::SpillArena arena = stash_arena(o, stash_settings(true, 2));
   gpt_step(blocks, spill::make_arena_stash(arena), x0);
   CHECK(arena.stats().allocations == 3);
   CHECK(arena.stats().bytes_written == 3 * 16 * 64 * 4);
@@ -83,8 +87,8 @@ TEST_CASE("overlap: keep_last keeps the last inputs where they are and spills th
 
 TEST_CASE("overlap: spill::checkpoint(arena, ...) chains consecutive layers in one stash") {
   ScratchDir dir;
-  auto o = engine_options(dir.path(), spill::IoMode::direct, true, spill::IoBackend::automatic, 1);
-  spill::SpillArena arena(o);
+  auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::automatic);
+  spill::SpillArena arena = stash_arena(o, stash_settings(true, 1));
   torch::Tensor x = torch::randn({64, 64}, torch::TensorOptions().requires_grad(true));
   torch::Tensor h = x;
   for (int i = 0; i < 5; ++i) {
@@ -94,8 +98,35 @@ TEST_CASE("overlap: spill::checkpoint(arena, ...) chains consecutive layers in o
   h.sum().backward();
   const spill::ArenaStats s = arena.stats();
   CHECK(s.allocations == 4);  // keep_last = 1 holds the last input
-  CHECK(s.prefetches == 4);   // each spilled input, queued by a successor's restore
   CHECK(s.bytes_in_use == 0);
+  CHECK(spill::stash_stats(arena).prefetches == 4);  // each spilled input, queued by a successor
+}
+
+TEST_CASE("overlap: stash options are the stash's, set per stash or kept with the arena") {
+  ScratchDir dir;
+  spill::SpillArena arena(
+      engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::automatic));
+  const spill::StashOptions defaults;
+  CHECK(spill::stash_options(arena).keep_last == defaults.keep_last);
+  const auto run = [&](auto&& checkpoint_layer) {
+    const spill::ArenaStats before = arena.stats();
+    torch::Tensor h = torch::randn({32, 32}, torch::TensorOptions().requires_grad(true));
+    for (int i = 0; i < 4; ++i) h = checkpoint_layer(h);
+    h.sum().backward();
+    return arena.stats().allocations - before.allocations;
+  };
+  const auto tanh = [](const torch::Tensor& t) { return torch::tanh(t); };
+  // The arena's options (defaults: keep_last 1) for spill::checkpoint(arena, ...).
+  CHECK(run([&](const torch::Tensor& t) { return spill::checkpoint(arena, tanh, t); }) == 3);
+  // A stash of its own with keep_last 3: one of four inputs spilled.
+  auto own = spill::make_arena_stash(arena, stash_settings(true, 3));
+  CHECK(run([&](const torch::Tensor& t) { return spill::checkpoint(*own, tanh, t); }) == 1);
+  // set_stash_options: every handle to the arena sees them, the next shared stash uses them.
+  spill::set_stash_options(arena.shared_handle(), stash_settings(false, 0));
+  CHECK(spill::stash_options(arena).keep_last == 0);
+  CHECK_FALSE(spill::stash_options(arena).asynchronous);
+  CHECK(run([&](const torch::Tensor& t) { return spill::checkpoint(arena, tanh, t); }) == 4);
+  CHECK(arena.stats().bytes_in_use == 0);
 }
 
 TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
@@ -111,7 +142,9 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
   // Autocast changes the numbers, so a recomputation in full precision would be caught.
   CHECK_FALSE(torch::equal(reference.input, full_precision.input));
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-    spill::SpillArena arena(engine_options(dir.path(), io, true, spill::IoBackend::automatic, 0));
+    spill::SpillArena arena =
+        stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
+                    stash_settings(true, 0));
     Grads spilled;
     {
       // Forward under autocast; backward runs inside too, as users do.
@@ -121,8 +154,9 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
     check_identical(reference, spilled);
   }
   // Backward outside the autocast region (the common pattern): the replay restores it.
-  spill::SpillArena arena(
-      engine_options(dir.path(), spill::IoMode::buffered, true, spill::IoBackend::automatic, 0));
+  spill::SpillArena arena =
+      stash_arena(engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::automatic),
+                  stash_settings(true, 0));
   auto run = [&](const std::shared_ptr<spill::TensorStash>& stash) {
     for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
     torch::manual_seed(1234);
@@ -142,8 +176,9 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
 
 TEST_CASE("overlap: an input changed in place before it was spilled is a clear error") {
   ScratchDir dir;
-  spill::SpillArena arena(
-      engine_options(dir.path(), spill::IoMode::buffered, true, spill::IoBackend::automatic, 1));
+  spill::SpillArena arena =
+      stash_arena(engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::automatic),
+                  stash_settings(true, 1));
   auto stash = spill::make_arena_stash(arena);
   torch::Tensor x = torch::randn({16, 16}, torch::TensorOptions().requires_grad(true));
   torch::Tensor h = x * 1;
@@ -165,7 +200,8 @@ TEST_CASE("overlap: a failed asynchronous write surfaces as spill::IoError, neve
       CAPTURE(spill::to_string(io));
       CAPTURE(spill::to_string(backend));
       HookScope fail([](spill::IoOp op) { return op == spill::IoOp::write ? EIO : 0; });
-      spill::SpillArena arena(engine_options(dir.path(), io, true, backend, 0));
+      spill::SpillArena arena =
+          stash_arena(engine_options(dir.path(), io, backend), stash_settings(true, 0));
       auto blocks = gpt_blocks(3);
       const torch::Tensor x0 = torch::randn({1, 16, 64});
       try {

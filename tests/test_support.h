@@ -20,17 +20,14 @@ namespace fs = std::filesystem;
 
 // An arena for the engine's tests: 32 MiB, a 1 MiB staging pool, the given I/O settings.
 inline spill::ArenaOptions engine_options(const std::string& dir, spill::IoMode io,
-                                          bool asynchronous, spill::IoBackend backend,
-                                          std::uint32_t keep_last,
+                                          spill::IoBackend backend,
                                           spill::Backing backing = spill::Backing::disk) {
   spill::ArenaOptions o;
   o.directory = dir;
   o.capacity_bytes = 32 * spill::MiB;
   o.backing = backing;
   o.io = io;
-  o.asynchronous = asynchronous;
   o.io_backend = backend;
-  o.keep_last = keep_last;
   o.staging_bytes = spill::MiB;
   return o;
 }

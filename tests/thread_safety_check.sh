@@ -2,6 +2,10 @@
 # Compiles every source of the core library (src/core/*.cc) with clang's -Wthread-safety -Werror
 # (syntax only, no build tree): a member marked GUARDED_BY(m) read or written without m held, or
 # a REQUIRES(m) function called without it, fails. See src/core/thread_annotations.h.
+# $1 (optional): LibTorch's include directories, ':'-separated (CMake's TORCH_INCLUDE_DIRS);
+# then the LibTorch layer's concurrent files (src/torch_layer: the stash, its pool, copies and
+# progress thread) are checked too. rng_state.cc locks LibTorch's own generator mutex, which
+# carries no annotations, and is left out.
 # Exit 77 (skipped) where there is no clang++.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,8 +30,20 @@ if echo "$probe" | "$clangxx" "${flags[@]}" -I"$src/src/core" -x c++ - 2>/dev/nu
 fi
 
 failed=0
+checked="src/core/*.cc"
 for f in "$src"/src/core/*.cc; do
   "$clangxx" "${flags[@]}" "$f" || { echo "thread_safety_check: ${f#"$src"/} fails"; failed=1; }
 done
-[[ $failed == 0 ]] && echo "thread_safety_check: src/core/*.cc clean under -Wthread-safety"
+if [[ -n ${1:-} ]]; then
+  torch_flags=(-I"$src/src")
+  IFS=':' read -r -a torch_dirs <<<"$1"
+  for d in "${torch_dirs[@]}"; do torch_flags+=(-isystem "$d"); done
+  for name in arena_stash device_spill device_copy host_pool serial_worker stash_entry; do
+    f=$src/src/torch_layer/$name.cc
+    "$clangxx" "${flags[@]}" "${torch_flags[@]}" "$f" ||
+      { echo "thread_safety_check: ${f#"$src"/} fails"; failed=1; }
+  done
+  checked+=" and the stash's src/torch_layer files"
+fi
+[[ $failed == 0 ]] && echo "thread_safety_check: $checked clean under -Wthread-safety"
 exit $failed

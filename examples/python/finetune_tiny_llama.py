@@ -101,7 +101,7 @@ def main():
     print(f"final loss {result.training_loss:.4f}; step time {1000 * sum(steady) / len(steady):.0f} ms "
           f"(mean of steps 2..{len(timer.times)}); peak RSS {peak_rss_mib():.0f} MiB")
     if arena is not None:
-        stats = arena.stats()
+        stats = {**arena.stats(), **arena.stash_stats()}
         print("spill: " + ", ".join(f"{k}={stats[k]}" for k in (
             "capacity_bytes", "peak_bytes_in_use", "allocations", "reuse_hits", "bytes_written",
             "bytes_read", "io_mode", "io_backend", "restores", "prefetch_hits")))

@@ -50,8 +50,8 @@ enum class PoolFull {
 const char* to_string(PoolFull policy);  // "wait" or "keep_on_device"
 
 // ArenaOptions::host_pool_bytes when not set: sized from the first accelerator input (room for
-// prefetch_depth + 2 of them, at least 64 MiB), capped by the memory this process may use and
-// by RLIMIT_MEMLOCK.
+// StashOptions::prefetch_depth + 2 of them, at least 64 MiB), capped by the memory this process
+// may use and by RLIMIT_MEMLOCK.
 constexpr std::uint64_t kAutomaticHostPool = ~0ull;
 
 struct ArenaOptions {
@@ -73,15 +73,6 @@ struct ArenaOptions {
   IoBackend io_backend = IoBackend::automatic;
   // Host memory for direct I/O's staging pool, allocated once (rounded to pages, at least one).
   std::uint64_t staging_bytes = 64ull << 20;
-  // For spill::checkpoint (the arena stash): overlap spilling with compute; false spills and
-  // restores synchronously (the comparison point). See Note [Overlapped spilling] in
-  // src/torch_layer/arena_stash.cc.
-  bool asynchronous = true;
-  // In backward, reads of this many predecessors are queued when a layer's input is restored.
-  std::uint32_t prefetch_depth = 2;
-  // The inputs of the last layers stored are kept where they are, not spilled: their backward
-  // comes first, so spilling them would only cost time.
-  std::uint32_t keep_last = 1;
   // Hash what each write puts in a region (XXH3-64) and check every read against it, so bytes
   // changed behind the arena's back raise spill::IntegrityError instead of reaching a gradient.
   // Costs CPU time (XXH3 on one core of the 2-core test VM: ~10 GB/s of cached bytes, ~4.5 GB/s
@@ -94,7 +85,9 @@ struct ArenaOptions {
   // land in before the host -> device copy — allocated once, pinned once, reused every step;
   // for CPU inputs, the most bytes of inputs whose writes are in flight. At least one page,
   // at most the memory this process may use. See Note [The host pool] in
-  // src/torch_layer/host_pool.cc.
+  // src/torch_layer/host_pool.cc. The arena holds the budget (every stash of one arena shares
+  // one pool, and the arena checks the value when it is made); the core does not use it. The
+  // stash's own settings (asynchronous, prefetch_depth, keep_last) are spill::StashOptions.
   std::uint64_t host_pool_bytes = kAutomaticHostPool;
   PoolFull when_pool_full = PoolFull::wait;
 };
@@ -113,9 +106,6 @@ std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, ArenaOptions>> vis
   visit("io", options.io);
   visit("io_backend", options.io_backend);
   visit("staging_bytes", options.staging_bytes);
-  visit("asynchronous", options.asynchronous);
-  visit("prefetch_depth", options.prefetch_depth);
-  visit("keep_last", options.keep_last);
   visit("verify_integrity", options.verify_integrity);
   visit("host_pool_bytes", options.host_pool_bytes);
   visit("when_pool_full", options.when_pool_full);
@@ -148,11 +138,6 @@ struct ArenaStats {
   std::uint64_t staging_bytes = 0;       // the staging pool (direct mode)
   std::uint64_t staging_waits = 0;       // writes that found every staging slot busy
   std::uint64_t staging_wait_ns = 0;
-  std::uint64_t restores = 0;            // stashed tensors given back (spill::checkpoint)
-  std::uint64_t restore_waits = 0;       // ... that had to wait for their I/O
-  std::uint64_t restore_wait_ns = 0;
-  std::uint64_t prefetches = 0;          // reads queued ahead of backward
-  std::uint64_t prefetch_hits = 0;       // ... whose tensor was ready when backward asked
   // verify_integrity: bytes hashed (written and read back), read bytes that matched the hash of
   // their write, and reads that did not (each one an IntegrityError).
   std::uint64_t bytes_hashed = 0;
@@ -183,11 +168,6 @@ void visit_fields(const ArenaStats& stats, Visit&& visit) {
   visit("staging_bytes", stats.staging_bytes);
   visit("staging_waits", stats.staging_waits);
   visit("staging_wait_ns", stats.staging_wait_ns);
-  visit("restores", stats.restores);
-  visit("restore_waits", stats.restore_waits);
-  visit("restore_wait_ns", stats.restore_wait_ns);
-  visit("prefetches", stats.prefetches);
-  visit("prefetch_hits", stats.prefetch_hits);
   visit("bytes_hashed", stats.bytes_hashed);
   visit("bytes_verified", stats.bytes_verified);
   visit("integrity_failures", stats.integrity_failures);
@@ -286,14 +266,9 @@ class SpillArena {
 
   ArenaStats stats() const;
   const ArenaOptions& options() const;  // as resolved: directory, io mode, rounded sizes
-  const void* identity() const;         // the same for every handle to this arena
   IoMode io_mode() const;               // resolved: buffered or direct
   bool uses_gds() const;                // io = gds was asked: device inputs go through cuFile
   std::uint64_t io_alignment() const;   // alignment a direct read needs to skip staging
-  // For stashes: a stashed tensor was given back; `was_ready` when its I/O had completed,
-  // `waited_ns` spent waiting for it; `prefetched` when its read was queued ahead.
-  void record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) const;
-  void record_prefetch() const;
   Backing backing() const;
   const std::string& directory() const;         // "" for the RAM backing
   const std::string& file_system_type() const;  // "ext4", ... or "ram"

@@ -3,6 +3,10 @@
 //
 //   spill::SpillArena disk_arena(disk_options);              // options.backing = Backing::disk
 //   auto disk = spill::make_arena_stash(disk_arena);         // the spill file (the point)
+//   spill::StashOptions sync;                                // the stash's own settings
+//   sync.asynchronous = false;
+//   auto disk_sync = spill::make_arena_stash(disk_arena, sync);
+//   spill::set_stash_options(disk_arena, sync);              // for spill::checkpoint(arena, ...)
 //   auto ram = spill::make_arena_stash(ram_arena);           // same allocator over host memory
 //   auto recompute = spill::make_in_memory_stash();          // classic checkpointing: keep input
 //   auto per_file = spill::make_per_file_stash("/mnt/nvme"); // torch::save per tensor (baseline)
@@ -16,8 +20,10 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "spill/arena.h"
 
@@ -35,6 +41,28 @@ class StashedTensor {
   // then finds it ready. Idempotent; a no-op where there is nothing to move.
   virtual void prefetch() {}
 };
+
+// The arena stash's own settings (the torch-free core never reads them). See Note [Overlapped
+// spilling] in src/torch_layer/arena_stash.cc.
+struct StashOptions {
+  // Overlap spilling with compute; false spills and restores synchronously (the comparison
+  // point).
+  bool asynchronous = true;
+  // In backward, reads of this many predecessors are queued when a layer's input is restored.
+  std::uint32_t prefetch_depth = 2;
+  // The inputs of the last layers stored are kept where they are, not spilled: their backward
+  // comes first, so spilling them would only cost time.
+  std::uint32_t keep_last = 1;
+};
+
+// Calls visit(name, field) for each field of `options` (const or not), in declaration order.
+template <class Options, class Visit>
+std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, StashOptions>> visit_fields(
+    Options& options, Visit&& visit) {
+  visit("asynchronous", options.asynchronous);
+  visit("prefetch_depth", options.prefetch_depth);
+  visit("keep_last", options.keep_last);
+}
 
 // What the arena stashes of one arena did and hold (zeros for the other stashes). Device bytes are those of
 // accelerator inputs the stash references: stored and not yet copied off, or brought back and
@@ -54,6 +82,11 @@ struct StashStats {
   std::uint64_t inputs_kept_on_device = 0;  // PoolFull::keep_on_device found no room
   std::uint64_t bytes_kept_on_device = 0;
   std::uint64_t pieces = 0;  // transfers of inputs larger than the pool, piece by piece
+  std::uint64_t restores = 0;         // stashed tensors given back
+  std::uint64_t restore_waits = 0;    // ... that had to wait for their I/O
+  std::uint64_t restore_wait_ns = 0;
+  std::uint64_t prefetches = 0;       // reads queued ahead of backward
+  std::uint64_t prefetch_hits = 0;    // ... whose tensor was ready when backward asked
 };
 
 // Calls visit(name, value) for each field of `stats`: the one list reports are made from.
@@ -73,6 +106,11 @@ void visit_fields(const StashStats& s, Visit&& visit) {
   visit("inputs_kept_on_device", s.inputs_kept_on_device);
   visit("bytes_kept_on_device", s.bytes_kept_on_device);
   visit("pieces", s.pieces);
+  visit("restores", s.restores);
+  visit("restore_waits", s.restore_waits);
+  visit("restore_wait_ns", s.restore_wait_ns);
+  visit("prefetches", s.prefetches);
+  visit("prefetch_hits", s.prefetch_hits);
 }
 
 class TensorStash {
@@ -84,9 +122,16 @@ class TensorStash {
   virtual StashStats stats() const { return {}; }
 };
 
-// Regions of `arena` (disk or RAM backing). The stash holds its own handle to the arena and
-// follows its options: asynchronous, prefetch_depth, keep_last, host_pool_bytes, when_pool_full.
+// Regions of `arena` (disk or RAM backing). The stash holds its own handle to the arena, follows
+// `options` (without them: the arena's, set_stash_options) and the arena's host budget
+// (host_pool_bytes, when_pool_full).
 std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena);
+std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena, const StashOptions& options);
+// The options of the stashes made for `arena` without options of their own (the shared stash
+// of spill::checkpoint(arena, ...) among them), kept with the arena for every handle to it;
+// a shared stash already in use keeps the options it was made with.
+void set_stash_options(const SpillArena& arena, const StashOptions& options);
+StashOptions stash_options(const SpillArena& arena);
 // The stash spill::checkpoint(arena, ...) uses: one per arena while any of its tensors is
 // stashed, so consecutive layers form one chain for prefetching and keep_last.
 std::shared_ptr<TensorStash> shared_arena_stash(const SpillArena& arena);

@@ -61,6 +61,12 @@ struct AcceleratorEmulation {
   std::uint32_t max_delay_us = 0;
   std::uint64_t seed = 1;
   std::uint32_t min_delay_us = 0;
+  // Faults: the next this many device tensors the stash allocates to restore into fail as
+  // LibTorch fails when the device is out of memory (c10::OutOfMemoryError) ...
+  std::uint32_t device_allocations_to_fail = 0;
+  // ... and the host pool cannot be allocated, pinned or pageable (the memory was gone by the
+  // time the first input was stored).
+  bool host_pool_refused = false;
 };
 void set_accelerator_emulation(const AcceleratorEmulation& emulation);
 

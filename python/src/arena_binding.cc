@@ -15,8 +15,6 @@ namespace spillarena_python {
 
 namespace {
 
-
-
 // Keyword spellings of earlier releases, accepted with a DeprecationWarning.
 std::string current_option_name(const std::string& key) {
   if (key != "allow_ram_backed_directory") return key;
@@ -55,9 +53,35 @@ std::string unused_options(const spill::ArenaOptions& o, const std::vector<std::
          "; they are ignored (see spill::ArenaOptions)";
 }
 
+// Whether `name` is a field of `Struct` (through spill::visit_fields).
+template <class Struct>
+bool has_field(const std::string& name) {
+  Struct s;
+  bool found = false;
+  visit_fields(s, [&](const char* field, const auto&) { found = found || name == field; });
+  return found;
+}
+
+// The keywords of SpillArena(...): the arena's options, then its stash's.
+const std::vector<std::string>& keyword_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    const auto add = [&out](const char* name, const auto&) { out.emplace_back(name); };
+    const spill::ArenaOptions arena;
+    const spill::StashOptions stash;
+    visit_fields(arena, add);
+    visit_fields(stash, add);
+    return out;
+  }();
+  return names;
+}
+
+// SpillArena(...) takes the arena's options (spill::ArenaOptions) and those of its stash
+// (spill::StashOptions, kept with the arena by spill::set_stash_options) as one set of keywords.
 spill::SpillArena make_arena(py::handle capacity_bytes, py::handle directory,
                              const py::kwargs& options) {
   spill::ArenaOptions parsed;
+  spill::StashOptions stash;
   std::vector<std::string> given;
   set_field(parsed, "capacity_bytes", capacity_bytes);
   if (!directory.is_none()) {
@@ -67,14 +91,26 @@ spill::SpillArena make_arena(py::handle capacity_bytes, py::handle directory,
   for (const auto& [key, value] : options) {
     // capacity_bytes and directory given twice never get here: Python raises TypeError.
     given.push_back(current_option_name(key.cast<std::string>()));
-    set_field(parsed, given.back(), value);
+    if (has_field<spill::StashOptions>(given.back())) {
+      set_field(stash, given.back(), value);
+    } else {
+      set_field(parsed, given.back(), value, keyword_names());
+    }
   }
   if (const std::string warning = unused_options(parsed, given); !warning.empty()) {
     if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) != 0) throw py::error_already_set();
   }
   // Vetting and preallocating the file takes a while; other Python threads may run meanwhile.
   py::gil_scoped_release no_gil;
-  return spill::SpillArena(parsed);
+  spill::SpillArena arena(parsed);
+  spill::set_stash_options(arena, stash);
+  return arena;
+}
+
+py::dict options_of(const spill::SpillArena& arena) {
+  py::dict out = to_dict(arena.options());
+  out.attr("update")(to_dict(spill::stash_options(arena)));
+  return out;
 }
 
 py::str describe(const spill::SpillArena& arena) {
@@ -114,7 +150,8 @@ void bind_arena(py::module_& m) {
   py::class_<spill::SpillArena> arena(
       m, "SpillArena",
       "One preallocated spill file (or host-memory block) carved into regions for layer inputs. "
-      "Options as in spill::ArenaOptions. Copies share it; it cannot be pickled.");
+      "Options as in spill::ArenaOptions and spill::StashOptions. Copies share it; it cannot be "
+      "pickled.");
   share_on_copy(arena, "SpillArena");
   arena.def(py::init(&make_arena), py::arg("capacity_bytes"), py::arg("directory") = py::none())
       .def(
@@ -124,10 +161,9 @@ void bind_arena(py::module_& m) {
           "stash_stats", [](const spill::SpillArena& a) { return to_dict(spill::stash_stats(a)); },
           "A dict keyed by spill::StashStats field names: what spillarena.checkpoint did with this "
           "arena's host budget (host pool, device bytes held, bytes in flight, waits).")
-      .def(
-          "options",
-          [](const spill::SpillArena& a) { return to_dict(a.options()); },
-          "The options as resolved (directory, I/O mode, rounded sizes), keyed by field name.")
+      .def("options", &options_of,
+           "The options as resolved (directory, I/O mode, rounded sizes), keyed by the field "
+           "names of spill::ArenaOptions, then spill::StashOptions.")
       .def_property_readonly("capacity_bytes",
                              [](const spill::SpillArena& a) { return a.stats().capacity_bytes; })
       .def_property_readonly("backing",
@@ -140,8 +176,10 @@ void bind_arena(py::module_& m) {
       .def_property_readonly("opened_without_name", &spill::SpillArena::opened_without_name)
       .def("__repr__", &describe);
 
-  m.attr("ARENA_OPTIONS") = py::tuple(to_dict(spill::ArenaOptions{}).attr("keys")());
+  m.attr("ARENA_OPTIONS") = py::tuple(py::cast(keyword_names()));
+  m.attr("STASH_OPTIONS") = py::tuple(to_dict(spill::StashOptions{}).attr("keys")());
   m.attr("ARENA_STATS") = py::tuple(to_dict(spill::ArenaStats{}).attr("keys")());
+  m.attr("STASH_STATS") = py::tuple(to_dict(spill::StashStats{}).attr("keys")());
   m.attr("MAX_CAPACITY_BYTES") = py::int_(spill::kMaxCapacityBytes);
   m.attr("MAX_STAGING_BYTES") = py::int_(spill::kMaxStagingBytes);
   m.def("default_spill_directory", [] { return path_to_python(spill::default_spill_directory()); });

@@ -185,13 +185,16 @@ py::dict to_dict(const Struct& s) {
   return out;
 }
 
-// Throws spill::InvalidArgumentError for an unknown name or a value of the wrong kind.
+// Throws spill::InvalidArgumentError for an unknown name (listing `names`, or the struct's
+// fields when empty) or a value of the wrong kind.
 template <class Struct>
-void set_field(Struct& s, const std::string& name, py::handle value) {
+void set_field(Struct& s, const std::string& name, py::handle value,
+               const std::vector<std::string>& names = {}) {
   bool found = false;
   std::string known;
+  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
   visit_fields(s, [&](const char* field, auto& target) {
-    known += (known.empty() ? "" : ", ") + std::string(field);
+    if (names.empty()) known += (known.empty() ? "" : ", ") + std::string(field);
     if (name != field) return;
     target = Convert<std::decay_t<decltype(target)>>::from_python(value, field);
     found = true;

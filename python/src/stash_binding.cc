@@ -83,8 +83,14 @@ void bind_stash(py::module_& m) {
 
   m.def(
       "make_arena_stash",
-      [](const spill::SpillArena& arena) { return spill::make_arena_stash(arena); },
-      py::arg("arena"), "A stash of its own in the regions of `arena` (it keeps the arena alive).");
+      [](const spill::SpillArena& arena, const py::kwargs& options) {
+        spill::StashOptions parsed = spill::stash_options(arena);
+        for (const auto& [key, value] : options) set_field(parsed, key.cast<std::string>(), value);
+        return spill::make_arena_stash(arena, parsed);
+      },
+      py::arg("arena"),
+      "A stash of its own in the regions of `arena` (it keeps the arena alive). Keywords as in "
+      "spill::StashOptions (asynchronous, prefetch_depth, keep_last); by default the arena's.");
   m.def(
       "shared_arena_stash",
       [](const spill::SpillArena& arena) { return spill::shared_arena_stash(arena); },

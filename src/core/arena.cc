@@ -80,8 +80,9 @@ std::uint64_t round_to_pages(std::uint64_t bytes) {
 // Note [Choosing the I/O mode]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // IoMode::automatic asks how much memory this process may still use (the memory cgroup's limit
-// less its usage, and MemAvailable) and spills with direct I/O when the arena is larger: the
-// page cache could not hold it anyway, and would compete with the model for the limit. Where
+// less its usage, and MemAvailable) and spills with direct I/O when the arena — with the stash's
+// host pool, when its size is set — is larger: the page cache could not hold it anyway, and
+// would compete with the model for the limit. Where
 // the file system refuses O_DIRECT, buffered I/O runs and the stats say why. io = gds (never
 // chosen here) runs as direct for the engine; see Note [GPUDirect Storage] in src/core/gds.cc.
 IoMode resolve_io_mode(const ArenaOptions& o, std::string* note) {
@@ -99,10 +100,16 @@ IoMode resolve_io_mode(const ArenaOptions& o, std::string* note) {
     return o.io;
   }
   const std::uint64_t usable = memory_limits().usable_bytes();
-  const std::string sizes = "the arena (" + bytes_with_units(o.capacity_bytes) + ") " +
-                            (o.capacity_bytes > usable ? "exceeds" : "fits in") +
-                            " the memory this process may use (" + bytes_with_units(usable) + ")";
-  if (o.capacity_bytes <= usable) {
+  // A buffered spill fills the page cache with up to the arena's bytes, beside the stash's
+  // host pool when one is set (an automatic pool takes at most half of what is left).
+  const std::uint64_t pool = o.host_pool_bytes == kAutomaticHostPool ? 0 : o.host_pool_bytes;
+  const std::uint64_t needed = o.capacity_bytes + pool;
+  const std::string sizes =
+      "the arena (" + bytes_with_units(o.capacity_bytes) + ")" +
+      (pool > 0 ? " plus the host pool (" + bytes_with_units(pool) + ")" : std::string()) +
+      (needed > usable ? " exceeds" : " fits in") + " the memory this process may use (" +
+      bytes_with_units(usable) + ")";
+  if (needed <= usable) {
     *note = "automatic: buffered, because " + sizes;
     return IoMode::buffered;
   }
@@ -220,7 +227,6 @@ void SpillArena::prefetch(const Region& region) const {
 }
 
 const ArenaOptions& SpillArena::options() const { return live_core().options(); }
-const void* SpillArena::identity() const { return &live_core(); }
 IoMode SpillArena::io_mode() const { return live_core().io_mode(); }
 bool SpillArena::uses_gds() const { return live_core().gds_requested(); }
 
@@ -229,12 +235,6 @@ std::shared_ptr<void> SpillArena::attachment(
   return live_core().attachment(make);
 }
 std::uint64_t SpillArena::io_alignment() const { return live_core().io_alignment(); }
-
-void SpillArena::record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) const {
-  live_core().record_restore(prefetched, was_ready, waited_ns);
-}
-
-void SpillArena::record_prefetch() const { live_core().record_prefetch(); }
 
 SpillArena SpillArena::shared_handle() const {
   live_core();

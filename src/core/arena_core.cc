@@ -305,15 +305,6 @@ void ArenaCore::drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) con
   storage_->drop_cached_pages(offset, bytes);
 }
 
-void ArenaCore::record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) {
-  restores_.fetch_add(1, std::memory_order_relaxed);
-  if (prefetched && was_ready) prefetch_hits_.fetch_add(1, std::memory_order_relaxed);
-  if (!was_ready) {
-    restore_waits_.fetch_add(1, std::memory_order_relaxed);
-    restore_wait_ns_.fetch_add(waited_ns, std::memory_order_relaxed);
-  }
-}
-
 std::uint64_t ArenaCore::io_alignment() const {
   return engine_ ? engine_->alignment() : platform::capabilities().page_size_bytes;
 }
@@ -346,11 +337,6 @@ ArenaStats ArenaCore::stats() const {
     s.staging_waits = engine_->staging_waits();
     s.staging_wait_ns = engine_->staging_wait_ns();
   }
-  s.restores = restores_.load(std::memory_order_relaxed);
-  s.restore_waits = restore_waits_.load(std::memory_order_relaxed);
-  s.restore_wait_ns = restore_wait_ns_.load(std::memory_order_relaxed);
-  s.prefetches = prefetches_.load(std::memory_order_relaxed);
-  s.prefetch_hits = prefetch_hits_.load(std::memory_order_relaxed);
   if (ledger_) {
     s.bytes_hashed = ledger_->bytes_hashed();
     s.bytes_verified = ledger_->bytes_verified();

@@ -52,9 +52,6 @@ class ArenaCore {
   // See SpillArena::attachment.
   std::shared_ptr<void> attachment(const std::function<std::shared_ptr<void>()>& make);
 
-  void record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns);
-  void record_prefetch() { prefetches_.fetch_add(1, std::memory_order_relaxed); }
-
   ArenaStats stats() const;
   IoMode io_mode() const { return options_.io; }
   // io = gds was asked: device inputs go through cuFile (src/core/gds.h) on storage().direct_fd().
@@ -96,11 +93,6 @@ class ArenaCore {
   SlabAllocator allocator_;
   std::atomic<std::uint64_t> bytes_written_{0};
   mutable std::atomic<std::uint64_t> bytes_read_{0};
-  std::atomic<std::uint64_t> restores_{0};
-  std::atomic<std::uint64_t> restore_waits_{0};
-  std::atomic<std::uint64_t> restore_wait_ns_{0};
-  std::atomic<std::uint64_t> prefetches_{0};
-  std::atomic<std::uint64_t> prefetch_hits_{0};
   std::unique_ptr<IntegrityLedger> ledger_;  // verify_integrity only; outlives the engine
   std::unique_ptr<GdsFile> gds_;             // io = gds only
   Mutex attachment_mutex_;

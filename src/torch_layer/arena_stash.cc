@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -71,9 +69,10 @@ std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena) {
       arena.attachment([] { return std::make_shared<ArenaShared>(); }));
 }
 
-Chain::Chain(const SpillArena& arena)
+Chain::Chain(const SpillArena& arena, const StashOptions& options)
     : arena_(arena.shared_handle()),
-      options_(arena_.options()),
+      arena_options_(arena_.options()),
+      options_(options),
       shared_(shared_state_of(arena_)),
       counters_(shared_->counters),
       gds_(arena_.uses_gds()) {}
@@ -94,7 +93,12 @@ StashStats ArenaShared::stats() {
   s.inputs_kept_on_device = c.inputs_kept_on_device;
   s.bytes_kept_on_device = c.bytes_kept_on_device;
   s.pieces = c.pieces;
-  std::lock_guard<std::mutex> lock(mutex);
+  s.restores = c.restores;
+  s.restore_waits = c.restore_waits;
+  s.restore_wait_ns = c.restore_wait_ns;
+  s.prefetches = c.prefetches;
+  s.prefetch_hits = c.prefetch_hits;
+  MutexLock lock(mutex);
   if (pool) {
     s.host_pool_bytes = pool->bytes();
     s.host_pool_pinned = pool->pinned();
@@ -112,7 +116,7 @@ StashStats ArenaShared::stats() {
 void Chain::stored(const EntryPtr& e) {
   std::vector<EntryPtr> to_spill;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     e->previous = last_;
     last_ = e;
     largest_input_ = std::max(largest_input_, e->bytes);
@@ -123,34 +127,33 @@ void Chain::stored(const EntryPtr& e) {
     }
   }
   for (const EntryPtr& p : to_spill) {
-    std::lock_guard<std::mutex> lock(p->mutex);
+    MutexLock lock(p->mutex);
     spill(p);
   }
 }
 
 void Chain::spill(const EntryPtr& e) {
-  Entry& entry = *e;
-  if (entry.state != State::held || entry.kept) return;
-  if (entry.changed_in_place()) throw_modified(entry, "before it was spilled");
-  if (entry.bytes == 0) {
-    entry.input = torch::Tensor();
-    return advance(entry, State::spilled);
+  if (e->state != State::held || e->kept) return;
+  if (e->changed_in_place()) throw_modified(*e, "before it was spilled");
+  if (e->bytes == 0) {
+    e->input = torch::Tensor();
+    return advance(*e, State::spilled);
   }
   try {
-    entry.region = arena_.allocate(entry.bytes);
+    e->region = arena_.allocate(e->bytes);
   } catch (const ArenaExhaustedError& x) {
     throw ArenaExhaustedError(x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
-                              "spill::checkpoint: no room to stash the " + entry.describe() +
+                              "spill::checkpoint: no room to stash the " + e->describe() +
                                   ": " + x.what());
   }
-  if (entry.accelerator) return spill_device(e);
+  if (e->accelerator) return spill_device(e);
   spill_cpu(e);
 }
 
 torch::Tensor Chain::restore(const EntryPtr& e) {
   rethrow_failure();
-  std::unique_lock<std::mutex> lock(e->mutex);
   Entry& entry = *e;
+  MutexLock lock(entry.mutex);
   if (entry.state == State::restored) return torch::Tensor();
   if (entry.changed_in_place()) throw_modified(entry, "after it was stored");
   const bool in_memory = entry.input.defined();
@@ -182,7 +185,7 @@ torch::Tensor Chain::restore(const EntryPtr& e) {
       lock.lock();
       result = finish_device_restore(entry);
     }
-    arena_.record_restore(was_prefetched, ready, elapsed_ns(start));
+    counters_->record_restore(was_prefetched, ready, elapsed_ns(start));
   } else {
     queue_cpu_read(entry);
     const bool ready = !entry.region.valid() ||
@@ -193,7 +196,7 @@ torch::Tensor Chain::restore(const EntryPtr& e) {
     prefetch_predecessors(entry);
     lock.lock();
     result = restore_cpu(entry);
-    arena_.record_restore(was_prefetched, ready, elapsed_ns(start));
+    counters_->record_restore(was_prefetched, ready, elapsed_ns(start));
   }
   return result;
 }
@@ -202,7 +205,7 @@ torch::Tensor Chain::restore(const EntryPtr& e) {
 // queued before backward began), so the arena is drained when backward ends.
 torch::Tensor Chain::give_back_input(Entry& e) {
   if (e.changed_in_place()) throw_modified(e, "between forward and backward");
-  arena_.record_restore(e.prefetched, true, 0);
+  counters_->record_restore(e.prefetched, true, 0);
   if (e.accelerator) counters_->sub_device_bytes(e.bytes);
   e.region.free();
   advance(e, State::restored);
@@ -214,7 +217,7 @@ void Chain::prefetch(Entry& e) {
   if (e.state == State::restored) return;
   if (!e.prefetched) {
     e.prefetched = true;
-    arena_.record_prefetch();
+    counters_->prefetches.fetch_add(1);
   }
   if (e.input.defined() || !e.region.valid() || through_gds(e)) return;
   if (e.accelerator) {
@@ -229,7 +232,7 @@ void Chain::prefetch_predecessors(const Entry& e) {
   EntryPtr p = e.previous.lock();
   for (std::uint32_t i = 0; p && i < options_.prefetch_depth; ++i) {
     {
-      std::lock_guard<std::mutex> lock(p->mutex);
+      MutexLock lock(p->mutex);
       prefetch(*p);  // uploads only within the depth: device memory stays bounded
     }
     p = p->previous.lock();
@@ -239,7 +242,7 @@ void Chain::prefetch_predecessors(const Entry& e) {
 void Chain::rethrow_failure() {
   std::exception_ptr failure;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     failure = std::exchange(failure_, nullptr);
   }
   if (failure) std::rethrow_exception(failure);
@@ -247,14 +250,14 @@ void Chain::rethrow_failure() {
 
 void Chain::record_failure(std::exception_ptr failure) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!failure_) failure_ = std::move(failure);
   }
   room_.notify_all();
 }
 
 bool Chain::failed() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return failure_ != nullptr;
 }
 
@@ -292,14 +295,14 @@ void Chain::spill_cpu(const EntryPtr& e) {
 // prefetch_depth + 2 inputs): store() waits for the oldest writes to complete.
 void Chain::wait_for_room(std::uint64_t bytes) {
   const std::uint64_t budget =
-      options_.host_pool_bytes != kAutomaticHostPool
-          ? options_.host_pool_bytes
+      arena_options_.host_pool_bytes != kAutomaticHostPool
+          ? arena_options_.host_pool_bytes
           : automatic_host_pool_bytes(bytes, options_.prefetch_depth + 2ull);
-  const auto fits = [&] {
+  const auto fits = [&]() REQUIRES(mutex_) {
     const std::uint64_t now = counters_->host_bytes_in_flight.load();
     return now == 0 || now + bytes <= budget || failure_ != nullptr;
   };
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (fits()) return;
   const auto start = std::chrono::steady_clock::now();
   counters_->budget_waits.fetch_add(1);
@@ -312,12 +315,12 @@ void Chain::wait_for_room(std::uint64_t bytes) {
 void Chain::finish_cpu_write(const EntryPtr& e) {
   Pending write;
   {
-    std::lock_guard<std::mutex> lock(e->mutex);
+    MutexLock lock(e->mutex);
     write = e->write;
   }
   write.settle();
   {
-    std::lock_guard<std::mutex> lock(e->mutex);
+    MutexLock lock(e->mutex);
     e->input = torch::Tensor();
     if (e->state == State::writing) {
       advance(*e, State::spilled);
@@ -325,7 +328,7 @@ void Chain::finish_cpu_write(const EntryPtr& e) {
     }
   }
   counters_->sub_in_flight(e->bytes);
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   room_.notify_all();
 }
 
@@ -391,7 +394,7 @@ class ArenaStashed final : public StashedTensor {
       : chain_(std::move(chain)), entry_(std::move(entry)) {}
 
   void prefetch() override {
-    std::lock_guard<std::mutex> lock(entry_->mutex);
+    detail::MutexLock lock(entry_->mutex);
     chain_->prefetch(*entry_);
   }
 
@@ -404,7 +407,8 @@ class ArenaStashed final : public StashedTensor {
 
 class ArenaStash final : public TensorStash {
  public:
-  explicit ArenaStash(const SpillArena& arena) : chain_(std::make_shared<detail::Chain>(arena)) {}
+  ArenaStash(const SpillArena& arena, const StashOptions& options)
+      : chain_(std::make_shared<detail::Chain>(arena, options)) {}
 
   std::unique_ptr<StashedTensor> store(const torch::Tensor& tensor) override {
     detail::check_storable(tensor, name());
@@ -421,31 +425,38 @@ class ArenaStash final : public TensorStash {
   std::shared_ptr<detail::Chain> chain_;
 };
 
-std::mutex registry_mutex;
-std::map<const void*, std::weak_ptr<TensorStash>>& registry() {
-  static std::map<const void*, std::weak_ptr<TensorStash>> stashes;
-  return stashes;
-}
-
 }  // namespace
 
-std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena) {
-  return std::make_shared<ArenaStash>(arena);
+std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena,
+                                              const StashOptions& options) {
+  return std::make_shared<ArenaStash>(arena, options);
 }
 
-// One stash per arena while it is in use: a registry of weak references, keyed by the arena's
-// identity. Checkpoint nodes own the stash; when the last graph dies, so does the stash.
+std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena) {
+  return make_arena_stash(arena, stash_options(arena));
+}
+
+void set_stash_options(const SpillArena& arena, const StashOptions& options) {
+  const auto shared = detail::shared_state_of(arena);
+  detail::MutexLock lock(shared->mutex);
+  shared->options = options;
+}
+
+StashOptions stash_options(const SpillArena& arena) {
+  const auto shared = detail::shared_state_of(arena);
+  detail::MutexLock lock(shared->mutex);
+  return shared->options;
+}
+
+// One stash per arena while it is in use: a weak reference kept with the arena. Checkpoint
+// nodes own the stash; when the last graph dies, so does the stash.
 std::shared_ptr<TensorStash> shared_arena_stash(const SpillArena& arena) {
-  std::lock_guard<std::mutex> lock(registry_mutex);
-  auto& stashes = registry();
-  for (auto it = stashes.begin(); it != stashes.end();) {
-    it = it->second.expired() ? stashes.erase(it) : std::next(it);
-  }
-  std::weak_ptr<TensorStash>& slot = stashes[arena.identity()];
-  std::shared_ptr<TensorStash> stash = slot.lock();
+  const auto shared = detail::shared_state_of(arena);
+  detail::MutexLock lock(shared->mutex);
+  std::shared_ptr<TensorStash> stash = shared->shared_stash.lock();
   if (!stash) {
-    stash = make_arena_stash(arena);
-    slot = stash;
+    stash = std::make_shared<ArenaStash>(arena, shared->options);
+    shared->shared_stash = stash;
   }
   return stash;
 }

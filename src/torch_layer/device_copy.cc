@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "core/mutex.h"
 #include "serial_worker.h"
 #include "spill/testing.h"
 
@@ -102,28 +103,29 @@ class EmulatedCopy final : public Copy {
     if (to_.defined()) {
       std::memcpy(to_.data_ptr(), from_.data_ptr(), static_cast<std::size_t>(to_.nbytes()));
     }
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     from_ = torch::Tensor();
     to_ = torch::Tensor();
     done_ = true;
     finished_.notify_all();
   }
   bool done() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return done_;
   }
   void synchronize() const override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    finished_.wait(lock, [this] { return done_; });
+    MutexLock lock(mutex_);
+    finished_.wait(lock, [this]() REQUIRES(mutex_) { return done_; });
   }
   void order_current_stream() override { synchronize(); }
 
  private:
-  mutable std::mutex mutex_;  // guards from_, to_, done_
+  mutable Mutex mutex_;
   mutable std::condition_variable finished_;
+  // Read by run() before it takes the mutex: set at construction, before the copy is queued.
   torch::Tensor from_;
   torch::Tensor to_;
-  bool done_ = false;
+  bool done_ GUARDED_BY(mutex_) = false;
 };
 
 class EmulatedEngine final : public CopyEngine {
@@ -131,7 +133,17 @@ class EmulatedEngine final : public CopyEngine {
   explicit EmulatedEngine(const testing::AcceleratorEmulation& e)
       : min_delay_us_(std::min(e.min_delay_us, e.max_delay_us)),
         max_delay_us_(e.max_delay_us),
-        random_(e.seed) {}
+        random_(e.seed),
+        allocations_to_fail_(e.device_allocations_to_fail) {}
+
+  torch::Tensor empty(at::IntArrayRef sizes, const torch::TensorOptions& options) override {
+    std::uint32_t left = allocations_to_fail_.load();
+    while (left > 0 && !allocations_to_fail_.compare_exchange_weak(left, left - 1)) {
+    }
+    TORCH_CHECK_WITH(OutOfMemoryError, left == 0,
+                     "emulated device out of memory (spill::testing::AcceleratorEmulation)");
+    return torch::empty(sizes, options);
+  }
 
   CopyPtr to_host(const torch::Tensor& source, std::uint64_t offset, std::uint64_t bytes,
                   const torch::Tensor& host) override {
@@ -152,7 +164,7 @@ class EmulatedEngine final : public CopyEngine {
     auto copy = std::make_shared<EmulatedCopy>(std::move(from), std::move(to));
     std::uint32_t delay_us = 0;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       delay_us = min_delay_us_ + random_() % (max_delay_us_ - min_delay_us_ + 1);
     }
     worker_.post([copy, delay_us] {
@@ -164,25 +176,29 @@ class EmulatedEngine final : public CopyEngine {
 
   const std::uint32_t min_delay_us_;
   const std::uint32_t max_delay_us_;
-  std::mutex mutex_;  // guards random_
-  std::mt19937 random_;
+  Mutex mutex_;
+  std::mt19937 random_ GUARDED_BY(mutex_);
+  std::atomic<std::uint32_t> allocations_to_fail_;
   SerialWorker worker_;  // last: runs the copies already queued, then joins
 };
 
-std::mutex emulation_mutex;
-std::shared_ptr<CopyEngine> emulated;  // guarded by emulation_mutex
+Mutex emulation_mutex;
+std::shared_ptr<CopyEngine> emulated GUARDED_BY(emulation_mutex);
 std::atomic<bool> emulating{false};
+std::atomic<bool> host_pool_refused{false};
 
 }  // namespace
 
 std::shared_ptr<CopyEngine> CopyEngine::for_inputs() {
   static const auto real = std::make_shared<StreamEngine>();
   if (emulating.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(emulation_mutex);
+    MutexLock lock(emulation_mutex);
     if (emulated) return emulated;
   }
   return real;
 }
+
+bool host_pool_refused_by_emulation() { return host_pool_refused.load(); }
 
 bool CopyEngine::is_accelerator_input(const torch::Tensor& t) {
   return !t.device().is_cpu() || emulating.load(std::memory_order_acquire);
@@ -195,9 +211,10 @@ namespace spill::testing {
 void set_accelerator_emulation(const AcceleratorEmulation& emulation) {
   std::shared_ptr<detail::CopyEngine> previous;
   {
-    std::lock_guard<std::mutex> lock(detail::emulation_mutex);
+    detail::MutexLock lock(detail::emulation_mutex);
     previous = std::move(detail::emulated);
     if (emulation.enabled) detail::emulated = std::make_shared<detail::EmulatedEngine>(emulation);
+    detail::host_pool_refused.store(emulation.enabled && emulation.host_pool_refused);
     detail::emulating.store(emulation.enabled, std::memory_order_release);
   }
 }

@@ -44,11 +44,20 @@ class CopyEngine {
   // bypass streams, such as cuFile's).
   virtual CopyPtr marker(const torch::Device& device) = 0;
 
+  // A tensor to restore an input into (torch::empty); throws c10::OutOfMemoryError when the
+  // device has no room.
+  virtual torch::Tensor empty(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+    return torch::empty(sizes, options);
+  }
+
   // The engine for the stash's accelerator inputs: the emulated one while a test set it. Held
   // by whoever still has copies to make with it.
   static std::shared_ptr<CopyEngine> for_inputs();
   // True when `t` takes the accelerator path: on a device, or on the CPU under emulation.
   static bool is_accelerator_input(const torch::Tensor& t);
 };
+
+// Under emulation with host_pool_refused: the host pool's allocations are to fail.
+bool host_pool_refused_by_emulation();
 
 }  // namespace spill::detail

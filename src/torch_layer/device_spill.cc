@@ -23,12 +23,12 @@ void Chain::throw_abandoned_wait() {
 }
 
 HostPool& Chain::pool_for(const Entry& e) {
-  std::lock_guard<std::mutex> lock(shared_->mutex);
+  MutexLock lock(shared_->mutex);
   std::shared_ptr<HostPool>& pool = shared_->pool;
   if (!pool) {
     const std::uint64_t budget =
-        options_.host_pool_bytes != kAutomaticHostPool
-            ? options_.host_pool_bytes
+        arena_options_.host_pool_bytes != kAutomaticHostPool
+            ? arena_options_.host_pool_bytes
             : automatic_host_pool_bytes(e.bytes, options_.prefetch_depth + 2ull);
     pool = HostPool::make(budget, e.options.device().type());
   }
@@ -38,7 +38,7 @@ HostPool& Chain::pool_for(const Entry& e) {
 // PoolFull::wait: waits for the oldest write to return its block (the progress thread always
 // does). PoolFull::keep_on_device: nothing when there is no room now.
 std::optional<HostPool::Lease> Chain::lease_for_store(Entry& e, HostPool& pool) {
-  if (options_.when_pool_full == PoolFull::keep_on_device) return pool.try_take(e.bytes);
+  if (arena_options_.when_pool_full == PoolFull::keep_on_device) return pool.try_take(e.bytes);
   HostPool::Lease lease = pool.take(e.bytes, [this] { return failed(); });
   if (!lease) throw_abandoned_wait();
   return lease;
@@ -91,12 +91,12 @@ void Chain::spill_in_pieces(Entry& e, HostPool& pool) {
 void Chain::after_copy(const EntryPtr& e, void (Chain::*next)(const EntryPtr&)) {
   CopyPtr copy;
   {
-    std::lock_guard<std::mutex> lock(e->mutex);
+    MutexLock lock(e->mutex);
     copy = e->piece.copy;
   }
   try {
     if (copy) copy->synchronize();
-    std::lock_guard<std::mutex> lock(e->mutex);
+    MutexLock lock(e->mutex);
     (this->*next)(e);
   } catch (...) {
     record_failure(std::current_exception());
@@ -123,11 +123,11 @@ void Chain::finish_copy_locked(const EntryPtr& e) {
 void Chain::finish_device_write(const EntryPtr& e) {
   Pending write;
   {
-    std::lock_guard<std::mutex> lock(e->mutex);
+    MutexLock lock(e->mutex);
     write = e->piece.io;
   }
   write.settle();
-  std::lock_guard<std::mutex> lock(e->mutex);
+  MutexLock lock(e->mutex);
   finish_device_write_locked(*e);
 }
 
@@ -151,7 +151,7 @@ void Chain::queue_device_read(Entry& e, bool wait_for_room) {
   } else {
     std::uint64_t reserve = 0;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       reserve = largest_input_;
     }
     std::optional<HostPool::Lease> room = pool.try_take(e.bytes, reserve);
@@ -173,7 +173,7 @@ void Chain::start_upload(Entry& e) {
   } catch (const std::exception&) {
     return;
   }
-  torch::Tensor result = torch::empty(e.sizes, e.options);
+  torch::Tensor result = device_tensor(e);
   CopyPtr upload = e.engine->to_device(e.piece.lease.host(), result, 0);
   e.result = std::move(result);
   e.upload = std::move(upload);
@@ -195,10 +195,25 @@ void Chain::upload_if_read(Entry& e) {
   }
 }
 
+// Out of device memory, LibTorch's own error type (trainers catch it to lower the batch size),
+// saying what the stash was doing and what to change. The entry keeps its bytes: when the
+// failed backward's graph dies, so do its region and pool block.
+torch::Tensor Chain::device_tensor(const Entry& e) const {
+  try {
+    return e.engine->empty(e.sizes, e.options);
+  } catch (const c10::OutOfMemoryError& x) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false,
+                     "spill::checkpoint: no device memory to restore the stashed ", e.describe(),
+                     " with prefetch_depth ", options_.prefetch_depth, " (",
+                     x.what_without_backtrace(),
+                     "); lower StashOptions::prefetch_depth, the batch size or the sequence length");
+  }
+}
+
 torch::Tensor Chain::finish_device_restore(Entry& e) {
   if (!e.region.valid()) {
     advance(e, State::restored);
-    return torch::empty(e.sizes, e.options);
+    return device_tensor(e);
   }
   if (e.state == State::reading) {
     e.piece.io.wait();  // IoError, IntegrityError
@@ -214,7 +229,7 @@ torch::Tensor Chain::finish_device_restore(Entry& e) {
 
 torch::Tensor Chain::restore_in_pieces(Entry& e, HostPool& pool) {
   counters_->pieces.fetch_add(1);
-  torch::Tensor result = torch::empty(e.sizes, e.options);
+  torch::Tensor result = device_tensor(e);
   const std::uint64_t step = pool.largest_piece();
   for (std::uint64_t offset = 0; offset < e.bytes; offset += step) {
     const std::uint64_t n = std::min(step, e.bytes - offset);
@@ -270,7 +285,7 @@ void Chain::finish_gds_write_locked(const EntryPtr& e) {
 // the new tensor's memory when it starts (the caching allocator may hand out a block whose last
 // kernels are still queued).
 torch::Tensor Chain::restore_gds(Entry& e) {
-  torch::Tensor result = torch::empty(e.sizes, e.options);
+  torch::Tensor result = device_tensor(e);
   e.engine->marker(result.device())->synchronize();
   const std::uint64_t body = e.bytes / kGdsAlignmentBytes * kGdsAlignmentBytes;
   if (body > 0) e.region.read_to_device(result.data_ptr(), body, 0);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/platform.h"
+#include "device_copy.h"
 #include "spill/error.h"
 #include "spill/process_memory.h"
 #include "spill/units.h"
@@ -57,6 +58,7 @@ void check_memlock(std::uint64_t bytes) {
 torch::Tensor pinned_bytes(std::uint64_t bytes, c10::DeviceType device) {
   if (device != c10::DeviceType::CPU) {
     try {
+      TORCH_CHECK(!host_pool_refused_by_emulation(), "emulated: pinned memory refused");
       return torch::empty({static_cast<std::int64_t>(bytes)},
                           torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
     } catch (const c10::Error&) {
@@ -69,6 +71,7 @@ torch::Tensor pinned_bytes(std::uint64_t bytes, c10::DeviceType device) {
 
 torch::Tensor pageable_bytes(std::uint64_t bytes) {
   try {
+    TORCH_CHECK(!host_pool_refused_by_emulation(), "emulated: host memory refused");
     return torch::empty({static_cast<std::int64_t>(bytes)},
                         torch::TensorOptions().dtype(torch::kUInt8));
   } catch (const c10::Error&) {

@@ -4,9 +4,11 @@
 
 namespace spill::detail {
 
+// Jobs still queued may post more (a copy's job queues its write's): they run too, on the same
+// thread, before the join returns. So thread_ stays where post() sees it running.
 SerialWorker::~SerialWorker() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_one();
@@ -15,7 +17,7 @@ SerialWorker::~SerialWorker() {
 
 void SerialWorker::post(std::function<void()> job) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     jobs_.push_back(std::move(job));
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
@@ -23,9 +25,9 @@ void SerialWorker::post(std::function<void()> job) {
 }
 
 void SerialWorker::run() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+    wake_.wait(lock, [this]() REQUIRES(mutex_) { return stopping_ || !jobs_.empty(); });
     if (jobs_.empty()) return;  // stopping, and every posted job ran
     std::function<void()> job = std::move(jobs_.front());
     jobs_.pop_front();

@@ -13,6 +13,8 @@
 #include <mutex>
 #include <thread>
 
+#include "core/mutex.h"
+
 namespace spill::detail {
 
 class SerialWorker {
@@ -27,11 +29,11 @@ class SerialWorker {
  private:
   void run();
 
-  std::mutex mutex_;  // guards jobs_, stopping_ and the start of thread_
+  Mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::thread thread_;
+  std::deque<std::function<void()>> jobs_ GUARDED_BY(mutex_);
+  bool stopping_ GUARDED_BY(mutex_) = false;
+  std::thread thread_ GUARDED_BY(mutex_);  // started by the first post()
 };
 
 }  // namespace spill::detail

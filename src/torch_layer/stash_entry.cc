@@ -82,6 +82,15 @@ void StashCounters::add_device_bytes(std::uint64_t bytes) {
   raise_peak(peak_device_bytes_held, device_bytes_held.fetch_add(bytes) + bytes);
 }
 
+void StashCounters::record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) {
+  restores.fetch_add(1);
+  if (prefetched && was_ready) prefetch_hits.fetch_add(1);
+  if (!was_ready) {
+    restore_waits.fetch_add(1);
+    restore_wait_ns.fetch_add(waited_ns);
+  }
+}
+
 void StashCounters::add_in_flight(std::uint64_t bytes) {
   raise_peak(peak_host_bytes_in_flight, host_bytes_in_flight.fetch_add(bytes) + bytes);
 }

@@ -2,7 +2,7 @@
 // which knows the allowed transitions. See Note [Lifecycle of a stashed tensor] in
 // src/torch_layer/stash_entry.cc.
 //
-//   std::lock_guard<std::mutex> lock(entry->mutex);
+//   spill::detail::MutexLock lock(entry->mutex);
 //   spill::detail::advance(*entry, spill::detail::State::writing);  // throws on a bad transition
 #pragma once
 
@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/mutex.h"
 #include "device_copy.h"
 #include "host_pool.h"
 #include "spill/arena.h"
@@ -44,7 +45,15 @@ struct StashCounters {
   std::atomic<std::uint64_t> inputs_kept_on_device{0};
   std::atomic<std::uint64_t> bytes_kept_on_device{0};
   std::atomic<std::uint64_t> pieces{0};
+  std::atomic<std::uint64_t> restores{0};
+  std::atomic<std::uint64_t> restore_waits{0};
+  std::atomic<std::uint64_t> restore_wait_ns{0};
+  std::atomic<std::uint64_t> prefetches{0};
+  std::atomic<std::uint64_t> prefetch_hits{0};
 
+  // A stashed tensor was given back; `was_ready` when its I/O had completed, `waited_ns` spent
+  // waiting for it; `prefetched` when its read was queued ahead.
+  void record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns);
   void add_device_bytes(std::uint64_t bytes);
   void sub_device_bytes(std::uint64_t bytes) { device_bytes_held.fetch_sub(bytes); }
   void add_in_flight(std::uint64_t bytes);
@@ -77,19 +86,25 @@ struct Entry {
   Entry(const Entry&) = delete;
   Entry& operator=(const Entry&) = delete;
 
-  std::mutex mutex;  // guards every field below that is not marked constant
-  State state = State::held;
-  torch::Tensor input;       // held, copying; writing for a CPU input
-  bool kept = false;         // left on its device (keep_last, or no room with keep_on_device)
-  bool prefetched = false;
-  Region region;
-  Pending write;             // CPU input: its write
-  Pending read;              // CPU input, direct mode: its read into `host`
-  torch::Tensor host;        // CPU input, direct mode: the read's destination
-  Piece piece;               // accelerator input: its pool block, copy and write or read
-  torch::Tensor result;      // accelerator input: the device tensor being filled (uploading)
-  CopyPtr upload;            // ... and the copy filling it (its pool block goes back on its own)
-  std::weak_ptr<Entry> previous;  // stored just before; set once by Chain::stored, then read
+  Mutex mutex;
+  State state GUARDED_BY(mutex) = State::held;
+  torch::Tensor input GUARDED_BY(mutex);  // held, copying; writing for a CPU input
+  // Left on its device (keep_last, or no room with keep_on_device).
+  bool kept GUARDED_BY(mutex) = false;
+  bool prefetched GUARDED_BY(mutex) = false;
+  Region region GUARDED_BY(mutex);
+  Pending write GUARDED_BY(mutex);       // CPU input: its write
+  Pending read GUARDED_BY(mutex);        // CPU input, direct mode: its read into `host`
+  torch::Tensor host GUARDED_BY(mutex);  // CPU input, direct mode: the read's destination
+  // Accelerator input: its pool block, copy and write or read ...
+  Piece piece GUARDED_BY(mutex);
+  // ... the device tensor being filled (uploading) and the copy filling it (its pool block goes
+  // back on its own).
+  torch::Tensor result GUARDED_BY(mutex);
+  CopyPtr upload GUARDED_BY(mutex);
+  // Stored just before; set once by Chain::stored (under the chain's mutex, before any other
+  // thread sees this entry), then only read.
+  std::weak_ptr<Entry> previous;
 
   // Constant after construction.
   const c10::VariableVersion version_counter;  // the input's, shared with the caller's tensor
@@ -110,6 +125,6 @@ using EntryPtr = std::shared_ptr<Entry>;
 
 // Moves `e` to `to`; throws std::logic_error naming both states when the Note's diagram has no
 // such arrow. The caller holds e.mutex.
-void advance(Entry& e, State to);
+void advance(Entry& e, State to) REQUIRES(e.mutex);
 
 }  // namespace spill::detail

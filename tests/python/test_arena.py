@@ -33,6 +33,11 @@ def test_options_map_to_arena_options(spill_dir):
                                   page_cache_limit_bytes=1 << 20)
     options = arena.options()
     assert tuple(options) == spillarena.ARENA_OPTIONS
+    # The arena's keywords, then its stash's (spill::StashOptions, kept with the arena).
+    assert spillarena.ARENA_OPTIONS[-len(spillarena.STASH_OPTIONS):] == spillarena.STASH_OPTIONS
+    assert spillarena.STASH_OPTIONS == ("asynchronous", "prefetch_depth", "keep_last")
+    assert tuple(arena.stash_stats()) == spillarena.STASH_STATS
+    assert not set(spillarena.STASH_STATS) & set(spillarena.ARENA_STATS)
     assert options["start_writeback_after_write"] is False
     assert options["page_cache_limit_bytes"] == 1 << 20
     ram = spillarena.SpillArena(1 << 20, backing="ram")
@@ -303,3 +308,21 @@ def test_stash_stats_span_steps_and_bound_the_bytes_in_flight(spill_dir):
         time.sleep(0.01)
     assert arena.stash_stats()["host_bytes_in_flight"] == 0
     assert_drained(arena)
+
+
+def test_make_arena_stash_takes_the_stash_options(spill_dir):
+    arena = spillarena.SpillArena(8 << 20, spill_dir, keep_last=2)
+    assert arena.options()["keep_last"] == 2
+    x = torch.randn(1024)
+    stash = spillarena.make_arena_stash(arena, keep_last=0, asynchronous=False)
+    held = stash.store(x)
+    assert arena.stats()["allocations"] == 1  # keep_last 0, synchronous: written by store()
+    assert arena.stats()["bytes_written"] == x.nbytes
+    assert torch.equal(held.restore(), x)
+    kept = spillarena.make_arena_stash(arena).store(x)  # the arena's keep_last 2: not spilled
+    assert arena.stats()["allocations"] == 1
+    assert torch.equal(kept.restore(), x)
+    with pytest.raises(spillarena.InvalidArgumentError, match="unknown option 'io'"):
+        spillarena.make_arena_stash(arena, io="direct")
+    with pytest.raises(spillarena.InvalidArgumentError):
+        spillarena.make_arena_stash(arena, prefetch_depth=-1)

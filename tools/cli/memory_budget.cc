@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "spill/arena.h"
+#include "spill/tensor_stash.h"
 #include "spill/units.h"
 
 namespace spill::cli {
@@ -28,13 +29,13 @@ std::uint64_t staging_bytes_for_layer(std::uint64_t bytes_per_layer) {
 
 // Note [What the disk path holds in RAM]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// With the arena's defaults the disk path keeps, per step: the staging pool of direct I/O
+// With the stash's defaults the disk path keeps, per step: the staging pool of direct I/O
 // (staging_bytes_for_layer), the last layer's input (keep_last), the inputs read ahead in
 // backward (prefetch_depth) and the one being recomputed. The model's weights, optimizer state
 // and one layer's activations come on top in every mode; plan does not know the model, so it
 // compares only what checkpointing itself holds.
 MemoryVerdict judge_memory(std::uint64_t capacity_bytes, std::uint64_t bytes_per_layer) {
-  const ArenaOptions defaults;
+  const StashOptions defaults;
   MemoryVerdict v;
   v.limits = memory_limits();
   v.ram_checkpointing_bytes = capacity_bytes;

@@ -9,12 +9,15 @@
 #include <type_traits>
 
 #include "memory_budget.h"
+#include "spill/tensor_stash.h"
 #include "spill/units.h"
 
 namespace spill::cli {
 namespace {
 
-nlohmann::json arena_json(const ArenaStats& a) {
+// ArenaStats or StashStats, keyed by field name.
+template <class Stats>
+nlohmann::json stats_json(const Stats& a) {
   nlohmann::json j;
   visit_fields(a, [&](const char* name, const auto& value) {
     if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>) {
@@ -61,7 +64,8 @@ void print_json(const TrainRequest& r, const Summary& s, const SpillArena* arena
                       {"memory", memory_json(s)},
                       {"sample", s.sample}};
   j["diverged_at_step"] = s.diverged_at_step ? nlohmann::json(s.diverged_at_step) : nlohmann::json(nullptr);
-  j["arena"] = arena ? arena_json(arena->stats()) : nlohmann::json(nullptr);
+  j["arena"] = arena ? stats_json(arena->stats()) : nlohmann::json(nullptr);
+  j["stash"] = arena ? stats_json(stash_stats(*arena)) : nlohmann::json(nullptr);
   out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
@@ -106,6 +110,7 @@ void print_summary(const TrainRequest& r, const Summary& s, const SpillArena* ar
   out << "  spilled / step  " << human_bytes(s.spilled_per_step) << "\n";
   if (arena) {
     const ArenaStats a = arena->stats();
+    const StashStats st = stash_stats(*arena);
     out << "  arena           capacity " << human_bytes(a.capacity_bytes) << ", peak in use "
         << human_bytes(a.peak_bytes_in_use) << ", " << a.allocations << " allocations, "
         << a.reuse_hits << " reuse hits, written " << human_bytes(a.bytes_written) << ", read "
@@ -115,9 +120,9 @@ void print_summary(const TrainRequest& r, const Summary& s, const SpillArena* ar
         << a.io_note << "\n"
         << "  waits           " << a.staging_waits << " for staging ("
         << std::setprecision(1) << static_cast<double>(a.staging_wait_ns) / 1e6 << " ms), "
-        << a.restore_waits << " of " << a.restores << " restores ("
-        << static_cast<double>(a.restore_wait_ns) / 1e6 << " ms); prefetch hits "
-        << a.prefetch_hits << " of " << a.prefetches << "\n"
+        << st.restore_waits << " of " << st.restores << " restores ("
+        << static_cast<double>(st.restore_wait_ns) / 1e6 << " ms); prefetch hits "
+        << st.prefetch_hits << " of " << st.prefetches << "\n"
         << "  integrity       XXH3 of " << human_bytes(a.bytes_hashed) << " written, "
         << human_bytes(a.bytes_verified) << " verified on read back, " << a.integrity_failures
         << " failures\n";
