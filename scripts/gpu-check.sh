@@ -8,15 +8,24 @@
 #   3. runs BM_AcceleratorStep (bench/accelerator_benchmark.cc) in every mode, at 16 layers and
 #      again at 8 (host memory added must not grow with the layer count: the host pool bounds it);
 #   4. runs the Python head-to-head (bench/python/head_to_head.py) at Llama-3-8B width, seq 8k,
-#      transformers from the carried wheels (.deps/wheels) on PYTHONPATH, into head_to_head.json.
-# Everything it reports goes to $OUT (at most 8 files): env.txt, build.log, tests.log,
-# accelerator.json, accelerator-8.json, head_to_head.json, python-build.log, bench.log (8).
-# Budget: about 12 minutes on 16 cores.
+#      transformers from the carried wheels (.deps/wheels) on PYTHONPATH, into head_to_head.json;
+#   5. runs the longest-sequence search (bench/python/longest_sequence.py): the largest sequence
+#      that trains in an emulated 24 GB card per mode (none, recompute, spillarena direct/gds) at
+#      Llama-3-8B width, 16 layers, and whether spilling reaches 1.5x recompute's, into
+#      longest_sequence.json.
+# Everything it reports goes to $OUT (at most 8 files): env.txt, build.log (the Python package's
+# build too), tests.log, accelerator.json, accelerator-8.json, head_to_head.json,
+# longest_sequence.json, bench.log (8).
+# Budget: about 12 minutes on 16 cores for steps 1-4 (the last session's H200 run), plus at most
+# 5 for step 5 — more than one device command may run (10 minutes): run it as two commands,
+# SPILLARENA_GPU_STEPS="1 2 3" and then "4 5" (the build is kept between calls).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/spillarena-gpu-check}
 build=${SPILLARENA_GPU_BUILD:-build-gpu}
 python=${SPILLARENA_PYTHON:-python3}
+steps=" ${SPILLARENA_GPU_STEPS:-1 2 3 4 5} "
+want() { [[ $steps == *" $1 "* ]]; }  # step 1, the build, always runs (incremental)
 mkdir -p "$out" .deps/root
 for deb in .deps/debs/*.deb; do dpkg -x "$deb" .deps/root; done
 usr=$PWD/.deps/root/usr
@@ -56,7 +65,7 @@ fi
 echo "built in $((SECONDS - start)) s"
 
 status=0
-for t in accelerator_test device_path_test overlapped_checkpoint_test checkpoint_test integrity_test io_engine_test \
+want 2 && for t in accelerator_test device_path_test overlapped_checkpoint_test checkpoint_test integrity_test io_engine_test \
          arena_test; do
   echo "=== $t" >> "$out/tests.log"
   timeout 300 "$build/tests/$t" >> "$out/tests.log" 2>&1
@@ -64,8 +73,9 @@ for t in accelerator_test device_path_test overlapped_checkpoint_test checkpoint
   [ $rc -eq 0 ] || status=1
   echo "$t: rc=$rc $(grep -E '^\[doctest\] test cases' "$out/tests.log" | tail -n 1)"
 done
-grep -E 'ERROR|skipped' "$out/tests.log" | head -n 40
+want 2 && grep -E 'ERROR|skipped' "$out/tests.log" | head -n 40
 
+if want 3; then
 "$build/bench/spillarena_bench" --benchmark_filter='BM_AcceleratorStep' \
   --benchmark_out_format=json --benchmark_out="$out/accelerator.json" > "$out/bench.log" 2>&1 ||
   status=1
@@ -74,19 +84,26 @@ SPILLARENA_BENCH_ACCEL_SHAPE=4,4096,4096,32,8 "$build/bench/spillarena_bench" \
   --benchmark_out_format=json --benchmark_out="$out/accelerator-8.json" >> "$out/bench.log" 2>&1 ||
   status=1
 cat "$out/bench.log"
+fi
 
 # The Python head-to-head: the extension built against this machine's torch, transformers from
 # the carried wheels.
+want 4 || want 5 || exit $status
 mkdir -p .deps/py
 for whl in .deps/wheels/*.whl; do "$python" -m zipfile -e "$whl" .deps/py >/dev/null 2>&1; done
 if PYTHONPATH=$PWD/.deps/py "$python" -m pip install -q --no-build-isolation --no-deps --no-index \
-     --target .deps/py . > "$out/python-build.log" 2>&1; then
-  PYTHONPATH=$PWD/.deps/py timeout 900 "$python" bench/python/head_to_head.py --device cuda \
-    --dtype bfloat16 --hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 32000 \
-    --layers 8 --seq 8192 --steps 2 --out "$out/head_to_head.json" >> "$out/bench.log" 2>&1 ||
-    status=1
+     --target .deps/py . >> "$out/build.log" 2>&1; then
+  want 4 && { PYTHONPATH=$PWD/.deps/py timeout 900 "$python" bench/python/head_to_head.py \
+    --device cuda --dtype bfloat16 --hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 \
+    --vocab 32000 --layers 8 --seq 8192 --steps 2 --out "$out/head_to_head.json" \
+    >> "$out/bench.log" 2>&1 || status=1; }
+  # Recompute and direct only (none and gds do not decide the goal); no trial starts after
+  # 270 s, and the JSON is rewritten after every trial.
+  want 5 && { PYTHONPATH=$PWD/.deps/py timeout 300 "$python" bench/python/longest_sequence.py \
+    --device cuda --modes recompute,spillarena_direct --deadline-s 270 \
+    --out "$out/longest_sequence.json" >> "$out/bench.log" 2>&1 || status=1; }
 else
-  echo "python package build failed: see python-build.log"; status=1
+  echo "python package build failed: see build.log"; status=1
 fi
 tail -n 8 "$out/bench.log"
 exit $status
