@@ -358,7 +358,14 @@ TEST_CASE("device path: a write that fails in flight is spill::IoError, then exa
         engine_options(dir.path(), io, spill::IoBackend::thread_pool), stash_settings(true, 0));
     Emulation emulation(50);
     try {
-      gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0);
+      // The failure surfaces at a later store (forward) or at the restore (backward). Backward
+      // first waits for the writes: an input still being copied when backward reaches it is
+      // given back as it is and never written (a loaded machine does that).
+      torch::manual_seed(1234);
+      torch::Tensor x = g.x0.clone().requires_grad_(true);
+      torch::Tensor y = spill::models::run_blocks(g.blocks, spill::make_arena_stash(arena), x);
+      (void)eventually([&] { return spill::stash_stats(arena).inputs_spilled >= 3; }, 5000);
+      y.square().mean().backward();
       FAIL("the injected EIO was lost");
     } catch (const spill::IoError& e) {
       CHECK(e.error_number() == EIO);

@@ -19,6 +19,7 @@
 #include "test_support.h"
 
 using spill_test::ScratchDir;
+using spill_test::truncate_spill_file;
 namespace fs = std::filesystem;
 
 namespace {
@@ -278,6 +279,37 @@ TEST_CASE(
       for (auto& p : blocks->parameters()) CHECK_FALSE(p.grad().defined());
       CHECK(arena.stats().integrity_failures >= 1);
     }
+  }
+}
+
+// The red-team pass's crash: a restored input that was a view of the mapping was read by
+// LibTorch's kernels during the recomputation, and a file cut meanwhile killed the process with
+// SIGBUS. Restores now copy out in a guarded pass: the cut is a spill::IoError at the next read.
+TEST_CASE("integrity: a spill file cut during backward is spill::IoError, never SIGBUS") {
+  using namespace spill_test::gpt;
+  ScratchDir dir;
+  for (bool verify : {true, false}) {
+    CAPTURE(verify);
+    spill::ArenaOptions o = options_in(dir.path(), spill::IoMode::buffered,
+                                       spill::IoBackend::thread_pool);
+    o.verify_integrity = verify;
+    spill::SpillArena arena(o);
+    spill::StashOptions every_input;
+    every_input.keep_last = 0;
+    auto stash = spill::make_arena_stash(arena, every_input);
+    bool cut = false;
+    auto layer = [&](const torch::Tensor& h) {
+      if (torch::GradMode::is_enabled() && !cut) {  // the first recomputation, in backward
+        truncate_spill_file(dir.path(), 0);
+        cut = true;
+      }
+      return torch::tanh(h) * 1.5;
+    };
+    torch::Tensor x = torch::randn({256, 256}).requires_grad_(true);
+    torch::Tensor h = x;
+    for (int i = 0; i < 4; ++i) h = spill::checkpoint(*stash, layer, h);
+    CHECK_THROWS_AS(h.sum().backward(), spill::IoError);
+    CHECK(cut);
   }
 }
 

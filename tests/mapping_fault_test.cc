@@ -20,6 +20,7 @@
 #include "test_support.h"
 
 using spill_test::ScratchDir;
+using spill_test::truncate_spill_file;
 namespace fs = std::filesystem;
 
 namespace {
@@ -28,23 +29,6 @@ std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
   std::vector<unsigned char> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
   return v;
-}
-
-// The arena's unnamed spill file, opened once more through /proc/self/fd (as
-// tests/integrity_test.cc does to change its bytes), and cut to `bytes`.
-void truncate_spill_file(const std::string& dir, std::uint64_t bytes) {
-  for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    const std::string target = fs::read_symlink(entry.path(), ec).string();
-    if (ec || target.rfind(dir + "/", 0) != 0) continue;
-    const int fd = ::open(entry.path().c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) continue;
-    const int rc = ::ftruncate(fd, static_cast<off_t>(bytes));
-    ::close(fd);
-    REQUIRE(rc == 0);
-    return;
-  }
-  FAIL("no descriptor of this process refers to a file in " << dir);
 }
 
 spill::ArenaOptions buffered_in(const std::string& dir, bool verify) {

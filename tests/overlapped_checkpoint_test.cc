@@ -193,6 +193,59 @@ TEST_CASE("overlap: an input changed in place before it was spilled is a clear e
                        doctest::Contains("modified by an inplace operation"), spill::CheckpointError);
 }
 
+// Kernels choose their paths by strides: a transposed input restored contiguous made the
+// recomputation's matmul differ from the forward's in the last bits (the red-team pass).
+TEST_CASE("overlap: a transposed input comes back in its own layout, gradients bit-identical") {
+  ScratchDir dir;
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    CAPTURE(spill::to_string(io));
+    spill::SpillArena arena = stash_arena(
+        engine_options(dir.path(), io, spill::IoBackend::thread_pool), stash_settings(true, 0));
+    torch::manual_seed(3);
+    const torch::Tensor w = torch::randn({48, 48}, torch::kFloat64);
+    const torch::Tensor base = torch::randn({48, 96}, torch::kFloat64);
+    auto run = [&](bool spilled) {
+      torch::Tensor wl = w.clone().requires_grad_(true);
+      torch::Tensor b = base.clone().requires_grad_(true);
+      torch::Tensor xt = b.t();  // non-contiguous, non-overlapping and dense
+      auto layer = [&](const torch::Tensor& t) { return torch::matmul(t, wl).tanh(); };
+      torch::Tensor y = spilled ? spill::checkpoint(arena, layer, xt) : layer(xt);
+      auto stored_strides = xt.strides().vec();
+      if (spilled) {
+        auto stash = spill::make_arena_stash(arena, stash_settings(false, 0));
+        torch::Tensor back = stash->store(xt)->restore();
+        CHECK(back.strides().vec() == stored_strides);
+        CHECK(torch::equal(back, xt));
+      }
+      y.square().sum().backward();
+      return std::make_pair(wl.grad(), b.grad());
+    };
+    const auto plain = run(false);
+    const auto spilled = run(true);
+    CHECK(torch::equal(plain.first, spilled.first));
+    CHECK(torch::equal(plain.second, spilled.second));
+    CHECK(arena.stats().bytes_in_use == 0);
+  }
+}
+
+TEST_CASE("overlap: a non-contiguous input changed in place after store is refused") {
+  ScratchDir dir;
+  spill::SpillArena arena = stash_arena(
+      engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::thread_pool),
+      stash_settings(true, 0));
+  torch::Tensor b = torch::randn({32, 64}, torch::TensorOptions().requires_grad(true));
+  torch::Tensor h = b * 1;
+  torch::Tensor xt = h.t();  // the stash stores a contiguous copy of it
+  torch::Tensor y = spill::checkpoint(
+      arena, [](const torch::Tensor& t) { return t * 2; }, xt);
+  {
+    torch::NoGradGuard no_grad;
+    xt.add_(1);  // changes h too; the stashed copy does not see it, the version counter does
+  }
+  CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("modified by an inplace operation"),
+                       spill::CheckpointError);
+}
+
 TEST_CASE("overlap: a failed asynchronous write surfaces as spill::IoError, never a hang") {
   ScratchDir dir;
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {

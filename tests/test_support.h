@@ -3,6 +3,7 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -30,6 +31,23 @@ inline spill::ArenaOptions engine_options(const std::string& dir, spill::IoMode 
   o.io_backend = backend;
   o.staging_bytes = spill::MiB;
   return o;
+}
+
+// The arena's unnamed spill file in `dir`, opened once more through /proc/self/fd, cut to
+// `bytes` (as a failing disk or another process would).
+inline void truncate_spill_file(const std::string& dir, std::uint64_t bytes) {
+  for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = fs::read_symlink(entry.path(), ec).string();
+    if (ec || target.rfind(dir + "/", 0) != 0) continue;
+    const int fd = ::open(entry.path().c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) continue;
+    const int rc = ::ftruncate(fd, static_cast<off_t>(bytes));
+    ::close(fd);
+    REQUIRE(rc == 0);
+    return;
+  }
+  FAIL("no descriptor of this process refers to a file in " << dir);
 }
 
 // The first `bytes` of a region, read back synchronously.

@@ -355,13 +355,19 @@ void Chain::queue_cpu_read(Entry& e) {
   advance(e, State::reading);
 }
 
-// Note [Zero-copy restore]
-// ~~~~~~~~~~~~~~~~~~~~~~~~
-// In buffered mode a CPU tensor is restored as a view of its region in the mapping (from_blob),
-// not copied out: the recomputation reads the page cache directly, no anonymous memory is
-// allocated, and the region is freed when the last reference to that tensor dies (normally at
-// the end of this layer's backward). Direct mode reads into a host buffer and frees the region
-// at once.
+// Note [Restoring from the mapping]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A buffered disk restore copies the region out of the mapping (Region::read: the copy and the
+// integrity check in one pass) into a tensor of its own, and frees the region at once. It was a
+// view of the mapping (from_blob), which spared that copy and one input of anonymous memory —
+// but then LibTorch's kernels read the mapping themselves during the recomputation and its
+// backward, and a spill file that shrank meanwhile (truncated by another process, a failing
+// disk) killed the process with SIGBUS inside a kernel, where no handler can turn the fault into
+// an error (found by the red-team pass: 5 of 6 runs). Region::read faults, if at all, in
+// spillarena's own guarded copy: a spill::IoError (Note [SIGBUS on the mapping] in
+// src/core/platform_posix.cc). The RAM backing has no file to shrink and keeps the view: the
+// region is freed when the last reference to the tensor dies (normally at the end of this
+// layer's backward). Direct mode reads into a host buffer and frees the region at once.
 torch::Tensor Chain::restore_cpu(Entry& e) {
   if (!e.region.valid()) {
     advance(e, State::restored);
@@ -371,6 +377,12 @@ torch::Tensor Chain::restore_cpu(Entry& e) {
   advance(e, State::restored);
   if (arena_.io_mode() == IoMode::buffered) {
     e.write.wait();
+    if (arena_.backing() == Backing::disk) {
+      torch::Tensor copy = torch::empty(e.sizes, e.options);
+      e.region.read(copy.data_ptr(), e.bytes);
+      e.region.free();
+      return copy;
+    }
     auto region = std::make_shared<Region>(std::move(e.region));
     return torch::from_blob(const_cast<void*>(region->read_in_place(e.bytes)), e.sizes,
                             [region](void*) mutable { region.reset(); }, e.options);
@@ -398,7 +410,9 @@ class ArenaStashed final : public StashedTensor {
     chain_->prefetch(*entry_);
   }
 
-  torch::Tensor restore() override { return chain_->restore(entry_); }
+  torch::Tensor restore() override {
+    return entry_->in_stored_layout(chain_->restore(entry_));
+  }
 
  private:
   std::shared_ptr<detail::Chain> chain_;

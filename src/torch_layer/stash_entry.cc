@@ -82,6 +82,11 @@ void StashCounters::add_device_bytes(std::uint64_t bytes) {
   raise_peak(peak_device_bytes_held, device_bytes_held.fetch_add(bytes) + bytes);
 }
 
+torch::Tensor Entry::in_stored_layout(const torch::Tensor& restored) const {
+  if (strides.empty() || !restored.defined()) return restored;
+  return torch::empty_strided(sizes, strides, restored.options()).copy_(restored);
+}
+
 void StashCounters::record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) {
   restores.fetch_add(1);
   if (prefetched && was_ready) prefetch_hits.fetch_add(1);
@@ -106,9 +111,12 @@ void Piece::settle() const noexcept {
 
 Entry::Entry(const torch::Tensor& t, std::shared_ptr<StashCounters> c)
     : input(t.detach().contiguous()),
-      version_counter(input.unsafeGetTensorImpl()->version_counter()),
+      // The caller's counter (detach() shares it; contiguous() of a strided input would not).
+      version_counter(t.unsafeGetTensorImpl()->version_counter()),
       version(version_counter.current_version()),
       sizes(t.sizes().vec()),
+      strides(!t.is_contiguous() && t.is_non_overlapping_and_dense() ? t.strides().vec()
+                                                                       : std::vector<int64_t>()),
       options(t.options()),
       bytes(static_cast<std::uint64_t>(t.nbytes())),
       accelerator(CopyEngine::is_accelerator_input(t)),

@@ -110,6 +110,10 @@ struct Entry {
   const c10::VariableVersion version_counter;  // the input's, shared with the caller's tensor
   const std::uint32_t version;                 // its value at store()
   const std::vector<int64_t> sizes;
+  // The input's own layout, given back by restore() when it was non-overlapping and dense (a
+  // transpose, a permutation): kernels choose their paths by strides, and bitwise gradients
+  // need the recomputation to take the forward's. Empty otherwise (restored contiguous).
+  const std::vector<int64_t> strides;
   const torch::TensorOptions options;
   const std::uint64_t bytes;
   const bool accelerator;
@@ -117,6 +121,8 @@ struct Entry {
   const std::shared_ptr<StashCounters> counters;
 
   std::string describe() const;
+  // `restored` (contiguous) in the input's layout when `strides` is set; else `restored`.
+  torch::Tensor in_stored_layout(const torch::Tensor& restored) const;
   // Autograd's rule for saved tensors: any in-place change after store() (the counter is shared
   // with the caller's tensor, so this holds after the stash let go of it too).
   bool changed_in_place() const { return version_counter.current_version() != version; }
