@@ -76,8 +76,8 @@ struct ArenaOptions {
   // Hash what each write puts in a region (XXH3-64) and check every read against it, so bytes
   // changed behind the arena's back raise spill::IntegrityError instead of reaching a gradient.
   // Costs CPU time (XXH3 on one core of the 2-core test VM: ~10 GB/s of cached bytes, ~4.5 GB/s
-  // streaming from RAM; BM_Integrity), mostly off the training thread; a zero-copy restore pays
-  // it on the caller's. See Note [Integrity hashing] in
+  // streaming from RAM; BM_Integrity), mostly off the training thread; a buffered restore pays
+  // it on the caller's, in the pass that copies the region out. See Note [Integrity hashing] in
   // src/core/integrity.cc.
   bool verify_integrity = true;
   // The one host-memory budget of the arena stash (spill::checkpoint), in bytes: for accelerator

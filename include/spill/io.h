@@ -23,7 +23,7 @@ namespace spill {
 
 // How spilled bytes travel. See Note [Direct I/O and the staging pool] in src/core/io_engine.cc.
 enum class IoMode {
-  buffered,   // through the page cache; restores are zero-copy views of the mapping
+  buffered,   // through the page cache; restores copy out of the mapping (guarded, verified)
   direct,     // O_DIRECT through a preallocated staging pool: spilled bytes never sit in RAM
   automatic,  // direct when the arena is larger than the memory this process may use
   // GPUDirect Storage through cuFile: device memory straight to the file (libcufile, loaded at

@@ -30,7 +30,8 @@
 namespace spill {
 
 // One stored tensor. restore() gives back a tensor equal to the stored one (same values, sizes,
-// dtype and device; contiguous), waiting for whatever of its movement is still in flight; on an
+// dtype and device; the stored strides when they were non-overlapping and dense, as for a
+// transpose, else contiguous), waiting for whatever of its movement is still in flight; on an
 // accelerator the current stream is ordered after the copy, the host is not blocked. It may be
 // called once. Errors of the asynchronous spill (spill::IoError) are thrown here at the latest.
 class StashedTensor {
