@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -100,11 +101,66 @@ TEST_CASE("cli: a memory-backed --dir is a runtime error and leaves nothing behi
   CHECK(list_dir("/dev/shm") == before);
 }
 
-TEST_CASE("cli: a missing --dir is a runtime error") {
+TEST_CASE("cli: a missing --dir is a runtime error that names --dir, not the C++ option") {
   ScratchDir dir;
-  Run r = run(std::string("train ") + kTiny + " --steps 1 --dir " + dir.path() + "/missing");
-  CHECK(r.exit_code == 1);
-  CHECK(r.output.find("does not exist") != std::string::npos);
+  for (const char* mode : {"disk", "per-file"}) {
+    Run r = run(std::string("train ") + kTiny + " --steps 1 --mode " + mode + " --dir " +
+                dir.path() + "/missing");
+    CAPTURE(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(one_line(r.output));
+    CHECK(r.output.find(dir.path() + "/missing") != std::string::npos);
+    if (std::string(mode) == "disk") {
+      CHECK(r.output.find("does not exist") != std::string::npos);
+      CHECK(r.output.find("--dir") != std::string::npos);
+    } else {
+      CHECK(r.output.find("No such file or directory") != std::string::npos);
+    }
+    CHECK(r.output.find("options.") == std::string::npos);
+  }
+  Run ram = run(std::string("train ") + kTiny + " --steps 1 --dir /dev/shm");
+  CHECK(ram.output.find("allow_memory_backed_directory") == std::string::npos);
+  CHECK(ram.output.find("--dir") != std::string::npos);
+}
+
+TEST_CASE("cli: an empty --dir is a usage error, never the default directory in disguise") {
+  check_usage_error(std::string("train ") + kTiny + " --steps 1 --dir ''", "--dir");
+  check_usage_error(std::string(kPlan) + " --dir ''", "--dir");
+}
+
+TEST_CASE("cli: too few open files: a soft limit is raised, a hard one is named") {
+  ScratchDir dir;
+  const std::string train = std::string(SPILLARENA_CLI) + " train " + kTiny +
+                            " --steps 1 --dir " + dir.path();
+  Run soft = capture_shell("ulimit -Sn 12 && " + train, true);
+  CAPTURE(soft.output);
+  CHECK(soft.exit_code == 0);
+  Run hard = capture_shell("ulimit -n 12 && " + train, true);
+  CAPTURE(hard.output);
+  CHECK(hard.exit_code == 1);
+  CHECK(one_line(hard.output));
+  CHECK(hard.output.find("ulimit -n") != std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: a per-file run ended by a signal leaves no file and dies of that signal") {
+  ScratchDir dir;
+  struct Signal {
+    const char* name;
+    int number;
+  };
+  for (const Signal& signal : {Signal{"TERM", SIGTERM}, Signal{"HUP", SIGHUP},
+                               Signal{"USR1", SIGUSR1}, Signal{"QUIT", SIGQUIT}}) {
+    CAPTURE(signal.name);
+    // Long enough to be stopped mid-run; the signal comes while layer files exist.
+    Run r = capture_shell("ulimit -c 0; " + std::string(SPILLARENA_CLI) + " train --mode per-file --layers 4 "
+                              "--hidden 64 --heads 2 --seq 64 --batch 8 --steps 100000 "
+                              "--sample-chars 0 --dir " + dir.path() + " >/dev/null 2>&1 & pid=$!; "
+                              "sleep 3; kill -" + signal.name + " $pid; wait $pid; echo $?", true);
+    CAPTURE(r.output);
+    CHECK(r.output == std::to_string(128 + signal.number) + "\n");
+    CHECK(list_dir(dir.path()).empty());
+  }
 }
 
 TEST_CASE("cli: a capacity too small for the model is a usage error naming the need") {
@@ -211,7 +267,9 @@ TEST_CASE("cli: negative sizes and counts are usage errors, and nothing is writt
 }
 
 TEST_CASE("cli: NaN, infinite, huge and out-of-range doubles are usage errors") {
-  for (const char* v : {"nan", "NaN", "inf", "-inf", "1e400", "", "0.1x", "1.5"}) {
+  // Also what strtod alone would take: white space, hexadecimal, a bare exponent.
+  for (const char* v : {"nan", "NaN", "inf", "-inf", "1e400", "", "0.1x", "1.5", " 0.5", "0.5 ",
+                        "0x0.8", "0X1p-1", ".", "1e", "5e+", "--0.1", "0,5", "infinity"}) {
     check_usage_error(std::string("train --dropout '") + v + "'", "--dropout");
   }
   for (const char* v : {"nan", "inf", "1e300", "0", "-3"}) {
@@ -219,6 +277,11 @@ TEST_CASE("cli: NaN, infinite, huge and out-of-range doubles are usage errors") 
   }
   // A learning rate AdamW's float32 arithmetic cannot hold would be inf or 0 (issue 19).
   for (const char* v : {"nan", "inf", "0", "-1e-3", "1e999", "1e300", "1e39", "1e-300", "1e-39"}) {
+    check_usage_error(std::string("train --lr ") + v, "--lr");
+  }
+  // Inside float's range but beyond what AdamW's first step (lr / 0.1 in float32) can hold: it
+  // was "value cannot be converted to type float without overflow" from inside LibTorch.
+  for (const char* v : {"1e38", "3.4e38", "3.5e37"}) {
     check_usage_error(std::string("train --lr ") + v, "--lr");
   }
   check_usage_error("train --attention-dropout 1", "[0, 1)");
@@ -269,6 +332,13 @@ TEST_CASE("cli: plan says no for a file system that cannot preallocate") {
   CHECK(j["fits"] == false);
   CHECK(j["problems"].dump().find("cannot preallocate") != std::string::npos);
   CHECK(list_dir(ext2.path()) == std::set<std::string>{"lost+found"});
+}
+
+TEST_CASE("cli: the largest learning rate --lr takes diverges visibly, never overflows inside") {
+  nlohmann::json j;
+  Run r = run_json(std::string("train ") + kTiny + " --mode none --steps 5 --lr 3.4e37 --json", &j);
+  CHECK(r.exit_code == 1);
+  CHECK(j["diverged_at_step"].get<int>() >= 1);
 }
 
 TEST_CASE("cli: a diverging run stops at the first non-finite loss with exit 1") {

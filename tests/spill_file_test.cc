@@ -196,3 +196,53 @@ TEST_CASE("spill file: a file system that cannot preallocate is refused, never m
   }
   CHECK(list_dir(mount.path()) == before);
 }
+
+namespace {
+// An overlay mounted in a scratch directory whose upper layer is on tmpfs (`upper_in_ram`) or on
+// the scratch directory's own disk; ok() is false without root or overlayfs.
+class OverlayMount {
+ public:
+  explicit OverlayMount(bool upper_in_ram) {
+    const std::string d = scratch_.path();
+    merged_ = d + "/merged";
+    const std::string layers = upper_in_ram ? d + "/ram" : d + "/disk";
+    std::string cmd = "mkdir -p " + d + "/lower " + merged_ + " " + layers;
+    if (upper_in_ram) cmd += " && mount -t tmpfs tmpfs " + layers;
+    cmd += " && mkdir " + layers + "/upper " + layers + "/work && mount -t overlay overlay -o "
+           "lowerdir=" + d + "/lower,upperdir=" + layers + "/upper,workdir=" + layers + "/work " +
+           merged_ + " 2>/dev/null";
+    ok_ = geteuid() == 0 && std::system(cmd.c_str()) == 0;
+    ram_ = upper_in_ram ? layers : "";
+  }
+  ~OverlayMount() {
+    std::system(("umount " + merged_ + " 2>/dev/null").c_str());
+    if (!ram_.empty()) std::system(("umount " + ram_ + " 2>/dev/null").c_str());
+  }
+  bool ok() const { return ok_; }
+  const std::string& path() const { return merged_; }
+
+ private:
+  ScratchDir scratch_;
+  std::string merged_;
+  std::string ram_;
+  bool ok_ = false;
+};
+}  // namespace
+
+TEST_CASE("spill file: an overlay whose upper layer is in RAM is refused; one on disk is not") {
+  OverlayMount in_ram(true);
+  OverlayMount on_disk(false);
+  if (!in_ram.ok() || !on_disk.ok()) {
+    MESSAGE("skipped: mounting tmpfs and overlay needs root and overlayfs");
+    return;
+  }
+  try {
+    spill::SpillArena arena(options_in(in_ram.path(), spill::MiB));
+    FAIL("an overlay over tmpfs was accepted as a disk");
+  } catch (const spill::MemoryBackedDirectoryError& e) {
+    CHECK(e.file_system_type() == "overlayfs (upper layer on tmpfs)");
+  }
+  CHECK(list_dir(in_ram.path()).empty());
+  spill::SpillArena arena(options_in(on_disk.path(), spill::MiB));
+  CHECK(arena.file_system_type() == "overlayfs");
+}

@@ -69,16 +69,17 @@ std::string type_name_of(long magic) {
   return text;
 }
 
-// Note [ext2, ext3 and ext4 share a magic number]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// statfs reports EXT4_SUPER_MAGIC (0xEF53) for all three, and only ext4 (extents) preallocates:
-// "ext4 cannot preallocate" misled users of ext2 and ext3 (issue 19). The mount table says which
-// it is: the /proc/self/mountinfo line whose device (major:minor, third field) is the
-// directory's st_dev has the type after " - ". Where that cannot be read, the name says all three.
-std::string ext_family_name(const std::string& directory) {
-  const std::string unknown = "ext2/ext3/ext4";
+// What /proc/self/mountinfo says after " - " about the mount a directory is on: its type and
+// its super options (the line whose device, major:minor in the third field, is the directory's
+// st_dev). Empty fields where that cannot be read.
+struct MountEntry {
+  std::string type;
+  std::string super_options;  // "rw,lowerdir=...,upperdir=...,workdir=..."
+};
+
+MountEntry mount_entry_of(const std::string& directory) {
   struct stat s;
-  if (stat(directory.c_str(), &s) != 0) return unknown;
+  if (stat(directory.c_str(), &s) != 0) return {};
   const std::string device =
       std::to_string(major(s.st_dev)) + ":" + std::to_string(minor(s.st_dev));
   std::ifstream mountinfo("/proc/self/mountinfo");
@@ -90,11 +91,57 @@ std::string ext_family_name(const std::string& directory) {
     const std::size_t dash = line.find(" - ");
     if (dev != device || dash == std::string::npos) continue;
     std::istringstream after_dash(line.substr(dash + 3));
-    std::string type;
-    after_dash >> type;
-    if (type == "ext2" || type == "ext3" || type == "ext4") return type;
+    MountEntry entry;
+    std::string source;
+    after_dash >> entry.type >> source >> entry.super_options;
+    return entry;
   }
-  return unknown;
+  return {};
+}
+
+// Note [ext2, ext3 and ext4 share a magic number]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// statfs reports EXT4_SUPER_MAGIC (0xEF53) for all three, and only ext4 (extents) preallocates:
+// "ext4 cannot preallocate" misled users of ext2 and ext3 (issue 19). The mount table says which
+// it is (mount_entry_of). Where that cannot be read, the name says all three.
+std::string ext_family_name(const std::string& directory) {
+  const std::string type = mount_entry_of(directory).type;
+  if (type == "ext2" || type == "ext3" || type == "ext4") return type;
+  return "ext2/ext3/ext4";
+}
+
+// mountinfo writes a space, tab, newline and backslash in a path as octal escapes (\040 ...).
+std::string unescape_mount_path(const std::string& text) {
+  auto octal = [&](std::size_t at) { return text[at] >= '0' && text[at] <= '7'; };
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\' && i + 3 < text.size() && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out += static_cast<char>(std::stoi(text.substr(i + 1, 3), nullptr, 8));
+      i += 3;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+// Note [An overlay's files live in its upper layer]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A file created on overlayfs (a container's root) is stored in the overlay's upper directory.
+// When that is on tmpfs (a RAM-backed container root, `docker run --tmpfs`-style upper layers),
+// statfs says "overlayfs" and the spill file would fill RAM while the arena counts it as disk
+// (issue 19). So the upper directory named in the mount's super options is looked at as well:
+// its file system decides whether the overlay is memory-backed. An overlay without an upper
+// layer is read-only, and the file's creation fails on its own.
+std::string overlay_upper_directory(const std::string& directory) {
+  const MountEntry entry = mount_entry_of(directory);
+  if (entry.type != "overlay") return "";
+  std::istringstream options(entry.super_options);
+  std::string option;
+  while (std::getline(options, option, ',')) {
+    if (option.rfind("upperdir=", 0) == 0) return unescape_mount_path(option.substr(9));
+  }
+  return "";
 }
 
 bool is_memory_backed(long magic) {
@@ -113,6 +160,14 @@ int file_system_info(const std::string& directory, FileSystemInfo* info) {
                         ? ext_family_name(directory)
                         : type_name_of(s.f_type);
   info->memory_backed = is_memory_backed(s.f_type);
+  if (static_cast<unsigned long>(s.f_type) == OVERLAYFS_SUPER_MAGIC) {
+    const std::string upper = overlay_upper_directory(directory);
+    struct statfs u;
+    if (!upper.empty() && statfs(upper.c_str(), &u) == 0 && is_memory_backed(u.f_type)) {
+      info->memory_backed = true;
+      info->type_name = "overlayfs (upper layer on " + type_name_of(u.f_type) + ")";
+    }
+  }
   return 0;
 }
 

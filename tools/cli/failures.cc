@@ -6,6 +6,8 @@
 #include <cstring>
 #include <iostream>
 #include <new>
+#include <string>
+#include <system_error>
 #include <utility>
 
 namespace spill::cli {
@@ -33,6 +35,49 @@ std::string file_too_large(const std::string& where) {
          "smaller model)";
 }
 
+// Note [The library's advice in the CLI's words]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The library's messages name the settings a C++ caller has (options.directory, capacity_bytes).
+// A CLI user has flags instead, and no flag for some settings (allow_memory_backed_directory):
+// each such phrase is replaced here, in one table, so a message never points at something the
+// user cannot type.
+struct Rewording {
+  const char* library;
+  const char* cli;
+};
+constexpr Rewording kRewordings[] = {
+    {"choose another with options.directory or $SPILL_DIR", "choose another with --dir"},
+    {"point options.directory at a directory", "point --dir at a directory"},
+    {"(options.directory or $SPILL_DIR), or set options.allow_memory_backed_directory",
+     "(--dir)"},
+    {"lower capacity_bytes", "lower --capacity (or use a smaller model)"},
+};
+
+std::string in_cli_words(std::string message) {
+  for (const Rewording& r : kRewordings) {
+    const std::string from = r.library;
+    for (std::size_t at = message.find(from); at != std::string::npos;
+         at = message.find(from, at + std::char_traits<char>::length(r.cli))) {
+      message.replace(at, from.size(), r.cli);
+    }
+  }
+  return message;
+}
+
+// Note [A thread that cannot start]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// std::thread reports a refused clone() as std::system_error with EAGAIN, whose text is only
+// "Resource temporarily unavailable". The cause is nearly always a limit on tasks: ulimit -u
+// (RLIMIT_NPROC, counted per user) or the cgroup's pids.max.
+std::string system_failure(const std::system_error& e) {
+  if (e.code() == std::errc::resource_unavailable_try_again) {
+    return std::string("cannot start a thread (") + e.what() + "): the limit on processes and "
+           "threads is reached (ulimit -u, or the container's pids.max); raise it or stop other "
+           "processes of this user";
+  }
+  return e.what();
+}
+
 }  // namespace
 
 std::string explain(const spill::Error& error) {
@@ -43,7 +88,7 @@ std::string explain(const spill::Error& error) {
   if (const auto* e = dynamic_cast<const IoError*>(&error); e && e->error_number() == EFBIG) {
     return file_too_large("");
   }
-  return error.what();
+  return in_cli_words(error.what());
 }
 
 int report_usage_error(const std::string& problem) {
@@ -69,6 +114,8 @@ int run_guarded(const std::function<int()>& command) {
     print_error(e.what_without_backtrace());
   } catch (const std::bad_alloc&) {
     print_error("out of memory; use a smaller model (--batch, --seq, --hidden, --layers)");
+  } catch (const std::system_error& e) {
+    print_error(system_failure(e));
   } catch (const std::exception& e) {
     print_error(e.what());
   }

@@ -14,10 +14,10 @@
 
 #include <csignal>
 #include <iostream>
-#include <limits>
 
 #include "failures.h"
 #include "modes.h"
+#include "open_files.h"
 #include "options.h"
 #include "plan_command.h"
 #include "spill/arena.h"
@@ -39,14 +39,25 @@ using spill::cli::TrainRequest;
 // bounds are wide (it only does arithmetic); the train bounds are what one CPU process can run.
 constexpr std::uint64_t kMaxProbeBytes = 16ull << 30;
 constexpr std::uint64_t kMaxSteps = 1'000'000'000;
-// AdamW applies the learning rate to float32 parameters: a rate float cannot hold becomes inf (a
-// NaN model at the first step) or 0 (a run that silently learns nothing).
-constexpr double kMinLearningRate = std::numeric_limits<float>::min();
-constexpr double kMaxLearningRate = std::numeric_limits<float>::max();
+// --lr: see Note [The learning rate AdamW can hold] in tools/cli/train_command.h.
+using spill::cli::kMaxLearningRate;
+using spill::cli::kMinLearningRate;
 
 // What spill::default_spill_directory() picks.
 constexpr const char* kDirHelp =
     "Spill directory (default: $SPILL_DIR, else $TMPDIR or /tmp; /var/tmp when those are in RAM)";
+
+// --dir "" (an unset shell variable, `--dir "$SPILL"`) would silently mean the default directory.
+CLI::Option* add_dir(CLI::App& command, std::string& directory) {
+  return command.add_option("--dir", directory, kDirHelp)
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (!v.empty()) return "";
+            return "an empty path names no directory; omit --dir for the default ($SPILL_DIR, "
+                   "else $TMPDIR or /tmp)";
+          },
+          "DIR"));
+}
 
 void add_plan(CLI::App& app, PlanRequest& r) {
   auto* plan = app.add_subcommand("plan", "Size an arena for a model and check a spill directory");
@@ -63,7 +74,7 @@ void add_plan(CLI::App& app, PlanRequest& r) {
             return "unknown dtype '" + v + "'; use fp32, fp16, bf16, fp64, fp8 or int8";
           },
           "DTYPE"));
-  plan->add_option("--dir", r.directory, kDirHelp);
+  add_dir(*plan, r.directory);
   add_real(*plan, "--layer-ms", r.layer_ms, {0.0, 1e7, false, true},
            "Forward time of one layer on your hardware (ms); needs the bandwidth probe");
   add_size(*plan, "--probe-bytes", r.probe_bytes, {0, kMaxProbeBytes},
@@ -98,11 +109,11 @@ void add_train(CLI::App& app, TrainRequest& r) {
   add_train_model(*train, r);
   add_count(*train, "--steps", r.steps, {1, kMaxSteps}, "Training steps");
   add_real(*train, "--lr", r.lr, {kMinLearningRate, kMaxLearningRate},
-           "AdamW learning rate, within float range (a run whose loss stops being finite ends "
-           "with exit 1)");
+           "AdamW learning rate, up to 3.4e37 (AdamW's float32 first step divides it by 0.1); a "
+           "run whose loss stops being finite ends with exit 1");
   add_count(*train, "--seed", r.seed, {0, UINT64_MAX},
             "Random seed (same seed, same losses in every mode)");
-  train->add_option("--dir", r.directory, kDirHelp);
+  add_dir(*train, r.directory);
   add_size(*train, "--capacity", r.capacity, {0, spill::kMaxCapacityBytes},
            "Arena bytes, e.g. 512MiB (0: from the model)");
   train->add_option("--corpus", r.corpus, "Train on this text file instead of the embedded one");
@@ -120,6 +131,9 @@ std::function<bool(const std::string&)> given_in(const CLI::App& app, const char
 }
 
 int run_command(const CLI::App& app, const PlanRequest& plan, const TrainRequest& train) {
+  if (const std::string problem = spill::cli::ensure_open_file_limit(); !problem.empty()) {
+    return spill::cli::report_failure(problem);
+  }
   if (app.got_subcommand("plan")) {
     if (const std::string problem = spill::cli::check_plan_request(plan); !problem.empty()) {
       return spill::cli::report_usage_error(problem);

@@ -50,6 +50,38 @@ bool all_digits(std::string_view text) {
   return true;
 }
 
+std::size_t count_digits(std::string_view text, std::size_t from) {
+  std::size_t n = 0;
+  while (from + n < text.size() && std::isdigit(static_cast<unsigned char>(text[from + n]))) ++n;
+  return n;
+}
+
+// Note [What a number on the command line looks like]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// strtod also takes leading white space, hexadecimal ("0x10" is 16), "inf", "nan" and the
+// locale's decimal point: a value the user did not mean to type would pass. A real number here is
+// only [+-]digits[.digits][e[+-]digits] (digits on at least one side of the point), checked
+// before strtod sees it.
+bool is_decimal_number(std::string_view text) {
+  std::size_t i = (!text.empty() && (text[0] == '+' || text[0] == '-')) ? 1 : 0;
+  const std::size_t whole = count_digits(text, i);
+  i += whole;
+  std::size_t fraction = 0;
+  if (i < text.size() && text[i] == '.') {
+    fraction = count_digits(text, i + 1);
+    i += 1 + fraction;
+  }
+  if (whole + fraction == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    const std::size_t exponent = count_digits(text, i);
+    if (exponent == 0) return false;
+    i += exponent;
+  }
+  return i == text.size();
+}
+
 // Decimal digits to uint64 without std::stoull (which throws out_of_range): false on overflow.
 bool digits_to_u64(std::string_view digits, std::uint64_t* out) {
   std::uint64_t v = 0;
@@ -126,11 +158,14 @@ Parsed<std::uint64_t> parse_size(std::string_view option, std::string_view text,
 
 Parsed<double> parse_real(std::string_view option, std::string_view text, RealBounds b) {
   const std::string range = real_range(b);
+  if (!is_decimal_number(text)) {
+    return failure<double>(option, "must be " + range + ", got " + shown(text));
+  }
   const std::string copy(text);  // strtod needs a terminated string
   char* end = nullptr;
   errno = 0;
-  const double v = copy.empty() ? NAN : std::strtod(copy.c_str(), &end);
-  const bool whole = !copy.empty() && end == copy.c_str() + copy.size();
+  const double v = std::strtod(copy.c_str(), &end);
+  const bool whole = end == copy.c_str() + copy.size();
   if (!whole || !std::isfinite(v) || errno == ERANGE) {
     return failure<double>(option, "must be " + range + ", got " + shown(text));
   }

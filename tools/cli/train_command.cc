@@ -14,6 +14,7 @@
 #include <iomanip>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -24,6 +25,7 @@
 #include "memory_budget.h"
 #include "modes.h"
 #include "progress.h"
+#include "signal_cleaned_directory.h"
 #include "spill/spill.h"
 #include "tiny_gpt.h"
 #include "train_summary.h"
@@ -235,6 +237,7 @@ void check_output(std::ostream& out) {
 
 struct Trainer {
   TrainRequest r;
+  std::unique_ptr<SignalCleanedDirectory> per_file_directory;  // outlives mode's stash
   harness::ModeSetup mode;
   models::TinyGpt model{nullptr};
   std::unique_ptr<torch::optim::AdamW> opt;
@@ -318,6 +321,11 @@ int run_train(const TrainRequest& request, std::ostream& out) {
   // src/core/process_memory.cc).
   if (!r.keep_freed_memory) return_freed_memory_promptly();
   t.summary.returns_freed_memory = !r.keep_freed_memory;
+  // Before LibTorch starts its threads: they must block the signals it takes.
+  if (r.mode == "per_file") {
+    t.per_file_directory = std::make_unique<SignalCleanedDirectory>(
+        r.directory.empty() ? default_spill_directory() : r.directory);
+  }
   torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const std::string text = load_corpus(r.corpus);
   if (text.size() < static_cast<std::uint64_t>(r.seq) + 2) {
@@ -325,7 +333,8 @@ int run_train(const TrainRequest& request, std::ostream& out) {
                                " bytes, fewer than --seq + 2; use a longer text or a smaller --seq");
   }
   const std::uint64_t per_layer = needed_capacity(r) / static_cast<std::uint64_t>(r.layers);
-  t.mode = harness::make_mode(r.mode, capacity_of(r), r.directory,
+  t.mode = harness::make_mode(r.mode, capacity_of(r),
+                             t.per_file_directory ? t.per_file_directory->path() : r.directory,
                              {true, io_mode_of(r.io), staging_bytes_for_layer(per_layer)});
 
   torch::manual_seed(r.seed);
@@ -333,7 +342,7 @@ int run_train(const TrainRequest& request, std::ostream& out) {
   t.model = models::TinyGpt(cfg);
   t.model->train();
   t.opt = std::make_unique<torch::optim::AdamW>(
-      t.model->parameters(), torch::optim::AdamWOptions(r.lr).weight_decay(0.01));
+      t.model->parameters(), torch::optim::AdamWOptions(r.lr).betas({kAdamBeta1, kAdamBeta2}).weight_decay(0.01));
   torch::Tensor data =
       torch::from_blob(const_cast<char*>(text.data()), {static_cast<std::int64_t>(text.size())},
                        torch::kUInt8).to(torch::kLong);

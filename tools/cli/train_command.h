@@ -24,6 +24,18 @@ class TrainingDivergedError : public spill::Error {
   double loss_;
 };
 
+// Note [The learning rate AdamW can hold]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// AdamW scales its first step by lr / (1 - beta1) in float32 (the parameters' type): a rate above
+// FLT_MAX * (1 - beta1) overflows inside the optimizer ("value cannot be converted to type float
+// without overflow", issue 19) instead of diverging visibly. Below FLT_MIN it would be 0, a run
+// that silently learns nothing. --lr is bounded by both, so every rate that passes either trains
+// or stops with TrainingDivergedError.
+constexpr double kAdamBeta1 = 0.9;
+constexpr double kAdamBeta2 = 0.999;
+constexpr double kMinLearningRate = 1.17549435e-38;                // FLT_MIN
+constexpr double kMaxLearningRate = 3.40282346e+38 * (1 - kAdamBeta1);  // FLT_MAX * (1 - beta1)
+
 // Largest --corpus read (64 MiB): the whole text is held in memory as training data.
 constexpr std::uint64_t kMaxCorpusBytes = 64ull << 20;
 

@@ -1,0 +1,103 @@
+#include "signal_cleaned_directory.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "spill/error.h"
+#include "spill/tensor_stash.h"
+
+namespace spill::cli {
+namespace {
+
+// Note [Signals and per-file mode]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Per-file mode's files have names; a disk arena's file has none (O_TMPFILE), so a killed run
+// leaves nothing there. Interrupted per-file runs left their .pt files behind (issue 19). Its
+// files therefore go in a private directory, and the terminating signals a user or a scheduler
+// sends are taken by one thread (sigwait) instead of the default action: it removes the directory
+// and every file in it, then ends the process by the same signal (same exit status as before).
+// The directory is removed last and a file is only ever created inside it, so a file the
+// training thread creates meanwhile is either listed and unlinked on the next pass, or its
+// creation fails because the directory is gone: nothing can be left. Signals the parent ignored
+// (nohup's SIGHUP, SIGINT of a background job) stay ignored. SIGKILL cannot be caught: it leaves
+// the files, as with torch.save (a disk arena is the way not to).
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGPIPE}) {
+    sigaddset(&set, s);
+  }
+  return set;
+}
+
+// Unlinks every entry of `dir`, then the directory; again while a file appeared meanwhile.
+void remove_directory_and_files(const std::string& dir) {
+  for (int pass = 0; pass < 1000; ++pass) {
+    if (DIR* d = opendir(dir.c_str())) {
+      std::vector<std::string> names;
+      while (const dirent* e = readdir(d)) {
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+          names.emplace_back(e->d_name);
+        }
+      }
+      closedir(d);
+      for (const std::string& name : names) unlink((dir + "/" + name).c_str());
+    }
+    if (rmdir(dir.c_str()) == 0 || errno != ENOTEMPTY) return;
+  }
+}
+
+[[noreturn]] void clean_up_on_signal(std::string dir, sigset_t signals) {
+  int signal_number = 0;
+  while (sigwait(&signals, &signal_number) != 0) {
+  }
+  remove_directory_and_files(dir);
+  signal(signal_number, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, signal_number);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  raise(signal_number);
+  std::_Exit(128 + signal_number);  // a signal whose default action is not to end the process
+}
+
+}  // namespace
+
+SignalCleanedDirectory::SignalCleanedDirectory(const std::string& parent) {
+  make_per_file_stash(parent);  // the per-file stash's typed errors for a bad parent
+  std::string name = parent + "/spillarena-per-file-XXXXXX";
+  if (mkdtemp(name.data()) == nullptr) {
+    const int e = errno;
+    const std::string what = "making per-file mode's directory '" + name + "' failed: " +
+                             std::strerror(e);
+    if (e == ENOSPC || e == EDQUOT) {
+      throw InsufficientSpaceError(parent, 0, 0, what + ". Free space there, choose another "
+                                                 "directory (--dir), or use --mode disk, which "
+                                                 "reserves its space when it starts");
+    }
+    throw DirectoryError(parent, e, what + "; choose another with --dir");
+  }
+  path_ = name;
+  const sigset_t signals = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  try {
+    std::thread(clean_up_on_signal, path_, signals).detach();
+  } catch (...) {  // no thread (ulimit -u): the signals act as before, and nothing is left
+    pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+    rmdir(path_.c_str());
+    throw;
+  }
+}
+
+SignalCleanedDirectory::~SignalCleanedDirectory() { remove_directory_and_files(path_); }
+
+}  // namespace spill::cli
