@@ -1,6 +1,8 @@
 // The spillarena command as a user runs it: exit codes, messages, identical losses per mode.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdint>
@@ -140,6 +142,24 @@ TEST_CASE("cli: too few open files: a soft limit is raised, a hard one is named"
   CHECK(hard.exit_code == 1);
   CHECK(one_line(hard.output));
   CHECK(hard.output.find("ulimit -n") != std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: a thread that cannot start names the limit, not just EAGAIN") {
+  if (geteuid() != 0 || capture_shell("command -v setpriv", true).exit_code != 0) {
+    MESSAGE("skipped: needs root and setpriv to run as another user under ulimit -u 1");
+    return;
+  }
+  ScratchDir dir;
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);
+  // As nobody, whose one allowed process is this one: no thread can start.
+  Run r = capture_shell("bash -c 'ulimit -u 1; exec setpriv --reuid=65534 --regid=65534 "
+                            "--clear-groups " + std::string(SPILLARENA_CLI) + " train " + kTiny +
+                            " --steps 1 --dir " + dir.path() + " 2>&1 >/dev/null'", false);
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(one_line(r.output));
+  CHECK(r.output.find("ulimit -u") != std::string::npos);
   CHECK(list_dir(dir.path()).empty());
 }
 
