@@ -33,8 +33,10 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+
 fi
 # The Python package's build and test tools. torch is named with its exact pin in the same
 # command, so pip can never swap it for another build.
-PYTHON_TEST_PACKAGES=(scikit-build-core pytest "transformers==5.23.0" accelerate)
-if ! .venv/bin/python -c "import scikit_build_core, pytest, accelerate, transformers, sys; sys.exit(transformers.__version__ != '5.23.0')" 2>/dev/null; then
+# peft and trl: the integration tests (tests/python/test_integrations_peft_trl.py); these are the
+# releases that pair with transformers 5.23.0 (trl also brings datasets).
+PYTHON_TEST_PACKAGES=(scikit-build-core pytest "transformers==5.23.0" accelerate "peft==0.21.2" "trl==1.16.0")
+if ! .venv/bin/python -c "import scikit_build_core, pytest, accelerate, transformers, peft, trl, sys; sys.exit(transformers.__version__ != '5.23.0' or peft.__version__ != '0.21.2' or trl.__version__ != '1.16.0')" 2>/dev/null; then
   echo "setup: installing ${PYTHON_TEST_PACKAGES[*]} into .venv"
   .venv/bin/pip install -q "torch==$TORCH_VERSION" "${PYTHON_TEST_PACKAGES[@]}"
 fi

@@ -13,11 +13,13 @@ Forward stores the layer input (the first positional tensor, else the first tens
 partial) through the C++ stash, runs the layer without grad and keeps nothing else of it but
 references to the other tensor arguments. Backward restores the input, replays the RNG states
 (CPU and every device among the tensors) and the autocast state the forward saw, recomputes the
-layer with grad and backpropagates. Gradients are bit-identical to no checkpointing.
+layer with grad and backpropagates. Gradients are bit-identical to no checkpointing. Under
+torch.compile the checkpoint is a graph break: Note [The checkpoint under torch.compile].
 """
 
 import contextlib
 import functools
+import sys
 import warnings
 from collections import defaultdict
 
@@ -244,21 +246,10 @@ def _pick_spilled(args, prefix, keywords):
     )
 
 
-def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_state=True,
-               context_fn=None, **kwargs):
-    """Checkpoints ``function(*args, **kwargs)`` with its layer input spilled to ``arena``.
-
-    The contract of torch.utils.checkpoint.checkpoint, as transformers calls it:
-    ``function`` may be a functools.partial holding keyword arguments (tensors included), and
-    ``use_reentrant`` is accepted and ignored (both modes mean the same here). ``arena`` is a
-    SpillArena, or any TensorStash (make_in_memory_stash(): classic checkpointing, no spill).
-    Raises InvalidArgumentError for a non-tensor layer input, ArenaExhaustedError when the
-    arena has no room (nothing is left allocated), CheckpointError for a second backward.
-    Backward must be ``loss.backward()`` (not ``torch.autograd.grad``).
-    """
+def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_state=True,
+                context_fn=None, **kwargs):
     if context_fn is not None:
         raise InvalidArgumentError("spillarena.checkpoint: context_fn is not supported")
-    _drop_torch_only_arguments(kwargs)
     stash = _stash_for(arena)
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)
@@ -272,3 +263,44 @@ def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_sta
     out_tensors = iter(_SpillCheckpoint.apply(job, anchor, *tensors))
     leaves = [next(out_tensors) if leaf is _TENSOR else leaf for leaf in job.output_template]
     return tree_unflatten(leaves, job.output_spec)
+
+
+# Note [The checkpoint under torch.compile]
+# The spill cannot live inside a compiled graph: store() and restore() are C++ calls on an arena
+# that Dynamo cannot trace, and the Function's forward and backward must run the layer the same
+# way. Left to itself, Dynamo breaks the graph at _SpillCheckpoint.apply and compiles the frames
+# that run inside it (the layer's forward, under no_grad) but not the recomputation, which the
+# autograd engine runs later outside any compiled frame: the recomputed layer would be eager while
+# the forward was compiled, and its dropout masks (Inductor draws them its own way) would not be
+# the forward's. The gradients would be silently wrong. So the whole checkpoint, the layer inside
+# it included, runs eagerly under torch.compiler.disable: a graph break at each checkpointed layer,
+# everything else compiled, forward and recomputation the same eager code, gradients bit-identical
+# to eager. Dynamo is imported lazily (seconds at import time); it is in sys.modules before any
+# torch.compile can be tracing, so the check below is enough.
+_checkpoint_outside_compile = None
+
+
+def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_state=True,
+               context_fn=None, **kwargs):
+    """Checkpoints ``function(*args, **kwargs)`` with its layer input spilled to ``arena``.
+
+    The contract of torch.utils.checkpoint.checkpoint, as transformers calls it:
+    ``function`` may be a functools.partial holding keyword arguments (tensors included), and
+    ``use_reentrant`` is accepted and ignored (both modes mean the same here). ``arena`` is a
+    SpillArena, or any TensorStash (make_in_memory_stash(): classic checkpointing, no spill).
+    Raises InvalidArgumentError for a non-tensor layer input, ArenaExhaustedError when the
+    arena has no room (nothing is left allocated), CheckpointError for a second backward.
+    Backward must be ``loss.backward()`` (not ``torch.autograd.grad``). Under torch.compile the
+    call runs eagerly, a graph break (Note [The checkpoint under torch.compile]).
+    """
+    global _checkpoint_outside_compile
+    _drop_torch_only_arguments(kwargs)  # here, so its warning names the caller's line
+    run = _checkpoint
+    if "torch._dynamo" in sys.modules:
+        if _checkpoint_outside_compile is None:
+            _checkpoint_outside_compile = torch.compiler.disable(
+                _checkpoint, reason="spillarena.checkpoint spills through C++ and runs eagerly"
+            )
+        run = _checkpoint_outside_compile
+    return run(function, *args, arena=arena, use_reentrant=use_reentrant,
+               preserve_rng_state=preserve_rng_state, context_fn=context_fn, **kwargs)

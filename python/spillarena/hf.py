@@ -9,14 +9,137 @@
 It goes through transformers' own hook, ``model._set_gradient_checkpointing(enable=True,
 gradient_checkpointing_func=...)``, so nothing global is patched and transformers' layer logic
 (use_cache turned off under checkpointing, the outermost-wrapper rule for FSDP) stays in force.
-With Trainer, leave checkpointing off in TrainingArguments and call enable() on the model.
+With Trainer, leave checkpointing off in TrainingArguments and call enable() on the model: see
+Note [Who wins when both checkpointings are asked for]. Call enable() before torch.compile.
+docs/python_integrations.md has the recipes (Trainer, PEFT, TRL, FSDP2, torch.compile).
 """
 
-import functools
 import inspect
+import sys
 
 from .checkpoint import _TORCH_ONLY_ARGUMENTS, _stash_for, checkpoint
 from .errors import InvalidArgumentError
+
+# Note [Who wins when both checkpointings are asked for]
+# transformers' activation_checkpointing_enable() (and its deprecated alias
+# gradient_checkpointing_enable(), which Trainer, TRL and PEFT call when their arguments say
+# activation_checkpointing / gradient_checkpointing=True) sets torch's in-RAM checkpoint on the
+# same layers enable() gave the arena to. Called after enable(), it would silently undo the spill.
+# So enable() puts guards on the model instance in place of those two methods, and they raise
+# InvalidArgumentError naming the fix; Trainer.train() calls them in its setup, so the error comes
+# before the first step. The other order is fine: enable() after transformers' own checkpointing
+# takes the layers over (the later call wins). Once enabled, a model stays spillarena's until
+# spillarena.disable(): transformers' activation_checkpointing_disable() (and
+# gradient_checkpointing_disable()) pauses the spill, and its enable afterwards resumes it with the
+# same arena and options. TRL's generation helper (unwrap_model_for_generation) turns
+# checkpointing off around generate() and on again; without the pause it would come back as
+# torch's in-RAM checkpoint.
+_ENABLE_METHODS = ("activation_checkpointing_enable", "gradient_checkpointing_enable")
+_DISABLE_METHODS = ("activation_checkpointing_disable", "gradient_checkpointing_disable")
+
+
+def _refuse_pickling(what):
+    raise InvalidArgumentError(
+        f"{what} cannot be pickled: the layers of a model given to spillarena.enable checkpoint "
+        "through a SpillArena (a preallocated spill file, not data). Save model.state_dict() "
+        "(or save_pretrained), or call spillarena.disable(model) before pickling the model"
+    )
+
+
+class _ArenaCheckpointFunction:
+    """The checkpoint function enable() hands transformers for every layer: spillarena.checkpoint
+    bound to the arena. Copies share the arena; pickling is an InvalidArgumentError."""
+
+    def __init__(self, arena, checkpoint_kwargs):
+        self.arena = arena
+        self.checkpoint_kwargs = checkpoint_kwargs
+
+    def __call__(self, function, *args, **kwargs):
+        return checkpoint(function, *args, arena=self.arena, **self.checkpoint_kwargs, **kwargs)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        _refuse_pickling("a layer checkpointed by spillarena.enable")
+
+
+class _Enabled:
+    """What enable() did to a model, shared by the guards that stand in for transformers' methods
+    on it (Note [Who wins when both checkpointings are asked for])."""
+
+    def __init__(self, model, target, function, options):
+        self.model, self.target, self.function, self.options = model, target, function, options
+        self.paused = False
+
+    def switch_on(self):
+        self.target._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=self.function, **self.options)
+        if getattr(self.target, "main_input_name", None) == "input_ids" or getattr(
+            self.target, "_hf_peft_config_loaded", False
+        ):
+            _enable_input_require_grads(self.target)
+        self.paused = False
+
+    def switch_off(self):
+        self.target._set_gradient_checkpointing(enable=False)
+        if hasattr(self.target, "_require_grads_hook"):
+            self.target.disable_input_require_grads()
+        self.paused = True
+
+
+class _TransformersEnable:
+    """Stands on an enabled model for activation_checkpointing_enable() and its alias."""
+
+    def __init__(self, name, enabled):
+        self.name, self.enabled = name, enabled
+
+    def __call__(self, *args, **kwargs):
+        if self.enabled.paused:
+            self.enabled.switch_on()  # the arena again, not torch's in-RAM checkpoint
+            return
+        raise InvalidArgumentError(
+            f"{self.name}: spillarena.enable already checkpoints this model's layers with their "
+            "inputs spilled to a SpillArena; transformers' checkpointing would replace that with "
+            "in-RAM checkpointing. Leave activation_checkpointing (gradient_checkpointing) off in "
+            "TrainingArguments / SFTConfig, or call spillarena.disable(model) first"
+        )
+
+
+class _TransformersDisable:
+    """Stands on an enabled model for activation_checkpointing_disable() and its alias: pauses."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+
+    def __call__(self):
+        self.enabled.switch_off()
+
+
+def _guarded(model, target):
+    # A PEFT model answers for its base model (Trainer calls the wrapper), but a user may call the
+    # base model's methods directly: both carry the guards.
+    holders = {id(m): m for m in (model, target)}
+    if hasattr(target, "get_base_model"):
+        base = target.get_base_model()
+        holders[id(base)] = base
+    return list(holders.values())
+
+
+def _make_output_require_grad(module, inputs, output):
+    output.requires_grad_(True)
+
+
+def _enable_input_require_grads(target):
+    # transformers' own hook is a local function, which makes the whole model unpicklable with an
+    # AttributeError before pickling ever reaches a layer; the same hook at module level pickles.
+    target.enable_input_require_grads()
+    for handle in getattr(target, "_require_grads_hooks", []):
+        hooks = handle.hooks_dict_ref()
+        if hooks is not None and handle.id in hooks:
+            hooks[handle.id] = _make_output_require_grad
 
 
 def _pretrained(model):
@@ -44,6 +167,33 @@ def _check_supported(model, target):
     return parameters
 
 
+def _compiled(module):
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return isinstance(module, OptimizedModule) or getattr(module, "_compiled_call_impl", None) is not None
+
+
+def _check_not_compiled(model):
+    # Dynamo would have traced (or, once run, cached) the layers without the spill; enable() first
+    # and compile afterwards keeps the order the graph break at each checkpoint relies on.
+    compiled = [name or "the model" for name, module in model.named_modules() if _compiled(module)]
+    if compiled:
+        raise InvalidArgumentError(
+            "spillarena.enable: the model is already compiled (torch.compile / module.compile() on "
+            f"{compiled[0]}); call spillarena.enable(model, arena) "
+            "first and torch.compile afterwards. Each checkpointed layer then runs eagerly inside "
+            "the compiled model (a graph break), see docs/python_integrations.md"
+        )
+
+
+def _enabled_arena(target):
+    for module in target.modules():
+        function = getattr(module, "_gradient_checkpointing_func", None)
+        if getattr(module, "gradient_checkpointing", False) and isinstance(function, _ArenaCheckpointFunction):
+            return function.arena
+    return None
+
+
 _CHECKPOINT_ARGUMENTS = ("use_reentrant", "preserve_rng_state", "context_fn") + tuple(_TORCH_ONLY_ARGUMENTS)
 
 
@@ -63,15 +213,26 @@ def enable(model, arena, every_n_layers=1, **checkpoint_kwargs):
     around one) with their inputs spilled to ``arena``; every ``every_n_layers``-th layer when
     that is > 1. Also makes the input embeddings' output require grad, as transformers' own
     checkpointing does, so frozen embeddings (PEFT/LoRA) do not cut the graph. Returns model."""
+    if "torch._dynamo" in sys.modules:  # nothing can be compiled before Dynamo is imported
+        _check_not_compiled(model)
     target = _pretrained(model)
     parameters = _check_supported(model, target)
+    if _enabled_arena(target) is not None or any(
+        isinstance(holder.__dict__.get(_ENABLE_METHODS[0]), _TransformersEnable)
+        for holder in _guarded(model, target)
+    ):
+        raise InvalidArgumentError(
+            f"spillarena.enable: {type(model).__name__} is already enabled (its layers spill to a "
+            "SpillArena, or will again once transformers' checkpointing is turned back on); call "
+            "spillarena.disable(model) first to change the arena or the options"
+        )
     if isinstance(every_n_layers, bool) or not isinstance(every_n_layers, int) or every_n_layers < 1:
         raise InvalidArgumentError(
             f"spillarena.enable: every_n_layers must be an integer >= 1, got {every_n_layers!r}"
         )
     _check_checkpoint_kwargs(checkpoint_kwargs)
     _stash_for(arena)  # a bad arena fails here, not in the first forward
-    function = functools.partial(checkpoint, arena=arena, **checkpoint_kwargs)
+    function = _ArenaCheckpointFunction(arena, checkpoint_kwargs)
     options = {}
     if "every_n_layers" in parameters:
         options["every_n_layers"] = every_n_layers
@@ -79,18 +240,24 @@ def enable(model, arena, every_n_layers=1, **checkpoint_kwargs):
         raise InvalidArgumentError(
             "spillarena.enable: this transformers version has no every_n_layers; pass 1"
         )
-    target._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=function, **options)
-    if getattr(target, "main_input_name", None) == "input_ids" or getattr(
-        target, "_hf_peft_config_loaded", False
-    ):
-        target.enable_input_require_grads()
+    enabled = _Enabled(model, target, function, options)
+    enabled.switch_on()
+    for holder in _guarded(model, target):
+        for name in _ENABLE_METHODS:
+            setattr(holder, name, _TransformersEnable(name, enabled))
+        for name in _DISABLE_METHODS:
+            setattr(holder, name, _TransformersDisable(enabled))
     return model
 
 
 def disable(model):
-    """Undoes enable(): the model's layers run without checkpointing again. Returns model."""
+    """Undoes enable() (or transformers' own checkpointing): the model's layers run without
+    checkpointing again. Returns model."""
     target = _pretrained(model)
     _check_supported(model, target)
+    for holder in _guarded(model, target):
+        for name in _ENABLE_METHODS + _DISABLE_METHODS:
+            holder.__dict__.pop(name, None)
     target._set_gradient_checkpointing(enable=False)
     if hasattr(target, "_require_grads_hook"):
         target.disable_input_require_grads()

@@ -50,11 +50,17 @@ def test_pickling_an_arena_a_stash_or_an_enabled_model_is_a_typed_error(spill_di
             pickle.dumps(thing)
     model = spillarena.enable(tiny_llama(), arena)
     layer = model.model.layers[0]  # holds the checkpoint function enable() gave it
-    with pytest.raises(spillarena.InvalidArgumentError, match="state_dict"):
-        pickle.dumps(layer)
-    with pytest.raises(spillarena.InvalidArgumentError, match="state_dict"):
-        torch.save(layer, io.BytesIO())
+    for thing in (layer, model):  # the model once failed first on transformers' embedding hook
+        with pytest.raises(spillarena.InvalidArgumentError, match="state_dict.*spillarena.disable"):
+            pickle.dumps(thing)
+        with pytest.raises(spillarena.InvalidArgumentError, match="state_dict.*spillarena.disable"):
+            torch.save(thing, io.BytesIO())
     torch.save(model.state_dict(), io.BytesIO())
+    # What the error says to do works: a disabled model pickles and comes back whole.
+    copy_back = pickle.loads(pickle.dumps(spillarena.disable(model)))
+    assert not copy_back.is_activation_checkpointing
+    for (name, p), (_, q) in zip(model.named_parameters(), copy_back.named_parameters()):
+        assert torch.equal(p, q), name
     del transformers
 
 

@@ -1,5 +1,7 @@
-"""Two ranks on CPU (gloo), each with its own arena: DDP (and FSDP2) through spillarena."""
+"""Two ranks on CPU (gloo), each with its own arena: DDP and FSDP2 through spillarena, by
+spillarena.enable and by torch's apply_activation_checkpointing(checkpoint_fn=spillarena.checkpoint)."""
 
+import functools
 import os
 import pathlib
 
@@ -34,7 +36,24 @@ def gradients(module):
     return {n: p.grad.detach().clone() for n, p in module.named_parameters() if p.grad is not None}
 
 
-def run_rank(rank, init_file, spill_root, out_dir, wrap):
+def checkpoint_layers(model, **checkpoint_fn):
+    """torch's own recipe: every decoder layer in a CheckpointWrapper (before fully_shard).
+
+    transformers turns the KV cache off only under its own checkpointing; behind a wrapper the
+    recompute would append to the cache a second time, so it is turned off here."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    model.config.use_cache = False
+    apply_activation_checkpointing(
+        model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, **checkpoint_fn),
+        check_fn=lambda module: isinstance(module, transformers.models.llama.modeling_llama.LlamaDecoderLayer))
+    return model
+
+
+def run_rank(rank, init_file, spill_root, out_dir, wrap, checkpointing="enable"):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
@@ -43,12 +62,17 @@ def run_rank(rank, init_file, spill_root, out_dir, wrap):
         arena = spillarena.SpillArena(8 << 20, spill_dir, keep_last=0)  # one arena per rank
 
         plain = tiny_llama()
+        if checkpointing == "wrapper":
+            checkpoint_layers(plain)  # the reference: torch's checkpoint in the same wrappers
         wrapped = wrap(plain)
         one_step(wrapped, rank)
         reference = gradients(plain)
 
         checkpointed = tiny_llama()
-        spillarena.enable(checkpointed, arena)
+        if checkpointing == "wrapper":
+            checkpoint_layers(checkpointed, checkpoint_fn=spillarena.checkpoint, arena=arena)
+        else:
+            spillarena.enable(checkpointed, arena)
         wrapped = wrap(checkpointed)
         one_step(wrapped, rank)
         result = gradients(checkpointed)
@@ -79,11 +103,11 @@ def fsdp2(model):
     return fully_shard(model)
 
 
-def spawn(tmp_path, wrap):
+def spawn(tmp_path, wrap, checkpointing="enable"):
     spill_root = pathlib.Path(spillarena.default_spill_directory()) / f"spillarena-dist-{os.getpid()}"
     spill_root.mkdir()
     try:
-        mp.spawn(run_rank, args=(str(tmp_path / "init"), str(spill_root), str(tmp_path), wrap),
+        mp.spawn(run_rank, args=(str(tmp_path / "init"), str(spill_root), str(tmp_path), wrap, checkpointing),
                  nprocs=WORLD, join=True)
         assert sorted(p.name for p in spill_root.iterdir()) == ["rank0", "rank1"]
     finally:
@@ -112,3 +136,12 @@ def test_ddp_gradients_after_all_reduce_are_bit_identical(tmp_path):
 def test_fsdp2_gradients_are_bit_identical(tmp_path):
     pytest.importorskip("torch.distributed.fsdp")
     check(spawn(tmp_path, fsdp2))
+
+
+def test_fsdp2_with_torch_checkpoint_wrapper_around_spillarena_is_bit_identical_to_torch_checkpoint(tmp_path):
+    # apply_activation_checkpointing(checkpoint_fn=spillarena.checkpoint, arena=arena), then
+    # fully_shard on each wrapper: the reference is the same recipe with torch's own checkpoint.
+    pytest.importorskip("torch.distributed.fsdp")
+    results = spawn(tmp_path, fsdp2, checkpointing="wrapper")
+    check(results)
+    assert all("_checkpoint_wrapped_module" in name for name in results[0]["result"] if ".layers." in name)

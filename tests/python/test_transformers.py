@@ -143,3 +143,106 @@ def test_enable_refuses_a_model_without_gradient_checkpointing(spill_dir):
     # An arena option passed to enable() would reach the layers' forward(**kwargs) and vanish.
     with pytest.raises(spillarena.InvalidArgumentError, match="keep_last"):
         spillarena.enable(tiny_llama(), arena, keep_last=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Both checkpointings asked for (Note [Who wins when both checkpointings are asked for])
+# ---------------------------------------------------------------------------------------------
+
+
+def spilled_layers(model, arena):
+    """How many layer inputs one training step stores in the arena."""
+    before = arena.stats()["allocations"]
+    step(model, seed=1)
+    return arena.stats()["allocations"] - before
+
+
+def test_transformers_checkpointing_after_enable_is_an_error_and_the_spill_stays(spill_dir):
+    arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
+    model = spillarena.enable(tiny_llama().train(), arena)
+    with pytest.raises(spillarena.InvalidArgumentError, match="spillarena.disable"):
+        model.activation_checkpointing_enable()
+    with pytest.raises(spillarena.InvalidArgumentError, match="TrainingArguments"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert spilled_layers(model, arena) == LAYERS  # not switched back to in-RAM checkpointing
+    assert_drained(arena)
+
+
+@pytest.mark.parametrize("argument", ["activation_checkpointing", "gradient_checkpointing"])
+def test_trainer_with_checkpointing_on_refuses_an_enabled_model_before_the_first_step(argument, spill_dir, tmp_path):
+    arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
+    model = spillarena.enable(tiny_llama(), arena)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=BATCH, report_to="none",
+        use_cpu=True, save_strategy="no", disable_tqdm=True, **{argument: True})
+    ids = torch.randint(0, 256, (4, SEQ))
+    dataset = [{"input_ids": row, "labels": row} for row in ids]
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=dataset)
+    with pytest.raises(spillarena.InvalidArgumentError, match="activation_checkpointing"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+    assert arena.stats()["allocations"] == 0  # no forward ran
+    assert spilled_layers(model, arena) == LAYERS
+    assert_drained(arena)
+
+
+def test_enable_after_transformers_checkpointing_takes_the_layers_over(spill_dir):
+    torch.manual_seed(0)
+    model = tiny_llama().train()
+    model.activation_checkpointing_enable()
+    ref_loss, ref_grads = step(model, seed=5)
+    arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
+    spillarena.enable(model, arena)  # the later call wins
+    loss, grads = step(model, seed=5)
+    assert arena.stats()["allocations"] == LAYERS
+    assert torch.equal(loss, ref_loss)
+    for name in ref_grads:
+        assert torch.equal(grads[name], ref_grads[name]), name
+    assert_drained(arena)
+
+
+def test_transformers_disable_then_enable_pauses_and_resumes_the_spill(spill_dir):
+    # As TRL's unwrap_model_for_generation does around generate(): off, then on again.
+    arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
+    model = spillarena.enable(tiny_llama().train(), arena)
+    model.gradient_checkpointing_disable()
+    assert not model.is_activation_checkpointing
+    assert spilled_layers(model, arena) == 0
+    with pytest.raises(spillarena.InvalidArgumentError, match="already enabled"):
+        spillarena.enable(model, arena)  # still spillarena's until spillarena.disable
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    assert spilled_layers(model, arena) == LAYERS  # the arena again, not torch's checkpoint
+    spillarena.disable(model)
+    model.activation_checkpointing_enable()  # the user's own choice now: transformers' checkpointing
+    assert model.is_activation_checkpointing and spilled_layers(model, arena) == 0
+    assert_drained(arena)
+
+
+def test_enable_twice_is_an_error_until_disable(spill_dir):
+    arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
+    other = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
+    model = spillarena.enable(tiny_llama().train(), arena)
+    with pytest.raises(spillarena.InvalidArgumentError, match="already enabled.*spillarena.disable"):
+        spillarena.enable(model, other)
+    with pytest.raises(spillarena.InvalidArgumentError, match="already enabled"):
+        spillarena.enable(model, arena, every_n_layers=2)
+    assert spilled_layers(model, arena) == LAYERS and other.stats()["allocations"] == 0
+    spillarena.enable(spillarena.disable(model), other)
+    assert spilled_layers(model, other) == LAYERS
+    assert_drained(arena)
+    assert_drained(other)
+
+
+def test_enable_after_torch_compile_is_an_error(spill_dir):
+    arena = spillarena.SpillArena(1 << 20, spill_dir)
+    model = tiny_llama()
+    with pytest.raises(spillarena.InvalidArgumentError, match="enable.*first and torch.compile afterwards"):
+        spillarena.enable(torch.compile(model), arena)
+    model.compile()  # in place
+    with pytest.raises(spillarena.InvalidArgumentError, match="already compiled"):
+        spillarena.enable(model, arena)
+    model = tiny_llama()
+    model.model.layers[1].compile()
+    with pytest.raises(spillarena.InvalidArgumentError, match="model.layers.1"):
+        spillarena.enable(model, arena)
+    assert not model.is_activation_checkpointing  # nothing was changed
