@@ -1,0 +1,184 @@
+"""The spillarena_* keys of an axolotl config: their schema, their checks, and the arena they make.
+
+    check_config(raw_cfg)                  # at config load: conflicts, directory, I/O mode, options
+    arena = make_arena(cfg, model_config)  # before the model loads: capacity sized from the model
+
+Imported by axolotl by name (SpillArenaArgs) and by the plugin in axolotl.py; nothing here runs
+on its own.
+"""
+
+from typing import Any
+
+import torch
+from pydantic import BaseModel, Field, model_validator
+
+import spillarena
+from spillarena.errors import Error, InvalidArgumentError
+
+PLUGIN = "spillarena.integrations.axolotl.SpillArenaPlugin"
+
+# Keys of the config that name an arena option, and the option. Anything else goes through
+# spillarena_options, as SpillArena(...) takes it.
+_KEY_TO_OPTION = {
+    "spillarena_io": "io",
+    "spillarena_host_pool_bytes": "host_pool_bytes",
+    "spillarena_keep_last": "keep_last",
+}
+
+# Big enough for any alignment the arena rounds to, small enough to cost nothing.
+_PROBE_CAPACITY_BYTES = 1 << 20
+
+
+def _listed(data) -> bool:
+    # axolotl accepts "module.Class" and the entry-point form "module:Class".
+    return PLUGIN in [str(name).replace(":", ".") for name in data.get("plugins") or []]
+
+
+class SpillArenaArgs(BaseModel):
+    """The plugin's keys; axolotl merges them into its config schema."""
+
+    spillarena_directory: str | None = Field(
+        default=None,
+        json_schema_extra={"description": "Directory of the spill file, on a disk (not tmpfs). "
+                           "Default: spillarena.default_spill_directory() ($SPILL_DIR, ...)."},
+    )
+    spillarena_io: str | None = Field(
+        default=None,
+        json_schema_extra={"description": "buffered, direct, automatic or gds. Default: the "
+                           "arena's own default."},
+    )
+    spillarena_capacity_bytes: int | None = Field(
+        default=None,
+        json_schema_extra={"description": "Size of the spill file. Default: one layer input per "
+                           "decoder layer: layers x micro_batch_size x sequence_len x hidden_size "
+                           "x the element size of torch_dtype."},
+    )
+    spillarena_host_pool_bytes: int | None = None
+    spillarena_keep_last: int | None = None
+    spillarena_options: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={"description": "Any other SpillArena(...) keyword "
+                           "(staging_bytes, verify_integrity, prefetch_depth, ...)."},
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def checkpointing_on(cls, data):
+        # Note [gradient_checkpointing is on in the config, off in the trainer's arguments]
+        # The plugin checkpoints every decoder layer, so the config says so: axolotl's
+        # model-specific handling of checkpointed layers (use_cache off, shared-KV fixes, ...)
+        # keys on cfg.gradient_checkpointing. The trainer's arguments say the opposite
+        # (SpillArenaPlugin.get_training_args), or Trainer.train() would call
+        # gradient_checkpointing_enable() and put torch's checkpoint back in our place.
+        if isinstance(data, dict) and _listed(data) and data.get("gradient_checkpointing") is None:
+            data["gradient_checkpointing"] = True
+        return data
+
+
+def _conflicts(cfg) -> list:
+    found = []
+    offloading = cfg.get("activation_offloading")
+    if offloading not in (None, False):
+        found.append(f"activation_offloading: {offloading!r}")
+    checkpointing = cfg.get("gradient_checkpointing")
+    if checkpointing in ("offload", "offload_disk"):
+        found.append(f"gradient_checkpointing: {checkpointing!r} (activation offloading)")
+    if cfg.get("selective_checkpointing"):
+        found.append("selective_checkpointing")
+    if (cfg.get("fsdp_config") or {}).get("activation_checkpointing"):
+        found.append("fsdp_config.activation_checkpointing")
+    return found
+
+
+def arena_options(cfg) -> dict:
+    """SpillArena keywords from the spillarena_* keys, without capacity_bytes and directory."""
+    options = dict(cfg.get("spillarena_options") or {})
+    for reserved in ("capacity_bytes", "directory"):
+        if reserved in options:
+            raise InvalidArgumentError(
+                f"axolotl config: spillarena_options.{reserved} is set; use "
+                f"spillarena_{reserved} instead (the plugin sizes and places the arena from it)"
+            )
+    for key, option in _KEY_TO_OPTION.items():
+        if cfg.get(key) is None:
+            continue
+        if option in options:
+            raise InvalidArgumentError(
+                f"axolotl config: {key} and spillarena_options.{option} are both set; keep one"
+            )
+        options[option] = cfg.get(key)
+    return options
+
+
+def spill_directory(cfg) -> str:
+    return cfg.get("spillarena_directory") or spillarena.default_spill_directory()
+
+
+def _arena(capacity_bytes, cfg):
+    directory, options = spill_directory(cfg), arena_options(cfg)
+    try:
+        return spillarena.SpillArena(capacity_bytes, directory, **options)
+    except Error as error:
+        # Same type and attributes; the message also names where the values came from.
+        error.args = (f"{error} (from the axolotl config: spillarena_directory={directory!r}, "
+                      f"arena options {options})",)
+        raise
+
+
+def check_config(cfg) -> None:
+    """Refuses, before anything loads, what would make training fail or silently not spill:
+    another offload or checkpoint wrapper on the same layers, gradient_checkpointing: false,
+    and (through a 1 MiB probe arena, made and dropped here) a missing, unwritable or
+    memory-backed directory, an unknown I/O mode or arena option. Raises spillarena's errors."""
+    conflicts = _conflicts(cfg)
+    if conflicts:
+        raise InvalidArgumentError(
+            f"axolotl config: {', '.join(conflicts)} and the spillarena plugin would both wrap "
+            "the decoder layers, and a layer has one checkpoint function. The plugin "
+            "checkpoints them with their inputs spilled to disk: remove "
+            f"{' and '.join(c.split(':')[0] for c in conflicts)}, or remove {PLUGIN} from plugins"
+        )
+    if cfg.get("gradient_checkpointing") is False:
+        raise InvalidArgumentError(
+            "axolotl config: gradient_checkpointing is false, but the spillarena plugin "
+            "checkpoints every decoder layer. Set gradient_checkpointing: true (or leave it "
+            f"out), or remove {PLUGIN} from plugins"
+        )
+    # Note [Why a probe arena at config load]
+    # The arena's own checks (directory, file system, I/O mode, option names and values) are
+    # the ones that count, and they run in its constructor. Its capacity needs the model's
+    # config and torch_dtype, known only after axolotl has normalized the config, so the real
+    # arena comes later (pre_model_load); a probe of 1 MiB runs the checks now, before datasets
+    # are tokenized. Its file has no name (see SpillArena.opened_without_name): nothing is left.
+    _arena(_PROBE_CAPACITY_BYTES, cfg)
+
+
+def _text_config(model_config):
+    get = getattr(model_config, "get_text_config", None)
+    return get() if get is not None else model_config
+
+
+def required_capacity_bytes(cfg, model_config):
+    """Bytes of one step's layer inputs, and how they were counted (for messages)."""
+    text = _text_config(model_config)
+    layers, hidden = text.num_hidden_layers, text.hidden_size
+    batch, seq = cfg.get("micro_batch_size") or 1, cfg.get("sequence_len")
+    dtype = cfg.get("torch_dtype") or torch.float32
+    needed = spillarena.bytes_for_layer_inputs(layers, (batch, seq, hidden), dtype)
+    how = (f"{layers} layers x micro_batch_size {batch} x sequence_len {seq} x hidden_size "
+           f"{hidden} x {dtype}")
+    return needed, how
+
+
+def make_arena(cfg, model_config):
+    """The arena of this run: capacity from spillarena_capacity_bytes, else one layer input per
+    decoder layer. Raises InvalidArgumentError when a given capacity is below that."""
+    needed, how = required_capacity_bytes(cfg, model_config)
+    given = cfg.get("spillarena_capacity_bytes")
+    if given is not None and given < needed:
+        raise InvalidArgumentError(
+            f"axolotl config: spillarena_capacity_bytes is {given}, less than one step's layer "
+            f"inputs: {how} = {needed} bytes. Raise it to at least {needed}, or leave it out "
+            "(that is the default)"
+        )
+    return _arena(given if given is not None else needed, cfg)

@@ -1,0 +1,98 @@
+"""A bad plugin config fails at start with spillarena's error: when axolotl loads the config, or
+(the capacity, which needs the model's config) before the model loads; never in training."""
+
+import os
+import subprocess
+
+import pytest
+import torch
+from axolotl.cli.config import load_cfg
+from axolotl.integrations.base import PluginManager
+
+import spillarena
+from conftest import (HIDDEN, LAYERS, MICRO_BATCH, PLUGIN, RECORDER, SEQ, axolotl_train,
+                      write_config)
+
+NEEDED_BYTES = spillarena.bytes_for_layer_inputs(LAYERS, (MICRO_BATCH, SEQ, HIDDEN), torch.float32)
+
+
+@pytest.fixture
+def config(workdir, model_dir, dataset, spill_dir, request):
+    """Writes a config with the plugin listed; `config(**keys)` adds or replaces keys."""
+    def make(**keys):
+        keys.setdefault("spillarena_directory", str(spill_dir))
+        return write_config(workdir / request.node.name / "config.yml", model_dir, dataset,
+                            plugins=[RECORDER, PLUGIN], **keys)
+    return make
+
+
+def _plugin():
+    return PluginManager.get_instance().plugins[PLUGIN]
+
+
+def test_a_missing_directory_is_refused_when_the_config_loads(config, workdir):
+    missing = workdir / "no-such-directory"
+    with pytest.raises(spillarena.DirectoryError, match="does not exist.*spillarena_directory="):
+        load_cfg(str(config(spillarena_directory=str(missing))))
+
+
+def _tmpfs(path):
+    out = subprocess.run(["stat", "-f", "-c", "%T", path], capture_output=True, text=True)
+    return out.stdout.strip() == "tmpfs"
+
+
+@pytest.mark.skipif(not _tmpfs("/dev/shm"), reason="/dev/shm is not tmpfs here")
+def test_a_memory_backed_directory_is_refused_when_the_config_loads(config):
+    with pytest.raises(spillarena.MemoryBackedDirectoryError, match="tmpfs"):
+        load_cfg(str(config(spillarena_directory="/dev/shm")))
+
+
+def test_an_unknown_io_mode_is_refused_when_the_config_loads(config):
+    with pytest.raises(spillarena.InvalidArgumentError, match="io must be one of.*'fast'"):
+        load_cfg(str(config(spillarena_io="fast")))
+
+
+@pytest.mark.parametrize("keys, named", [
+    ({"activation_offloading": True}, "activation_offloading: True"),
+    ({"activation_offloading": "disk"}, "activation_offloading: 'disk'"),
+    ({"gradient_checkpointing": "offload_disk"}, "gradient_checkpointing: 'offload_disk'"),
+])
+def test_another_offload_on_the_same_layers_is_refused_when_the_config_loads(config, keys, named):
+    with pytest.raises(spillarena.InvalidArgumentError, match=f"{named}.*would both wrap"):
+        load_cfg(str(config(**keys)))
+
+
+def test_gradient_checkpointing_false_is_refused_when_the_config_loads(config):
+    with pytest.raises(spillarena.InvalidArgumentError, match="gradient_checkpointing is false"):
+        load_cfg(str(config(gradient_checkpointing=False)))
+
+
+def test_the_config_checkpoints_and_the_trainer_arguments_do_not(config):
+    cfg = load_cfg(str(config()))
+    assert cfg.gradient_checkpointing is True  # axolotl's checkpointed-layer handling applies
+    assert PluginManager.get_instance().get_training_args(cfg)["gradient_checkpointing"] is False
+
+
+def test_the_default_capacity_is_one_layer_input_per_decoder_layer(config):
+    cfg = load_cfg(str(config()))
+    PluginManager.get_instance().pre_model_load(cfg)
+    assert _plugin().arena.capacity_bytes == NEEDED_BYTES
+    _plugin().arena = None
+
+
+def test_a_capacity_too_small_for_the_model_is_refused_before_the_model_loads(config):
+    cfg = load_cfg(str(config(spillarena_capacity_bytes=NEEDED_BYTES - 1)))
+    with pytest.raises(spillarena.InvalidArgumentError,
+                       match=f"spillarena_capacity_bytes is {NEEDED_BYTES - 1}, less than .* "
+                             f"{LAYERS} layers x micro_batch_size {MICRO_BATCH} x sequence_len "
+                             f"{SEQ} x hidden_size {HIDDEN} x torch.float32 = {NEEDED_BYTES} bytes"):
+        PluginManager.get_instance().pre_model_load(cfg)
+
+
+def test_axolotl_train_stops_at_start_on_a_capacity_too_small(config):
+    path = config(spillarena_capacity_bytes=1024)
+    run = axolotl_train(path)
+    assert run.returncode != 0
+    assert "InvalidArgumentError: axolotl config: spillarena_capacity_bytes is 1024" in run.stderr
+    assert not os.path.exists(path.parent / "out" / "record.json")
+    assert "Starting trainer" not in run.stdout + run.stderr
