@@ -65,6 +65,7 @@ from ._C import (  # noqa: E402
     make_per_file_stash,
     shared_arena_stash,
 )
+from . import malloc  # noqa: E402  (the freed-memory policy of spilling arenas; see its Note)
 from .checkpoint import checkpoint  # noqa: E402
 from .hf import disable, enable  # noqa: E402
 from .sizing import bytes_for_layer_input, bytes_for_layer_inputs  # noqa: E402
@@ -88,6 +89,7 @@ __all__ = [
     "make_arena_stash",
     "make_in_memory_stash",
     "make_per_file_stash",
+    "malloc",
     "shared_arena_stash",
     *errors.__all__,
 ]

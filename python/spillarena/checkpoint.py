@@ -28,6 +28,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.checkpoint import get_device_states, set_device_states
 
 from . import _C
+from . import malloc as _malloc
 from .errors import CheckpointError, InvalidArgumentError
 
 # Arguments of torch.utils.checkpoint.checkpoint that only mean something to its own
@@ -174,6 +175,9 @@ class _SpillCheckpoint(torch.autograd.Function):
         job.needs_grad = [t.requires_grad for t in tensors]
         job.stashed = job.stash.store(tensors[job.spill_index])
         outputs = job.run(tensors)  # autograd.Function.forward runs without grad
+        # The forward's working set is free: give it back (Note [Returning freed memory from
+        # Python] in malloc.py).
+        _malloc.layer_done(tensors[job.spill_index].device.type)
         leaves, job.output_spec = tree_flatten(outputs)
         job.output_template = [_TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
         out_tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
@@ -225,6 +229,9 @@ class _SpillCheckpoint(torch.autograd.Function):
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         del pairs
         input_grads = tuple(t.grad if need else None for t, need in zip(inputs, job.needs_grad))
+        device_type = inputs[job.spill_index].device.type
+        del inputs  # the layer's working set is free now: give it back
+        _malloc.layer_done(device_type)
         return (None, None) + input_grads
 
 
@@ -251,6 +258,7 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
     if context_fn is not None:
         raise InvalidArgumentError("spillarena.checkpoint: context_fn is not supported")
     stash = _stash_for(arena)
+    _malloc.use_for_spilling(stash)
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)
     spill_index = _pick_spilled(args, prefix, keywords)
