@@ -8,6 +8,7 @@ Linux only; every helper says why it cannot measure instead of guessing (None, o
 """
 
 import ctypes
+import json
 import os
 import select
 import struct
@@ -211,3 +212,11 @@ class CreatedFiles:
         self._drain()
         os.close(self._fd)
         return {"files": self.files, "directories": self.directories}
+
+
+def write_report(path, report):
+    """Writes `report` as JSON to `path` (nothing when path is empty), whole or not at all."""
+    if path:
+        with open(path + ".tmp", "w") as out:
+            out.write(json.dumps(report, indent=1) + "\n")
+        os.replace(path + ".tmp", path)

@@ -44,6 +44,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import h2h_support  # noqa: E402  (write_report)
+
 MODES = ("none", "recompute", "spillarena_direct", "spillarena_gds")
 SPILLING = ("spillarena_direct", "spillarena_gds")
 GOAL = 1.5
@@ -363,13 +366,6 @@ def summarize(args, runner, results):
             "modes": results}
 
 
-def write_report(path, report):
-    if path:
-        with open(path + ".tmp", "w") as out:
-            out.write(json.dumps(report, indent=1) + "\n")
-        os.replace(path + ".tmp", path)
-
-
 def budget_line(settings):
     env = settings["environment"] or {}
     if settings["device"].startswith("cuda"):
@@ -409,7 +405,7 @@ def run_searches(args, runner):
         peak = f"{t['peak_bytes'] / 2**20:10.1f} MiB" if t.get("peak_bytes") else ""
         print(f"  {mode:18s} seq {t['seq']:7d} {t['status']:8s} {peak} {t.get('trial_s', '')} s",
               file=sys.stderr, flush=True)
-        write_report(args.out, summarize(args, runner, dict(results)))
+        h2h_support.write_report(args.out, summarize(args, runner, dict(results)))
 
     for mode in args.modes.split(","):
         results[mode] = search(mode, runner, on_trial)
@@ -446,7 +442,7 @@ def main(argv):
     args.spill_dir = args.spill_dir or spillarena.default_spill_directory()
     with tempfile.TemporaryDirectory(prefix="spillarena-longest-", dir=args.spill_dir) as spill:
         report = run_searches(args, Runner(args, spill))
-    write_report(args.out, report)
+    h2h_support.write_report(args.out, report)
     print(table(report))
     return 0
 
