@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds (once) and refreshes (when the package's source changes) .venv-axolotl: axolotl 0.21.0 on
-# Python 3.11 with the CPU torch, and spillarena built against that torch. Prints the venv's python.
+# Builds (once) and refreshes (when the package's source changes) the axolotl virtualenv: axolotl
+# 0.21.0 on Python 3.11 with the CPU torch, and spillarena built against that torch. Prints the
+# venv's python. The venv lives in the user's cache ($SPILLARENA_AXOLOTL_VENV, default
+# ~/.cache/spillarena/venv-axolotl), not in the checkout, so a fresh clone on the same machine
+# (CI) finds it built: only spillarena is reinstalled, never the 1.9 GB stack.
 # Exit 77 when the first build cannot reach PyPI (nothing to test with); any other failure is 1.
 #
 # Note [Why axolotl lives in its own venv, installed with --no-deps]
@@ -11,7 +14,7 @@
 # two never share site-packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=.venv-axolotl
+venv=${SPILLARENA_AXOLOTL_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/spillarena/venv-axolotl}
 python=${SPILLARENA_AXOLOTL_PYTHON:-python3.11}
 torch_pin=torch==2.13.0  # the CPU wheel; an exact pin, or pip may fetch a CUDA build
 hf_stack=(transformers==5.20.1 peft==0.21.2 trl==1.14.1 datasets==5.0.1 accelerate==1.15.0
@@ -29,7 +32,7 @@ pip_install() {
     | { grep -v "is ignored: it is neither a file nor a directory" || true; } >&2
 }
 
-exec 9>/tmp/spillarena-axolotl-env.lock  # one builder at a time
+exec 9>/tmp/spillarena-axolotl-env.lock  # one builder (and one spillarena install) at a time
 flock 9
 
 if [[ "$(cat $venv/.recipe 2>/dev/null)" != "$recipe" ]]; then
@@ -40,6 +43,7 @@ if [[ "$(cat $venv/.recipe 2>/dev/null)" != "$recipe" ]]; then
   fi
   log "building $venv (first run: a few minutes)"
   rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
   "$python" -m venv "$venv"
   pip_install "$torch_pin" "${hf_stack[@]}" "${runtime_imports[@]}"
   pip_install --no-deps --ignore-requires-python "${no_deps[@]}"
@@ -56,4 +60,4 @@ if [[ "$(cat $venv/.spillarena-source 2>/dev/null)" != "$source_hash" ]]; then
     | { grep -v "is ignored: it is neither a file nor a directory" || true; } >&2
   echo "$source_hash" >$venv/.spillarena-source
 fi
-echo "$PWD/$venv/bin/python"
+echo "$venv/bin/python"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The axolotl plugin's tests (a ctest entry): builds or refreshes .venv-axolotl (scripts/
+# The axolotl plugin's tests (a ctest entry): builds or refreshes the axolotl venv (scripts/
 # axolotl_env.sh: axolotl 0.21.0 and spillarena, cached between runs), then runs tests/axolotl
 # there, on the CPU, with nothing downloaded. Exit 77 (skipped) only when the first build of the
 # venv cannot reach PyPI.

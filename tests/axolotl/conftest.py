@@ -1,4 +1,4 @@
-"""Fixtures of the axolotl plugin tests (run in .venv-axolotl by scripts/axolotl_test.sh): a tiny
+"""Fixtures of the axolotl plugin tests (run in the axolotl venv by scripts/axolotl_test.sh): a tiny
 Llama with random weights and a word-level tokenizer saved to disk, a local JSONL dataset cut
 from the bundled text, and a config writer. Nothing is downloaded (HF_HUB_OFFLINE=1)."""
 

@@ -27,14 +27,27 @@ namespace {
 // and every file in it, then ends the process by the same signal (same exit status as before).
 // The directory is removed last and a file is only ever created inside it, so a file the
 // training thread creates meanwhile is either listed and unlinked on the next pass, or its
-// creation fails because the directory is gone: nothing can be left. Signals the parent ignored
-// (nohup's SIGHUP, SIGINT of a background job) stay ignored. SIGKILL cannot be caught: it leaves
-// the files, as with torch.save (a disk arena is the way not to).
+// creation fails because the directory is gone: nothing can be left. Taken are the signals whose
+// default action ends the process and that are sent rather than raised by a fault: the
+// terminal's and schedulers' (INT, TERM, HUP, QUIT, XCPU for a CPU-time limit, PWR), the timers'
+// (ALRM, VTALRM, PROF), USR1/USR2, PIPE and the realtime signals — each only while it has its
+// default action: a blocked signal is queued for sigwait even when ignored, so a signal the
+// parent ignored (nohup's SIGHUP, SIGINT of a background job) or one with a handler is left
+// out, and keeps its meaning (the red-team pass found nohup'd runs killed by SIGHUP). SIGKILL
+// cannot be caught: it leaves the files, as with torch.save (a disk arena is the way not to).
+bool has_default_action(int signal_number) {
+  struct sigaction current {};
+  return sigaction(signal_number, nullptr, &current) == 0 && current.sa_handler == SIG_DFL;
+}
+
 sigset_t stop_signals() {
+  std::vector<int> candidates = {SIGINT,  SIGTERM, SIGHUP,    SIGQUIT, SIGXCPU, SIGPWR, SIGALRM,
+                                 SIGVTALRM, SIGPROF, SIGUSR1, SIGUSR2, SIGPIPE};
+  for (int s = SIGRTMIN; s <= SIGRTMAX; ++s) candidates.push_back(s);
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGPIPE}) {
-    sigaddset(&set, s);
+  for (int s : candidates) {
+    if (has_default_action(s)) sigaddset(&set, s);
   }
   return set;
 }
