@@ -19,6 +19,8 @@ from .errors import (
     CheckpointError,
     DirectoryError,
     Error,
+    ForkedProcessError,
+    GdsUnavailableError,
     InsufficientSpaceError,
     IntegrityError,
     InvalidArgumentError,

@@ -64,6 +64,17 @@ class IntegrityError(Error):
     ``expected_hash``, ``found_hash``). Raised before the bytes are used."""
 
 
+class GdsUnavailableError(Error):
+    """io="gds" was asked but GPUDirect Storage cannot run here: libcufile could not be loaded
+    (``cufile_status`` 0) or cuFile refused to start (its CU_FILE_... code); ``library`` is the
+    library searched."""
+
+
+class ForkedProcessError(Error):
+    """An arena (or a stash or region of it) was used in a child of fork(): an arena belongs to
+    the process that made it (``creator_pid``, ``current_pid``). Make a new arena in the child."""
+
+
 class CheckpointError(Error):
     """Misuse of the checkpoint wrapper, e.g. a second backward through the same graph."""
 
@@ -80,5 +91,7 @@ __all__ = [
     "MovedFromRegionError",
     "IoError",
     "IntegrityError",
+    "GdsUnavailableError",
+    "ForkedProcessError",
     "CheckpointError",
 ]

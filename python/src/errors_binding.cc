@@ -65,6 +65,12 @@ void translate(std::exception_ptr thrown) {
            {"bytes", num(e.bytes())},
            {"expected_hash", num(e.expected_hash())},
            {"found_hash", num(e.found_hash())}});
+  } catch (const spill::GdsUnavailableError& e) {
+    raise("GdsUnavailableError", e,
+          {{"library", text(e.library())}, {"cufile_status", py::int_(e.cufile_status())}});
+  } catch (const spill::ForkedProcessError& e) {
+    raise("ForkedProcessError", e,
+          {{"creator_pid", num(e.creator_pid())}, {"current_pid", num(e.current_pid())}});
   } catch (const spill::CheckpointError& e) {
     raise("CheckpointError", e, {});
   } catch (const spill::Error& e) {
@@ -91,6 +97,9 @@ void bind_errors(py::module_& m) {
     if (type == "MovedFromRegionError") throw spill::MovedFromRegionError(message);
     if (type == "IoError") throw spill::IoError(5, message, spill::IoOp::read, 4096, 8192);
     if (type == "IntegrityError") throw spill::IntegrityError(4096, 0, 8192, 1, 2, message);
+    if (type == "GdsUnavailableError")
+      throw spill::GdsUnavailableError("libcufile.so.0", 5011, message);
+    if (type == "ForkedProcessError") throw spill::ForkedProcessError(100, 101, message);
     if (type == "CheckpointError") throw spill::CheckpointError(message);
     throw spill::Error(message);
   });

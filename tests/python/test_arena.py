@@ -163,6 +163,8 @@ ERROR_FIELDS = {
     "IoError": {"errno": 5, "op": "read", "offset": 4096, "bytes": 8192},
     "IntegrityError": {"region_offset": 4096, "offset_in_region": 0, "bytes": 8192,
                        "expected_hash": 1, "found_hash": 2},
+    "GdsUnavailableError": {"library": "libcufile.so.0", "cufile_status": 5011},
+    "ForkedProcessError": {"creator_pid": 100, "current_pid": 101},
     "CheckpointError": {},
 }
 
