@@ -312,8 +312,8 @@ TEST_CASE("cli: NaN, infinite, huge and out-of-range doubles are usage errors") 
   }
   // Inside float's range but beyond what AdamW's first step (lr / 0.1 in float32) can hold: it
   // was "value cannot be converted to type float without overflow" from inside LibTorch.
-  for (const char* v : {"1e38", "3.4e38", "3.5e37"}) {
-    check_usage_error(std::string("train --lr ") + v, "--lr");
+  for (const char* v : {"1e38", "3.4e38", "3.5e37", "1.1e-38"}) {
+    check_usage_error(std::string("train --lr ") + v, "[1.2e-38, 3.4e+37]");
   }
   check_usage_error("train --attention-dropout 1", "[0, 1)");
 }

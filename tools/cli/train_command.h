@@ -30,11 +30,12 @@ class TrainingDivergedError : public spill::Error {
 // FLT_MAX * (1 - beta1) overflows inside the optimizer ("value cannot be converted to type float
 // without overflow", issue 19) instead of diverging visibly. Below FLT_MIN it would be 0, a run
 // that silently learns nothing. --lr is bounded by both, so every rate that passes either trains
-// or stops with TrainingDivergedError.
+// or stops with TrainingDivergedError. The bounds are round numbers just inside those limits, so
+// the range a message prints is the range accepted (a rounded FLT_MIN was refused).
 constexpr double kAdamBeta1 = 0.9;
 constexpr double kAdamBeta2 = 0.999;
-constexpr double kMinLearningRate = 1.17549435e-38;                // FLT_MIN
-constexpr double kMaxLearningRate = 3.40282346e+38 * (1 - kAdamBeta1);  // FLT_MAX * (1 - beta1)
+constexpr double kMinLearningRate = 1.2e-38;  // > FLT_MIN (1.17549435e-38)
+constexpr double kMaxLearningRate = 3.4e37;   // < FLT_MAX * (1 - beta1) (3.40282347e37)
 
 // Largest --corpus read (64 MiB): the whole text is held in memory as training data.
 constexpr std::uint64_t kMaxCorpusBytes = 64ull << 20;
