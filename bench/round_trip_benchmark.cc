@@ -1,6 +1,6 @@
 // BM_RoundTrip/<method>/<MiB>: spill one tensor and read it back.
 //   arena          the disk SpillArena through the checkpoint wrapper's stash (store + restore;
-//                  the restore is zero-copy, see Note [Zero-copy restore] in
+//                  the restore copies out of the mapping, see Note [Restoring from the mapping] in
 //                  src/torch_layer/arena_stash.cc)
 //   arena_evicted  the disk arena, its pages dropped from the page cache before the read
 //   arena_ram      the RAM arena through the same stash

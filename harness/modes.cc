@@ -1,5 +1,7 @@
 #include "modes.h"
 
+#include "spill/quote.h"
+
 namespace spill::harness {
 
 const std::vector<std::string>& mode_names() {
@@ -23,7 +25,7 @@ std::string mode_named(const std::string& spelling) {
   }
   std::string valid;
   for (const std::string& name : mode_names()) valid += (valid.empty() ? "" : ", ") + name;
-  throw InvalidArgumentError("unknown mode '" + spelling + "'; use one of " + valid);
+  throw InvalidArgumentError("unknown mode " + quote(spelling) + "; use one of " + valid);
 }
 
 ModeSetup make_mode(const std::string& mode, std::uint64_t capacity_bytes,

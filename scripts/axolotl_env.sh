@@ -7,6 +7,7 @@
 # Exit 77 when the first build cannot reach PyPI (nothing to test with); any other failure is 1.
 #
 # Note [Why axolotl lives in its own venv, installed with --no-deps]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # axolotl 0.21.0 declares Python >= 3.12 and pins transformers 5.20.1 and GPU-only packages
 # (flash-attn, deepspeed, liger, ...). Its CPU training path needs none of the GPU ones and runs on
 # 3.11, so it is installed without its declared dependencies; the HF stack at axolotl's pins and the

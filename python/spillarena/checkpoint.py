@@ -274,6 +274,7 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
 
 
 # Note [The checkpoint under torch.compile]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The spill cannot live inside a compiled graph: store() and restore() are C++ calls on an arena
 # that Dynamo cannot trace, and the Function's forward and backward must run the layer the same
 # way. Left to itself, Dynamo breaks the graph at _SpillCheckpoint.apply and compiles the frames

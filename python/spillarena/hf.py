@@ -21,6 +21,7 @@ from .checkpoint import _TORCH_ONLY_ARGUMENTS, _stash_for, checkpoint
 from .errors import InvalidArgumentError
 
 # Note [Who wins when both checkpointings are asked for]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # transformers' activation_checkpointing_enable() (and its deprecated alias
 # gradient_checkpointing_enable(), which Trainer, TRL and PEFT call when their arguments say
 # activation_checkpointing / gradient_checkpointing=True) sets torch's in-RAM checkpoint on the

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "spill/error.h"
+#include "spill/quote.h"
 
 namespace spillarena_python {
 
@@ -200,8 +201,8 @@ void set_field(Struct& s, const std::string& name, py::handle value,
     found = true;
   });
   if (!found) {
-    throw spill::InvalidArgumentError("spillarena: unknown option '" + name +
-                                      "'; the options are: " + known);
+    throw spill::InvalidArgumentError("spillarena: unknown option " + quote(name) +
+                                      "; the options are: " + known);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "platform.h"
+#include "spill/quote.h"
 
 namespace spill {
 
@@ -10,12 +11,12 @@ DirectoryInfo inspect_directory(const std::string& directory) {
   DirectoryInfo d;
   d.path = directory;
   if (int e = platform::check_writable_directory(directory); e != 0) {
-    d.problem = "'" + directory + "' cannot hold a spill file: " + std::strerror(e);
+    d.problem = quote(directory) + " cannot hold a spill file: " + std::strerror(e);
     return d;
   }
   platform::FileSystemInfo fs;
   if (int e = platform::file_system_info(directory, &fs); e != 0) {
-    d.problem = "cannot statfs '" + directory + "': " + std::strerror(e);
+    d.problem = "cannot statfs " + quote(directory) + ": " + std::strerror(e);
     return d;
   }
   d.usable = true;

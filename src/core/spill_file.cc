@@ -7,6 +7,7 @@
 
 #include "platform.h"
 #include "spill/error.h"
+#include "spill/quote.h"
 #include "spill/units.h"
 
 namespace spill::detail {
@@ -160,8 +161,8 @@ class SpillFile final : public Storage {
 void check_directory_or_throw(const std::string& dir) {
   // The system calls would see the path cut at the NUL: another directory than the one named.
   if (dir.find('\0') != std::string::npos) {
-    throw InvalidArgumentError("spill: spill directory '" + dir.substr(0, dir.find('\0')) +
-                               "\\0...' contains a NUL byte; pass the directory's path alone");
+    throw InvalidArgumentError("spill: spill directory " + quote(dir) +
+                               " contains a NUL byte; pass the directory's path alone");
   }
   const int e = platform::check_writable_directory(dir);
   if (e == 0) return;
@@ -173,26 +174,26 @@ void check_directory_or_throw(const std::string& dir) {
     why = std::string("is not writable (") + std::strerror(e) +
           "); fix its permissions or choose another with options.directory or $SPILL_DIR";
   else why = std::string("cannot be used: ") + std::strerror(e);
-  throw DirectoryError(dir, e, "spill: spill directory '" + dir + "' " + why);
+  throw DirectoryError(dir, e, "spill: spill directory " + quote(dir) + " " + why);
 }
 
 platform::FileSystemInfo vet_file_system(const SpillFileOptions& o) {
   platform::FileSystemInfo fs;
   if (int e = platform::file_system_info(o.directory, &fs); e != 0) {
-    throw DirectoryError(o.directory, e, "spill: cannot statfs spill directory '" + o.directory +
-                                             "': " + std::strerror(e));
+    throw DirectoryError(o.directory, e, "spill: cannot statfs spill directory " + quote(o.directory) +
+                                             ": " + std::strerror(e));
   }
   if (fs.memory_backed && !o.allow_memory_backed_directory) {
     throw MemoryBackedDirectoryError(
         o.directory, fs.type_name,
-        "spill: spill directory '" + o.directory + "' is on " + fs.type_name +
+        "spill: spill directory " + quote(o.directory) + " is on " + fs.type_name +
             ", which lives in RAM: spilling there saves no memory. Choose a directory on a disk "
             "(options.directory or $SPILL_DIR), or set options.allow_memory_backed_directory");
   }
   if (fs.free_bytes < o.capacity_bytes) {
     throw InsufficientSpaceError(
         o.directory, o.capacity_bytes, fs.free_bytes,
-        "spill: spill directory '" + o.directory + "' (" + fs.type_name + ") has " +
+        "spill: spill directory " + quote(o.directory) + " (" + fs.type_name + ") has " +
             bytes_with_units(fs.free_bytes) + " free but the arena needs " +
             bytes_with_units(o.capacity_bytes) + "; free space there, lower capacity_bytes, or choose "
             "another directory");
@@ -219,21 +220,21 @@ void preallocate_or_throw(int fd, const SpillFileOptions& o, const platform::Fil
   if (e == ENOSPC || e == EDQUOT) {
     throw InsufficientSpaceError(
         o.directory, o.capacity_bytes, fs.free_bytes,
-        "spill: preallocating " + bytes_with_units(o.capacity_bytes) + " in '" + o.directory +
-            "' failed: " + std::strerror(e) + " (the file system reported " +
+        "spill: preallocating " + bytes_with_units(o.capacity_bytes) + " in " + quote(o.directory) +
+            " failed: " + std::strerror(e) + " (the file system reported " +
             bytes_with_units(fs.free_bytes) + " free); free space there or lower capacity_bytes");
   }
   if (e == EFBIG) {
     throw PreallocationError(
         o.directory, e,
-        "spill: the spill file of " + bytes_with_units(o.capacity_bytes) + " in '" + o.directory +
-            "' would be larger than this process may write (fallocate: " + std::strerror(e) +
+        "spill: the spill file of " + bytes_with_units(o.capacity_bytes) + " in " + quote(o.directory) +
+            " would be larger than this process may write (fallocate: " + std::strerror(e) +
             ": the file size limit, ulimit -f, or the file system's largest file); raise the "
             "limit or lower capacity_bytes");
   }
   throw PreallocationError(
       o.directory, e,
-      "spill: the file system of '" + o.directory + "' (" + fs.type_name +
+      "spill: the file system of " + quote(o.directory) + " (" + fs.type_name +
           ") cannot preallocate the spill file (fallocate: " + std::strerror(e) +
           "); a sparse file would crash with SIGBUS when the disk fills, so choose a directory on "
           "ext4, xfs or btrfs");
@@ -277,11 +278,11 @@ int open_direct_or_throw(int fd, const SpillFileOptions& o, const platform::File
   if (e == 0) platform::close_file(direct);
   if (e != 0 && e != EINVAL) {  // see Note [Who refused O_DIRECT]
     throw PathError(o.directory, e,
-                    "spill: ArenaOptions::io = direct, but for the spill file in '" + o.directory +
-                        "' " + direct_refusal(e));
+                    "spill: ArenaOptions::io = direct, but for the spill file in " + quote(o.directory) +
+                        " " + direct_refusal(e));
   }
   throw InvalidArgumentError(
-      "spill: ArenaOptions::io = direct, but the file system of '" + o.directory + "' (" +
+      "spill: ArenaOptions::io = direct, but the file system of " + quote(o.directory) + " (" +
       fs.type_name + ") " +
       (e != 0 ? std::string("refuses O_DIRECT (") + std::strerror(e) + ")"
               : "needs " + std::to_string(*alignment) + "-byte direct I/O alignment") +
@@ -298,7 +299,7 @@ Mapping map_file(int fd, const SpillFileOptions& o) {
   void* base = nullptr;
   if (int e = platform::map_shared_file(fd, o.capacity_bytes, &base); e != 0) {
     throw IoError(e, "spill: mapping the spill file of " + bytes_with_units(o.capacity_bytes) +
-                         " in '" + o.directory + "' failed: " + std::strerror(e) +
+                         " in " + quote(o.directory) + " failed: " + std::strerror(e) +
                          "; lower capacity_bytes or raise the address-space limit (ulimit -v)");
   }
   return Mapping(base, o.capacity_bytes);
@@ -313,11 +314,11 @@ std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
   bool used_tmpfile = false;
   if (int e = platform::open_unnamed_file(o.directory, &raw_fd, &used_tmpfile); e != 0) {
     if (out_of_descriptors(e)) {  // not the directory's fault: see Note [Who refused O_DIRECT]
-      throw PathError(o.directory, e, "spill: cannot create the spill file in '" + o.directory +
-                                          "': " + descriptors_exhausted(e));
+      throw PathError(o.directory, e, "spill: cannot create the spill file in " + quote(o.directory) +
+                                          ": " + descriptors_exhausted(e));
     }
-    throw DirectoryError(o.directory, e, "spill: cannot create the spill file in '" +
-                                             o.directory + "': " + std::strerror(e));
+    throw DirectoryError(o.directory, e, "spill: cannot create the spill file in " +
+                                             quote(o.directory) + ": " + std::strerror(e));
   }
   FileDescriptor fd(raw_fd);
   preallocate_or_throw(fd.get(), o, fs);

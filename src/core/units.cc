@@ -9,7 +9,8 @@ std::string human_bytes(std::uint64_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " B";
   double value = static_cast<double>(bytes);
   int unit = 0;
-  while (value >= 1024.0 && unit < 6) {
+  // Compared after rounding to two decimals: 1 MiB - 1 is "1.00 MiB", not "1024.00 KiB".
+  while (value >= 1024.0 - 0.005 && unit < 6) {
     value /= 1024.0;
     ++unit;
   }

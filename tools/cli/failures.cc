@@ -10,10 +10,16 @@
 #include <system_error>
 #include <utility>
 
+#include "spill/quote.h"
+
 namespace spill::cli {
 namespace {
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+// A library's message may go on with a backtrace after its first line (LibTorch's do); what the
+// user typed is already escaped (Note [Messages are one line] in src/core/quote.cc).
+std::string first_line(const std::string& text) {
+  return printable(text.substr(0, text.find('\n')));
+}
 
 bool error_printed = false;  // one line per run: a later failure does not add a second
 
@@ -83,7 +89,7 @@ std::string system_failure(const std::system_error& e) {
 std::string explain(const spill::Error& error) {
   if (const auto* e = dynamic_cast<const PreallocationError*>(&error);
       e && e->error_number() == EFBIG) {
-    return file_too_large(" in '" + e->path() + "'");
+    return file_too_large(" in " + quote(e->path()));
   }
   if (const auto* e = dynamic_cast<const IoError*>(&error); e && e->error_number() == EFBIG) {
     return file_too_large("");

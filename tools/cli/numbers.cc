@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "spill/quote.h"
 #include "spill/units.h"
 
 namespace spill::cli {
@@ -14,8 +15,8 @@ namespace {
 // What the user typed, shortened: a 5000-digit argument must not become a 5000-character error.
 std::string shown(std::string_view text) {
   constexpr std::size_t kMaxShown = 40;
-  if (text.size() <= kMaxShown) return "'" + std::string(text) + "'";
-  return "'" + std::string(text.substr(0, kMaxShown)) + "...' (" + std::to_string(text.size()) +
+  if (text.size() <= kMaxShown) return quote(text);
+  return quote(text.substr(0, kMaxShown)) + "... (" + std::to_string(text.size()) +
          " characters)";
 }
 
@@ -94,11 +95,11 @@ bool digits_to_u64(std::string_view digits, std::uint64_t* out) {
   return true;
 }
 
-// Multiplier of a size unit ("", "b", "k", "kb", "kib", ...), 0 when unknown.
+// Multiplier of a size unit ("", "b", "k", "kb", "kib", ... "pib"), 0 when unknown.
 std::uint64_t unit_multiplier(std::string unit) {
   for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (unit.empty() || unit == "b") return 1;
-  const std::string letters = "kmgt";
+  const std::string letters = "kmgtp";
   const std::size_t power = letters.find(unit[0]);
   if (power == std::string::npos) return 0;
   const std::string rest = unit.substr(1);
@@ -109,7 +110,8 @@ std::uint64_t unit_multiplier(std::string unit) {
 // Shared by counts and sizes: the sign and digit checks, then the bounds.
 Parsed<std::uint64_t> whole_number(std::string_view option, std::string_view text,
                                    std::uint64_t multiplier, const std::string& range) {
-  if (!text.empty() && text[0] == '-') {
+  const bool nonzero = text.find_first_of("123456789") != std::string_view::npos;
+  if (!text.empty() && text[0] == '-' && nonzero) {
     return failure<std::uint64_t>(option, "cannot be negative, got " + shown(text) + "; pass " +
                                               range);
   }
@@ -134,6 +136,39 @@ Parsed<std::uint64_t> bounded(std::string_view option, std::string_view text,
   return p;
 }
 
+// Note [Fractional sizes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// "1.5GiB" is a whole number of bytes and people type it; "1.5B" or "0.1KiB" is not, and
+// rounding it would size an arena the user did not ask for. The fraction is added exactly (in
+// 128 bits: up to 19 fraction digits times 2^50 cannot overflow) and refused unless it comes to
+// whole bytes.
+Parsed<std::uint64_t> add_fraction(std::string_view option, std::string_view text,
+                                   std::uint64_t whole_bytes, std::string_view digits,
+                                   std::uint64_t multiplier) {
+  constexpr std::size_t kMaxFractionDigits = 19;
+  while (digits.size() > 1 && digits.back() == '0') digits.remove_suffix(1);
+  std::uint64_t numerator = 0;
+  if (digits.size() > kMaxFractionDigits || !digits_to_u64(digits, &numerator)) {
+    return failure<std::uint64_t>(option, "has more fraction digits than any size needs, got " +
+                                              shown(text));
+  }
+  __extension__ typedef unsigned __int128 Wide;
+  Wide scale = 1;
+  for (std::size_t i = 0; i < digits.size(); ++i) scale *= 10;
+  const Wide scaled = static_cast<Wide>(numerator) * multiplier;
+  if (scaled % scale != 0) {
+    return failure<std::uint64_t>(option, "must come to a whole number of bytes, got " +
+                                              shown(text) + "; write it in a smaller unit");
+  }
+  const auto extra = static_cast<std::uint64_t>(scaled / scale);  // < multiplier
+  if (whole_bytes > UINT64_MAX - extra) {
+    return failure<std::uint64_t>(option, "is too large to count, got " + shown(text));
+  }
+  Parsed<std::uint64_t> p;
+  p.value = whole_bytes + extra;
+  return p;
+}
+
 }  // namespace
 
 Parsed<std::uint64_t> parse_count(std::string_view option, std::string_view text,
@@ -145,15 +180,26 @@ Parsed<std::uint64_t> parse_count(std::string_view option, std::string_view text
 Parsed<std::uint64_t> parse_size(std::string_view option, std::string_view text,
                                  CountBounds bounds) {
   const std::string range = size_range(bounds);
-  std::size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  const std::uint64_t multiplier = unit_multiplier(std::string(text.substr(digits)));
-  if (digits == 0 || multiplier == 0) {
-    if (!text.empty() && text[0] == '-') return whole_number(option, text, 1, range);
+  if (!text.empty() && text[0] == '-') return whole_number(option, text, 1, range);
+  const std::size_t whole = count_digits(text, 0);
+  const bool point = whole < text.size() && text[whole] == '.';
+  const std::size_t fraction = point ? count_digits(text, whole + 1) : 0;
+  const std::size_t number = whole + (point ? 1 + fraction : 0);
+  const std::string unit(text.substr(number));
+  const std::uint64_t multiplier = unit_multiplier(unit);
+  if (whole + fraction == 0 || (point && fraction == 0)) {
     return failure<std::uint64_t>(option, "must be " + range + ", got " + shown(text));
   }
-  return bounded(option, text, whole_number(option, text.substr(0, digits), multiplier, range),
-                 bounds, range);
+  if (multiplier == 0) {
+    return failure<std::uint64_t>(option, "has an unknown unit " + shown(unit) + " in " +
+                                              shown(text) + "; use B, KiB, MiB, GiB, TiB or PiB "
+                                              "(K, KB, M, ... mean the same binary units)");
+  }
+  Parsed<std::uint64_t> p =
+      whole == 0 ? Parsed<std::uint64_t>{} : whole_number(option, text.substr(0, whole), multiplier, range);
+  if (p.ok() && fraction > 0) p = add_fraction(option, text, p.value,
+                                               text.substr(whole + 1, fraction), multiplier);
+  return bounded(option, text, p, bounds, range);
 }
 
 Parsed<double> parse_real(std::string_view option, std::string_view text, RealBounds b) {

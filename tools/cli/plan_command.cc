@@ -14,6 +14,7 @@
 #include "failures.h"
 #include "memory_budget.h"
 #include "spill/core.h"
+#include "spill/quote.h"
 
 namespace spill::cli {
 namespace {
@@ -108,14 +109,14 @@ void assess(Plan& p) {
   const DirectoryInfo& d = p.dir;
   if (!d.usable) p.problems.push_back(d.problem + "; create it or pass another --dir");
   if (d.usable && d.memory_backed) {
-    p.problems.push_back("'" + d.path + "' is on " + d.file_system_type +
+    p.problems.push_back(quote(d.path) + " is on " + d.file_system_type +
                          ", which lives in RAM: spilling there saves no memory; pass a --dir on "
                          "a disk");
   }
   p.fits = d.usable && !d.memory_backed && d.free_bytes >= p.capacity;
   if (d.usable && d.free_bytes < p.capacity) {
-    p.problems.push_back("the arena needs " + bytes_with_units(p.capacity) + " but '" + d.path +
-                         "' has " + bytes_with_units(d.free_bytes) +
+    p.problems.push_back("the arena needs " + bytes_with_units(p.capacity) + " but " + quote(d.path) +
+                         " has " + bytes_with_units(d.free_bytes) +
                          " free; free space there or pass another --dir");
   }
   if (p.fits) try_preallocation(p);
@@ -258,7 +259,7 @@ int run_plan(const PlanRequest& request, std::ostream& out) {
   if (!p.problems.empty()) return report_failure(verdict_line(p));
   if (request.layer_ms > 0 && !p.probed) {
     warn("--layer-ms is ignored: no bandwidth probe ran (--probe-bytes 0, or less than 2 MiB "
-         "free in '" + p.dir.path + "'), so nothing says whether the disk keeps up");
+         "free in " + quote(p.dir.path) + "), so nothing says whether the disk keeps up");
   }
   return 0;
 }

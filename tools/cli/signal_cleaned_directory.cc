@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "spill/error.h"
+#include "spill/quote.h"
 #include "spill/tensor_stash.h"
 
 namespace spill::cli {
@@ -90,7 +91,7 @@ SignalCleanedDirectory::SignalCleanedDirectory(const std::string& parent) {
   std::string name = parent + "/spillarena-per-file-XXXXXX";
   if (mkdtemp(name.data()) == nullptr) {
     const int e = errno;
-    const std::string what = "making per-file mode's directory '" + name + "' failed: " +
+    const std::string what = "making per-file mode's directory " + quote(name) + " failed: " +
                              std::strerror(e);
     if (e == ENOSPC || e == EDQUOT) {
       throw InsufficientSpaceError(parent, 0, 0, what + ". Free space there, choose another "

@@ -65,6 +65,7 @@ class SpillArenaArgs(BaseModel):
     @classmethod
     def checkpointing_on(cls, data):
         # Note [gradient_checkpointing is on in the config, off in the trainer's arguments]
+        # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
         # The plugin checkpoints every decoder layer, so the config says so: axolotl's
         # model-specific handling of checkpointed layers (use_cache off, shared-KV fixes, ...)
         # keys on cfg.gradient_checkpointing. The trainer's arguments say the opposite
@@ -145,6 +146,7 @@ def check_config(cfg) -> None:
             f"out), or remove {PLUGIN} from plugins"
         )
     # Note [Why a probe arena at config load]
+    # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
     # The arena's own checks (directory, file system, I/O mode, option names and values) are
     # the ones that count, and they run in its constructor. Its capacity needs the model's
     # config and torch_dtype, known only after axolotl has normalized the config, so the real

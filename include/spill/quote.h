@@ -1,0 +1,23 @@
+// What the user gave, as a message shows it: one line, quoted, bytes that are not text escaped.
+//
+//   throw spill::PathError(dir, ENOENT, "spill: spill directory " + spill::quote(dir) +
+//                                           " does not exist");
+//   // spill::quote("/tmp/a\nb") == "'/tmp/a\\nb'"
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace spill {
+
+// `text` between single quotes. Valid UTF-8 stays as it is (a non-ASCII path stays readable);
+// \n, \r, \t, \\ and \' get C escapes, other control characters, DEL and bytes that are not
+// valid UTF-8 become \xNN. The result is printable, one line and valid UTF-8 (Python can
+// raise it). Note [Messages are one line]
+std::string quote(std::string_view text);
+
+// The same escapes without the quotes (a ' or \ stays as it is), for a message built elsewhere
+// that may hold what the user typed (a command-line parser's).
+std::string printable(std::string_view text);
+
+}  // namespace spill
