@@ -39,7 +39,7 @@ enum class IoBackend {
   thread_pool,  // a few worker threads doing pread/pwrite
 };
 
-enum class IoOp { write, read, writeback, drop, prefetch };
+enum class IoOp { write, read, writeback, drop };
 
 // The names the library, the CLI and Python use; "?" past the last value.
 const char* to_string(IoMode mode);

@@ -76,11 +76,11 @@ void ArenaCore::free(const Block& block) noexcept {
 void ArenaCore::write(std::uint64_t region, std::uint64_t at, const void* src,
                       std::uint64_t bytes) {
   owner_.check("a write of a region");
-  if (engine_) engine_->throw_if_failed();
   if (engine_ && options_.io != IoMode::buffered) {
     write_async(region, at, src, bytes).wait();
     return;
   }
+  if (engine_) engine_->throw_if_failed();
   if (ledger_) {
     write_hashed(region, at, static_cast<const char*>(src), bytes);
   } else {
@@ -92,11 +92,11 @@ void ArenaCore::write(std::uint64_t region, std::uint64_t at, const void* src,
 
 void ArenaCore::read(std::uint64_t region, std::uint64_t at, void* dst, std::uint64_t bytes) {
   owner_.check("a read of a region");
-  if (engine_) engine_->throw_if_failed();
   if (engine_ && (options_.io != IoMode::buffered || !storage_->resident(region + at, bytes))) {
     read_async(region, at, dst, bytes).wait();
     return;
   }
+  if (engine_) engine_->throw_if_failed();
   read_resident(region, at, static_cast<char*>(dst), bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
@@ -267,6 +267,7 @@ Pending ArenaCore::read_async(std::uint64_t region, std::uint64_t at, void* dst,
     read(region, at, dst, bytes);
     return Pending();
   }
+  engine_->throw_if_failed();
   IoEngine::Hooks hooks = ledger_ ? check_read(region, at, dst, bytes) : IoEngine::Hooks{};
   Pending p = engine_->read(region + at, dst, bytes, std::move(hooks));
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);

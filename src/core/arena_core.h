@@ -69,7 +69,6 @@ class ArenaCore {
     owner_.check("a use of the spill file");
     return *storage_;
   }
-  IoEngine* engine() { return engine_.get(); }  // null for the RAM backing
 
  private:
   // verify_integrity (see Note [Integrity hashing] in src/core/integrity.cc): what an asynchronous

@@ -124,6 +124,11 @@ IoEngine::TransferPtr IoEngine::transfer(IoOp op, std::uint64_t offset, std::uin
 
 Ticket IoEngine::submit(IoRequest request, const TransferPtr& t, const char* memory,
                         std::uint64_t bytes) {
+  return queue_->submit(tracked(std::move(request), t, memory, bytes));
+}
+
+IoRequest IoEngine::tracked(IoRequest request, const TransferPtr& t, const char* memory,
+                            std::uint64_t bytes) {
   auto user = std::move(request.on_complete);
   if (t) t->add(request.offset, bytes);
   request.on_complete = [this, user = std::move(user), t, offset = request.offset, memory,
@@ -132,7 +137,7 @@ Ticket IoEngine::submit(IoRequest request, const TransferPtr& t, const char* mem
     record(s);
     if (t) t->piece_done(s, offset, memory, bytes);
   };
-  return queue_->submit(std::move(request));
+  return request;
 }
 
 Pending IoEngine::submitted(std::vector<Ticket> parts, const TransferPtr& t) {
@@ -262,7 +267,6 @@ Pending IoEngine::read(std::uint64_t offset, void* dst, std::uint64_t bytes, Hoo
 // written() for writeback and the page-cache limit.
 Pending IoEngine::queue_pieces(IoOp op, std::uint64_t offset, char* memory, std::uint64_t bytes,
                                Hooks hooks) {
-  throw_if_failed();
   Hooks staged;
   staged.staged = std::move(hooks.staged);
   const auto t = transfer(op, offset, bytes, std::move(hooks));
@@ -272,6 +276,7 @@ Pending IoEngine::queue_pieces(IoOp op, std::uint64_t offset, char* memory, std:
   }
   if (mode_ == IoMode::direct && op == IoOp::read) read_direct(offset, memory, bytes, t, &parts);
   if (mode_ == IoMode::direct) return submitted(std::move(parts), t);
+  std::vector<IoRequest> pieces;
   for (std::uint64_t at = 0; at < bytes; at += kPieceBytes) {
     const std::uint64_t n = std::min(kPieceBytes, bytes - at);
     IoRequest r{op, storage_.fd(), memory + at, n, offset + at, {}};
@@ -280,8 +285,9 @@ Pending IoEngine::queue_pieces(IoOp op, std::uint64_t offset, char* memory, std:
         if (s.error_number == 0) written(s.offset, s.bytes);
       };
     }
-    parts.push_back(submit(std::move(r), t, memory + at, n));
+    pieces.push_back(tracked(std::move(r), t, memory + at, n));
   }
+  for (Ticket& ticket : queue_->submit_all(std::move(pieces))) parts.push_back(std::move(ticket));
   return submitted(std::move(parts), t);
 }
 
@@ -289,11 +295,13 @@ void IoEngine::read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes,
                            const TransferPtr& t, std::vector<Ticket>* parts) {
   const bool aligned = reinterpret_cast<std::uintptr_t>(dst) % alignment_ == 0;
   const std::uint64_t direct_bytes = aligned ? bytes / alignment_ * alignment_ : 0;
+  std::vector<IoRequest> pieces;
   for (std::uint64_t at = 0; at < direct_bytes; at += kPieceBytes) {
     const std::uint64_t n = std::min(kPieceBytes, direct_bytes - at);
-    parts->push_back(submit(
-        IoRequest{IoOp::read, storage_.direct_fd(), dst + at, n, offset + at, {}}, t, dst + at, n));
+    pieces.push_back(tracked(IoRequest{IoOp::read, storage_.direct_fd(), dst + at, n, offset + at, {}},
+                             t, dst + at, n));
   }
+  for (Ticket& ticket : queue_->submit_all(std::move(pieces))) parts->push_back(std::move(ticket));
   for (std::uint64_t at = direct_bytes; at < bytes; at += staging_->slot_bytes()) {
     parts->push_back(
         read_staged(offset + at, dst + at, std::min(staging_->slot_bytes(), bytes - at), t));
@@ -313,9 +321,5 @@ Ticket IoEngine::read_staged(std::uint64_t offset, char* dst, std::uint64_t byte
   return submit(std::move(r), t, dst, bytes);
 }
 
-void IoEngine::prefetch(std::uint64_t offset, std::uint64_t bytes) {
-  if (!hints_) return;
-  queue_->submit(IoRequest{IoOp::prefetch, storage_.fd(), nullptr, bytes, offset, {}});
-}
 
 }  // namespace spill::detail

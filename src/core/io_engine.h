@@ -56,12 +56,10 @@ class IoEngine {
   };
   static constexpr std::uint64_t kStagedSliceBytes = 512ull << 10;
 
-  // `src`/`dst` stay valid until the returned Pending completes. A failure of an earlier
-  // operation is thrown here (spill::IoError) before anything new is queued, until the region it
-  // hit is freed.
+  // `src`/`dst` stay valid until the returned Pending completes. The caller asks
+  // throw_if_failed() first (ArenaCore does, once per operation).
   Pending write(std::uint64_t offset, const void* src, std::uint64_t bytes, Hooks hooks = {});
   Pending read(std::uint64_t offset, void* dst, std::uint64_t bytes, Hooks hooks = {});
-  void prefetch(std::uint64_t offset, std::uint64_t bytes);  // buffered readahead
   // After a write that did not go through the queue: starts its writeback, bounds the cache.
   void written(std::uint64_t offset, std::uint64_t bytes);
   void drain() { queue_->drain(); }
@@ -70,7 +68,8 @@ class IoEngine {
   // src/core/io_engine.cc.
   void forget_failures(std::uint64_t offset, std::uint64_t bytes);
   // Throws the first failure still reported (spill::IoError). Every write and read of the
-  // arena asks first, the synchronous and zero-copy ones too.
+  // arena asks once, before anything is queued: ArenaCore's entry points, the synchronous,
+  // zero-copy and device ones too.
   void throw_if_failed() const;
 
   IoMode mode() const { return mode_; }
@@ -95,6 +94,9 @@ class IoEngine {
   // One piece of transfer `t` (may be null): `bytes` of its data are at `memory` for the hooks
   // (the request may move more: alignment padding).
   Ticket submit(IoRequest request, const TransferPtr& t, const char* memory, std::uint64_t bytes);
+  // The request's completion also records the piece and reports it to the transfer.
+  IoRequest tracked(IoRequest request, const TransferPtr& t, const char* memory,
+                    std::uint64_t bytes);
   static TransferPtr transfer(IoOp op, std::uint64_t offset, std::uint64_t bytes, Hooks hooks);
   static Pending submitted(std::vector<Ticket> parts, const TransferPtr& t);
   void record(const IoStatus& status);

@@ -25,7 +25,7 @@ const char* to_string(IoMode mode) {
   return name_in({"buffered", "direct", "automatic", "gds"}, mode);
 }
 const char* to_string(IoOp op) {
-  return name_in({"write", "read", "writeback", "drop", "prefetch"}, op);
+  return name_in({"write", "read", "writeback", "drop"}, op);
 }
 const char* to_string(IoBackend backend) {
   return name_in({"automatic", "io_uring", "thread_pool"}, backend);
@@ -126,6 +126,13 @@ IoQueue::IoQueue() {
   hook_ = hook_for_new_queues;
 }
 
+std::vector<Ticket> IoQueue::submit_all(std::vector<IoRequest> requests) {
+  std::vector<Ticket> tickets;
+  tickets.reserve(requests.size());
+  for (IoRequest& r : requests) tickets.push_back(submit(std::move(r)));
+  return tickets;
+}
+
 IoStatus run_request(const IoRequest& r) {
   IoStatus s{0, r.op, r.offset, r.bytes};
   switch (r.op) {
@@ -133,7 +140,6 @@ IoStatus run_request(const IoRequest& r) {
     case IoOp::read: s.error_number = platform::read_at(r.fd, r.buffer, r.bytes, r.offset); break;
     case IoOp::writeback: s.error_number = platform::start_writeback(r.fd, r.offset, r.bytes); break;
     case IoOp::drop: s.error_number = platform::drop_cached_pages(r.fd, r.offset, r.bytes); break;
-    case IoOp::prefetch: s.error_number = platform::prefetch_range(r.fd, r.offset, r.bytes); break;
   }
   return s;
 }

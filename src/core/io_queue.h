@@ -9,6 +9,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "fork_guard.h"
 #include "mutex.h"
@@ -53,6 +54,9 @@ class IoQueue {
  public:
   virtual ~IoQueue() = default;
   virtual Ticket submit(IoRequest request) = 0;
+  // The pieces of one transfer at once, tickets in the same order. The thread pool queues them
+  // one by one; io_uring fills an entry for each, then makes one system call.
+  virtual std::vector<Ticket> submit_all(std::vector<IoRequest> requests);
   virtual IoBackend backend() const = 0;
   // Blocks until every submitted operation has completed.
   virtual void drain() = 0;
