@@ -22,6 +22,7 @@
 using spill_test::engine_options;
 using spill_test::stash_arena;
 using spill_test::stash_settings;
+using spill_test::subcase_name;
 using spill_test::HookScope;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
@@ -100,33 +101,37 @@ TEST_CASE_FIXTURE(
     OnDevice, "accelerator: fp32 and bf16 gradients with dropout are identical in every setting") {
   if (!device) return;
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
-    CAPTURE(c10::toString(dtype));
-    Model m = model(dtype, 4);
-    const Grads reference = gpt_step(m.blocks, nullptr, m.x0);
-    for (auto backing : {spill::Backing::ram, spill::Backing::disk}) {
-      for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-        if (backing == spill::Backing::ram && io == spill::IoMode::direct) continue;
-        for (bool asynchronous : {false, true}) {
-          for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
-            for (std::uint32_t keep_last : {0u, 1u}) {
-              CAPTURE(backing == spill::Backing::ram ? "ram" : "disk");
-              CAPTURE(spill::to_string(io));
-              CAPTURE(asynchronous);
-              CAPTURE(spill::to_string(backend));
-              CAPTURE(keep_last);
-              spill::SpillArena arena =
-                  stash_arena(engine_options(dir.path(), io, backend, backing),
-                              stash_settings(asynchronous, keep_last));
-              check_step(m, reference, spill::make_arena_stash(arena), *device);
-              CHECK(arena.stats().bytes_in_use == 0);
-              CHECK(arena.stats().allocations == 4 - keep_last);
+    SUBCASE(c10::toString(dtype)) {
+      Model m = model(dtype, 4);
+      const Grads reference = gpt_step(m.blocks, nullptr, m.x0);
+      for (auto backing : {spill::Backing::ram, spill::Backing::disk}) {
+        for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+          if (backing == spill::Backing::ram && io == spill::IoMode::direct) continue;
+          for (bool asynchronous : {false, true}) {
+            for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
+              for (std::uint32_t keep_last : {0u, 1u}) {
+                const char* overlap = asynchronous ? "asynchronous" : "synchronous";
+                const std::string keep = "keep_last " + std::to_string(keep_last);
+                SUBCASE(subcase_name(backing, io, overlap, backend, keep).c_str()) {
+                  spill::SpillArena arena =
+                      stash_arena(engine_options(dir.path(), io, backend, backing),
+                                  stash_settings(asynchronous, keep_last));
+                  check_step(m, reference, spill::make_arena_stash(arena), *device);
+                  CHECK(arena.stats().bytes_in_use == 0);
+                  CHECK(arena.stats().allocations == 4 - keep_last);
+                }
+              }
             }
           }
         }
       }
+      SUBCASE("per-file stash") {
+        check_step(m, reference, spill::make_per_file_stash(dir.path()), *device);
+      }
+      SUBCASE("in-memory stash") {
+        check_step(m, reference, spill::make_in_memory_stash(), *device);
+      }
     }
-    check_step(m, reference, spill::make_per_file_stash(dir.path()), *device);
-    check_step(m, reference, spill::make_in_memory_stash(), *device);
   }
 }
 
@@ -156,22 +161,23 @@ TEST_CASE_FIXTURE(OnDevice,
   Model m = model(torch::kFloat, 6);
   const std::uint64_t spilled_bytes = 5 * m.x0.nbytes();  // keep_last 1
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-    CAPTURE(spill::to_string(io));
-    spill::SpillArena arena =
-        stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
-                    stash_settings(true, 1));
-    auto stash = spill::make_arena_stash(arena);
-    torch::Tensor x = m.x0.clone().requires_grad_(true);
-    torch::Tensor y = spill::models::run_blocks(m.blocks, stash, x);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (arena.stats().bytes_written < spilled_bytes &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    SUBCASE(subcase_name(io).c_str()) {
+      spill::SpillArena arena =
+          stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
+                      stash_settings(true, 1));
+      auto stash = spill::make_arena_stash(arena);
+      torch::Tensor x = m.x0.clone().requires_grad_(true);
+      torch::Tensor y = spill::models::run_blocks(m.blocks, stash, x);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (arena.stats().bytes_written < spilled_bytes &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      CHECK(arena.stats().bytes_written == spilled_bytes);
+      y.sum().backward();
+      CHECK(arena.stats().bytes_read == spilled_bytes);
+      CHECK(arena.stats().bytes_in_use == 0);
     }
-    CHECK(arena.stats().bytes_written == spilled_bytes);
-    y.sum().backward();
-    CHECK(arena.stats().bytes_read == spilled_bytes);
-    CHECK(arena.stats().bytes_in_use == 0);
   }
 }
 
@@ -188,16 +194,17 @@ TEST_CASE_FIXTURE(OnDevice,
   // Autocast changes the numbers, so a recomputation in full precision would be caught.
   CHECK_FALSE(torch::equal(reference.input, full_precision.input));
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-    CAPTURE(spill::to_string(io));
-    spill::SpillArena arena =
-        stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
-                    stash_settings(true, 0));
-    Grads spilled;
-    {
-      Autocast autocast(*device);
-      spilled = gpt_step(m.blocks, spill::make_arena_stash(arena), m.x0);
+    SUBCASE(subcase_name(io).c_str()) {
+      spill::SpillArena arena =
+          stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
+                      stash_settings(true, 0));
+      Grads spilled;
+      {
+        Autocast autocast(*device);
+        spilled = gpt_step(m.blocks, spill::make_arena_stash(arena), m.x0);
+      }
+      check_identical(reference, spilled);
     }
-    check_identical(reference, spilled);
   }
 }
 

@@ -6,41 +6,29 @@
 #include <thread>
 #include <vector>
 
+#include "field_count.h"
 #include "spill/core.h"
 #include "spill/process_memory.h"
 #include "test_support.h"
 
+using spill_test::options_in;
+using spill_test::pattern;
 using spill_test::ScratchDir;
-
-namespace {
-spill::ArenaOptions options_in(const std::string& dir, std::uint64_t capacity,
-                               spill::Backing backing = spill::Backing::disk) {
-  spill::ArenaOptions o;
-  o.directory = dir;
-  o.capacity_bytes = capacity;
-  o.backing = backing;
-  return o;
-}
-
-std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
-  std::vector<unsigned char> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
-  return v;
-}
-}  // namespace
 
 TEST_CASE("arena: written bytes read back equal, through read() and read_in_place()") {
   ScratchDir dir;
   for (auto backing : {spill::Backing::disk, spill::Backing::ram}) {
-    spill::SpillArena arena(options_in(dir.path(), 16 * spill::MiB, backing));
-    const auto src = pattern(3 * spill::MiB + 17, 7);
-    spill::Region r = arena.allocate(src.size());
-    arena.write(r, src.data(), src.size());
-    std::vector<unsigned char> dst(src.size());
-    arena.read(r, dst.data(), dst.size());
-    CHECK(dst == src);
-    CHECK(std::memcmp(r.read_in_place(src.size()), src.data(), src.size()) == 0);
-    CHECK(r.offset() % spill::page_size_bytes() == 0);
+    SUBCASE(spill_test::subcase_name(backing).c_str()) {
+      spill::SpillArena arena(options_in(dir.path(), 16 * spill::MiB, backing));
+      const auto src = pattern(3 * spill::MiB + 17, 7);
+      spill::Region r = arena.allocate(src.size());
+      arena.write(r, src.data(), src.size());
+      std::vector<unsigned char> dst(src.size());
+      arena.read(r, dst.data(), dst.size());
+      CHECK(dst == src);
+      CHECK(std::memcmp(r.read_in_place(src.size()), src.data(), src.size()) == 0);
+      CHECK(r.offset() % spill::page_size_bytes() == 0);
+    }
   }
 }
 
@@ -265,4 +253,9 @@ TEST_CASE("arena: automatic I/O counts the stash's host pool beside the arena") 
   o.host_pool_bytes = spill::kAutomaticHostPool;  // sized later, from what is left
   spill::SpillArena automatic_pool(o);
   CHECK(automatic_pool.stats().io_note.find("host pool") == std::string::npos);
+}
+
+TEST_CASE("arena: visit_fields names every field of ArenaOptions and ArenaStats, each once") {
+  spill_test::check_visits_every_field(spill::ArenaOptions{});
+  spill_test::check_visits_every_field(spill::ArenaStats{});
 }

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
+#include "field_count.h"
 #include "gpt_test_support.h"
 #include "spill/spill.h"
 #include "test_support.h"
@@ -329,4 +330,9 @@ TEST_CASE_FIXTURE(MiBArena,
   CHECK(torch::equal(grad_of(spill::make_arena_stash(arena)), plain));
   CHECK(arena.stats().allocations == 2);
   CHECK(arena.stats().bytes_in_use == 0);
+}
+
+TEST_CASE("checkpoint: visit_fields names every field of StashOptions and StashStats, each once") {
+  spill_test::check_visits_every_field(spill::StashOptions{});
+  spill_test::check_visits_every_field(spill::StashStats{});
 }

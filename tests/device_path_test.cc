@@ -24,6 +24,7 @@
 using spill_test::engine_options;
 using spill_test::stash_arena;
 using spill_test::stash_settings;
+using spill_test::subcase_name;
 using spill_test::HookScope;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
@@ -73,23 +74,23 @@ TEST_CASE("device path: gradients are bit-identical through the host pool in eve
     for (bool asynchronous : {false, true}) {
       for (std::uint32_t keep_last : {0u, 1u}) {
         for (auto backing : {spill::Backing::disk, spill::Backing::ram}) {
-          CAPTURE(spill::to_string(io));
-          CAPTURE(asynchronous);
-          CAPTURE(keep_last);
-          CAPTURE(spill::to_string(backing));
-          auto o = engine_options(dir.path(), io, spill::IoBackend::automatic, backing);
-          spill::SpillArena arena = stash_arena(o, stash_settings(asynchronous, keep_last));
-          auto stash = spill::make_arena_stash(arena);
-          check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
-          const spill::StashStats s = stash->stats();
-          // Asynchronous: the last inputs may still be in their copies when backward takes them
-          // back (given back as they are, not spilled).
-          if (!asynchronous) CHECK(s.inputs_spilled == 4 - keep_last);
-          CHECK(s.inputs_spilled <= 4 - keep_last);
-          CHECK(s.host_pool_bytes > 0);  // automatic (64 MiB, or RLIMIT_MEMLOCK below it)
-          CHECK_FALSE(s.host_pool_pinned);               // the CPU cannot pin: pageable
-          CHECK(s.device_bytes_held == 0);
-          CHECK(arena.stats().bytes_in_use == 0);
+          const char* overlap = asynchronous ? "asynchronous" : "synchronous";
+          const std::string keep = "keep_last " + std::to_string(keep_last);
+          SUBCASE(subcase_name(io, overlap, keep, backing).c_str()) {
+            auto o = engine_options(dir.path(), io, spill::IoBackend::automatic, backing);
+            spill::SpillArena arena = stash_arena(o, stash_settings(asynchronous, keep_last));
+            auto stash = spill::make_arena_stash(arena);
+            check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+            const spill::StashStats s = stash->stats();
+            // Asynchronous: the last inputs may still be in their copies when backward takes them
+            // back (given back as they are, not spilled).
+            if (!asynchronous) CHECK(s.inputs_spilled == 4 - keep_last);
+            CHECK(s.inputs_spilled <= 4 - keep_last);
+            CHECK(s.host_pool_bytes > 0);  // automatic (64 MiB, or RLIMIT_MEMLOCK below it)
+            CHECK_FALSE(s.host_pool_pinned);               // the CPU cannot pin: pageable
+            CHECK(s.device_bytes_held == 0);
+            CHECK(arena.stats().bytes_in_use == 0);
+          }
         }
       }
     }
@@ -102,17 +103,17 @@ TEST_CASE("device path: an input larger than the pool goes through it in pieces"
   Emulation emulation(100);
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (bool asynchronous : {false, true}) {
-      CAPTURE(spill::to_string(io));
-      CAPTURE(asynchronous);
-      auto o = engine_options(dir.path(), io, spill::IoBackend::automatic);
-      o.host_pool_bytes = 4096;  // a quarter of one input
-      spill::SpillArena arena = stash_arena(o, stash_settings(asynchronous, 0));
-      auto stash = spill::make_arena_stash(arena);
-      check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
-      const spill::StashStats s = stash->stats();
-      CHECK(s.host_pool_bytes == 4096);
-      CHECK(s.pieces == 6);  // 3 spilled, 3 restored
-      CHECK(s.peak_host_pool_bytes_in_use <= 4096);
+      SUBCASE(subcase_name(io, asynchronous ? "asynchronous" : "synchronous").c_str()) {
+        auto o = engine_options(dir.path(), io, spill::IoBackend::automatic);
+        o.host_pool_bytes = 4096;  // a quarter of one input
+        spill::SpillArena arena = stash_arena(o, stash_settings(asynchronous, 0));
+        auto stash = spill::make_arena_stash(arena);
+        check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+        const spill::StashStats s = stash->stats();
+        CHECK(s.host_pool_bytes == 4096);
+        CHECK(s.pieces == 6);  // 3 spilled, 3 restored
+        CHECK(s.peak_host_pool_bytes_in_use <= 4096);
+      }
     }
   }
 }
@@ -202,21 +203,21 @@ TEST_CASE("device path: an input changed in place during its copy or write is re
   ScratchDir dir;
   for (bool emulated : {true, false}) {
     for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-      CAPTURE(emulated);
-      CAPTURE(spill::to_string(io));
-      std::optional<Emulation> emulation;
-      if (emulated) emulation.emplace(100000, 50000);  // a 50-100 ms copy
-      HookScope slow(slow_writes(200));
-      spill::SpillArena arena =
-          stash_arena(engine_options(dir.path(), io, spill::IoBackend::thread_pool),
-                      stash_settings(true, 0));
-      auto stash = spill::make_arena_stash(arena);
-      torch::Tensor x = torch::randn({4096});
-      auto stored = stash->store(x);
-      x.add_(1);  // the copy or the write is still in flight
-      CHECK_THROWS_WITH_AS(stored->restore(), doctest::Contains("modified by an inplace"),
-                           spill::CheckpointError);
-      CHECK(arena.stats().integrity_failures == 0);  // never blamed on the disk
+      SUBCASE(subcase_name(emulated ? "accelerator input" : "CPU input", io).c_str()) {
+        std::optional<Emulation> emulation;
+        if (emulated) emulation.emplace(100000, 50000);  // a 50-100 ms copy
+        HookScope slow(slow_writes(200));
+        spill::SpillArena arena =
+            stash_arena(engine_options(dir.path(), io, spill::IoBackend::thread_pool),
+                        stash_settings(true, 0));
+        auto stash = spill::make_arena_stash(arena);
+        torch::Tensor x = torch::randn({4096});
+        auto stored = stash->store(x);
+        x.add_(1);  // the copy or the write is still in flight
+        CHECK_THROWS_WITH_AS(stored->restore(), doctest::Contains("modified by an inplace"),
+                             spill::CheckpointError);
+        CHECK(arena.stats().integrity_failures == 0);  // never blamed on the disk
+      }
     }
   }
 }
@@ -306,20 +307,22 @@ TEST_CASE("device path: out of device memory while restoring is LibTorch's OOM e
   ScratchDir dir;
   GptReference g(3, 31, {2, 16, 64});
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-    CAPTURE(spill::to_string(io));
-    // prefetch_depth 0: only restore() allocates on the device, so the fault hits it.
-    spill::SpillArena arena = stash_arena(
-        engine_options(dir.path(), io, spill::IoBackend::thread_pool), stash_settings(true, 0, 0));
-    {
-      Emulation faults(with_faults(1, false));
-      CHECK_THROWS_WITH_AS(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0),
-                           doctest::Contains("no device memory to restore the stashed"),
-                           c10::OutOfMemoryError);
+    SUBCASE(subcase_name(io).c_str()) {
+      // prefetch_depth 0: only restore() allocates on the device, so the fault hits it.
+      spill::SpillArena arena =
+          stash_arena(engine_options(dir.path(), io, spill::IoBackend::thread_pool),
+                      stash_settings(true, 0, 0));
+      {
+        Emulation faults(with_faults(1, false));
+        CHECK_THROWS_WITH_AS(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0),
+                             doctest::Contains("no device memory to restore the stashed"),
+                             c10::OutOfMemoryError);
+      }
+      check_drained(arena);
+      Emulation emulation(50);
+      check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+      check_drained(arena);
     }
-    check_drained(arena);
-    Emulation emulation(50);
-    check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
-    check_drained(arena);
   }
 }
 
@@ -348,31 +351,32 @@ TEST_CASE("device path: a write that fails in flight is spill::IoError, then exa
   ScratchDir dir;
   GptReference g(3, 33, {2, 16, 64});
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-    CAPTURE(spill::to_string(io));
-    auto failures = std::make_shared<std::atomic<int>>(1);  // the first write fails, then none
-    // Installed before the arena: its queue takes the hook when it is made.
-    HookScope fail([failures](spill::IoOp op) {
-      return op == spill::IoOp::write && failures->fetch_sub(1) > 0 ? EIO : 0;
-    });
-    spill::SpillArena arena = stash_arena(
-        engine_options(dir.path(), io, spill::IoBackend::thread_pool), stash_settings(true, 0));
-    Emulation emulation(50);
-    try {
-      // The failure surfaces at a later store (forward) or at the restore (backward). Backward
-      // first waits for the writes: an input still being copied when backward reaches it is
-      // given back as it is and never written (a loaded machine does that).
-      torch::manual_seed(1234);
-      torch::Tensor x = g.x0.clone().requires_grad_(true);
-      torch::Tensor y = spill::models::run_blocks(g.blocks, spill::make_arena_stash(arena), x);
-      (void)eventually([&] { return spill::stash_stats(arena).inputs_spilled >= 3; }, 5000);
-      y.square().mean().backward();
-      FAIL("the injected EIO was lost");
-    } catch (const spill::IoError& e) {
-      CHECK(e.error_number() == EIO);
-      CHECK(e.op() == spill::IoOp::write);
+    SUBCASE(subcase_name(io).c_str()) {
+      auto failures = std::make_shared<std::atomic<int>>(1);  // the first write fails, then none
+      // Installed before the arena: its queue takes the hook when it is made.
+      HookScope fail([failures](spill::IoOp op) {
+        return op == spill::IoOp::write && failures->fetch_sub(1) > 0 ? EIO : 0;
+      });
+      spill::SpillArena arena = stash_arena(
+          engine_options(dir.path(), io, spill::IoBackend::thread_pool), stash_settings(true, 0));
+      Emulation emulation(50);
+      try {
+        // The failure surfaces at a later store (forward) or at the restore (backward). Backward
+        // first waits for the writes: an input still being copied when backward reaches it is
+        // given back as it is and never written (a loaded machine does that).
+        torch::manual_seed(1234);
+        torch::Tensor x = g.x0.clone().requires_grad_(true);
+        torch::Tensor y = spill::models::run_blocks(g.blocks, spill::make_arena_stash(arena), x);
+        (void)eventually([&] { return spill::stash_stats(arena).inputs_spilled >= 3; }, 5000);
+        y.square().mean().backward();
+        FAIL("the injected EIO was lost");
+      } catch (const spill::IoError& e) {
+        CHECK(e.error_number() == EIO);
+        CHECK(e.op() == spill::IoOp::write);
+      }
+      check_drained(arena);
+      check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+      check_drained(arena);
     }
-    check_drained(arena);
-    check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
-    check_drained(arena);
   }
 }

@@ -21,13 +21,9 @@ using spill_test::ScratchDir;
 
 namespace {
 
-spill::ArenaOptions options_in(const std::string& dir, spill::IoMode io) {
-  spill::ArenaOptions o;
-  o.directory = dir;
-  o.capacity_bytes = spill::MiB;
-  o.io = io;
-  o.staging_bytes = spill::MiB;
-  return o;
+// A 1 MiB arena in `dir`; a 1 MiB staging pool in direct mode.
+spill::ArenaOptions small_arena_in(const std::string& dir, spill::IoMode io) {
+  return spill_test::options_in(dir, spill::MiB, io, spill::IoBackend::automatic, spill::MiB);
 }
 
 int highest_open_descriptor() {
@@ -97,8 +93,9 @@ TEST_CASE("errno: no descriptor left for the spill file is named as such, not th
     return static_cast<std::int64_t>(bytes);
   });
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-    CAPTURE(spill::to_string(io));
-    check_blames_descriptors(options_in(dir.path(), io));
+    SUBCASE(spill_test::subcase_name(io).c_str()) {
+      check_blames_descriptors(small_arena_in(dir.path(), io));
+    }
   }
   CHECK(list_dir(dir.path()).empty());
 }
@@ -107,8 +104,8 @@ TEST_CASE("errno: no descriptor left for the O_DIRECT reopen is named as such, n
   ScratchDir dir;
   {
     DescriptorsLeft one(1);  // the spill file takes it; the direct reopen finds none
-    check_blames_descriptors(options_in(dir.path(), spill::IoMode::direct));
+    check_blames_descriptors(small_arena_in(dir.path(), spill::IoMode::direct));
   }
   CHECK(list_dir(dir.path()).empty());
-  spill::SpillArena works(options_in(dir.path(), spill::IoMode::buffered));  // limits restored
+  spill::SpillArena works(small_arena_in(dir.path(), spill::IoMode::buffered));  // limits restored
 }

@@ -31,6 +31,7 @@
 using spill::testing::FaultSite;
 using spill_test::Deadline;
 using spill_test::FaultScope;
+using spill_test::pattern;
 using spill_test::ScratchDir;
 
 namespace {
@@ -58,14 +59,8 @@ std::vector<Setup> setups() {
           {spill::IoMode::direct, spill::IoBackend::io_uring}};
 }
 
-spill::ArenaOptions options_in(const std::string& dir, const Setup& s) {
-  spill::ArenaOptions o;
-  o.directory = dir;
-  o.capacity_bytes = 64 * spill::MiB;
-  o.io = s.mode;
-  o.io_backend = s.backend;
-  o.staging_bytes = 4 * spill::MiB;
-  return o;
+spill::ArenaOptions setup_options(const std::string& dir, const Setup& s) {
+  return spill_test::options_in(dir, 64 * spill::MiB, s.mode, s.backend, 4 * spill::MiB);
 }
 
 // The arena of a setup, or nothing (with the reason) where io_uring cannot be set up here.
@@ -79,36 +74,33 @@ std::optional<spill::SpillArena> arena_or_skip(const spill::ArenaOptions& o, con
 }
 
 std::optional<spill::SpillArena> arena_for(const std::string& dir, const Setup& s) {
-  return arena_or_skip(options_in(dir, s), s);
+  return arena_or_skip(setup_options(dir, s), s);
 }
 
 using OptionsFor = spill::ArenaOptions (*)(const std::string& dir, const Setup& s);
 
-// Runs `body(setup, arena)` for every setup, each with a fresh arena of `options(dir, setup)`;
-// setups this machine cannot serve (no io_uring) are skipped with the reason.
+// Runs `body(setup, arena)` for every setup, each in a subcase of its own with a fresh arena of
+// `options(dir, setup)`; setups this machine cannot serve (no io_uring) are skipped with the
+// reason.
 template <class Body>
 void for_each_setup(const std::string& dir, OptionsFor options, Body body) {
   for (const Setup& s : setups()) {
-    const std::string setup = name(s);
-    CAPTURE(setup);
-    if (auto arena = arena_or_skip(options(dir, s), s)) body(s, *arena);
+    SUBCASE(name(s).c_str()) {
+      if (auto arena = arena_or_skip(options(dir, s), s)) body(s, *arena);
+    }
   }
 }
 
-// Runs `body(arena, error)` for EIO and ENOSPC in every setup, each with a fresh arena.
+// Runs `body(arena, error)` for EIO and ENOSPC in every setup, each in a subcase of its own with
+// a fresh arena.
 template <class Body>
 void for_each_setup_and_error(const std::string& dir, OptionsFor options, Body body) {
   for (int error : {EIO, ENOSPC}) {
-    CAPTURE(error);
-    auto with_error = [&](const Setup&, spill::SpillArena& arena) { body(arena, error); };
-    for_each_setup(dir, options, with_error);
+    SUBCASE(spill_test::errno_name(error).c_str()) {
+      auto with_error = [&](const Setup&, spill::SpillArena& arena) { body(arena, error); };
+      for_each_setup(dir, options, with_error);
+    }
   }
-}
-
-std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
-  std::vector<unsigned char> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
-  return v;
 }
 
 std::uint64_t round_up(std::uint64_t bytes, std::uint64_t unit) {
@@ -238,7 +230,7 @@ TEST_CASE("faults: pwrite and pread moving one byte per call still round-trip (s
 TEST_CASE("faults: short counts in both backends and modes are completed and round-trip") {
   ScratchDir dir;
   Deadline deadline("queued short counts", kDeadlineSeconds);
-  for_each_setup(dir.path(), options_in, [&](const Setup& s, spill::SpillArena& arena) {
+  for_each_setup(dir.path(), setup_options, [&](const Setup& s, spill::SpillArena& arena) {
     const std::uint64_t unit = s.mode == spill::IoMode::direct ? arena.io_alignment() : 1;
     for (std::size_t bytes : {std::size_t{1}, spill::page_size_bytes() + 1, 9 * spill::MiB + 13}) {
       CAPTURE(bytes);
@@ -292,7 +284,7 @@ TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endl
     CHECK_THROWS_WITH_AS(r.read(dst.data(), dst.size()), doctest::Contains("read of 8192"),
                          spill::IoError);
   }
-  for_each_setup(dir.path(), options_in, [&](const Setup&, spill::SpillArena& arena) {
+  for_each_setup(dir.path(), setup_options, [&](const Setup&, spill::SpillArena& arena) {
     spill::Region r = arena.allocate(src.size());
     r.write_async(src.data(), src.size()).wait();
     {
@@ -315,33 +307,35 @@ TEST_CASE("faults: EIO and ENOSPC of the synchronous pwrite and pread are typed 
   REQUIRE(arena);
   const auto src = pattern(3 * spill::page_size_bytes(), 1);
   for (int error : {EIO, ENOSPC}) {
-    CAPTURE(error);
-    spill::Region r = arena->allocate(src.size());  // a fresh one: a failed read lasts until freed
-    r.write(src.data(), src.size());
-    r.drop_cached_pages();
-    {
-      FaultScope fail(failing(spill_test::is_write, error));
-      const spill::IoError e =
-          expect_io_error([&] { r.write(src.data(), src.size()); }, kWriteLost);
+    SUBCASE(spill_test::errno_name(error).c_str()) {
+      // A fresh region: a failed read lasts until its region is freed.
+      spill::Region r = arena->allocate(src.size());
+      r.write(src.data(), src.size());
+      r.drop_cached_pages();
+      {
+        FaultScope fail(failing(spill_test::is_write, error));
+        const spill::IoError e =
+            expect_io_error([&] { r.write(src.data(), src.size()); }, kWriteLost);
+        CHECK(e.error_number() == error);
+        CHECK(e.op() == spill::IoOp::write);
+        CHECK(e.offset() == r.offset());
+        CHECK(e.bytes() == src.size());
+      }
+      FaultScope fail(failing(spill_test::is_read, error));
+      std::vector<unsigned char> dst(src.size());
+      const spill::IoError e = expect_io_error([&] { r.read(dst.data(), dst.size()); }, kReadLost);
       CHECK(e.error_number() == error);
-      CHECK(e.op() == spill::IoOp::write);
+      CHECK(e.op() == spill::IoOp::read);
       CHECK(e.offset() == r.offset());
       CHECK(e.bytes() == src.size());
     }
-    FaultScope fail(failing(spill_test::is_read, error));
-    std::vector<unsigned char> dst(src.size());
-    const spill::IoError e = expect_io_error([&] { r.read(dst.data(), dst.size()); }, kReadLost);
-    CHECK(e.error_number() == error);
-    CHECK(e.op() == spill::IoOp::read);
-    CHECK(e.offset() == r.offset());
-    CHECK(e.bytes() == src.size());
   }
 }
 
 TEST_CASE("faults: EIO and ENOSPC on write surface as IoError in every backend and mode") {
   ScratchDir dir;
   Deadline deadline("write errors", kDeadlineSeconds);
-  for_each_setup_and_error(dir.path(), options_in, [](spill::SpillArena& arena, int error) {
+  for_each_setup_and_error(dir.path(), setup_options, [](spill::SpillArena& arena, int error) {
     const auto src = pattern(spill::MiB + 7, 2);
     FaultScope fail(failing(spill_test::is_write, error));
     {
@@ -366,7 +360,7 @@ TEST_CASE("faults: EIO and ENOSPC on write surface as IoError in every backend a
 TEST_CASE("faults: EIO and ENOSPC on read surface as IoError in every backend and mode") {
   ScratchDir dir;
   Deadline deadline("read errors", kDeadlineSeconds);
-  for_each_setup_and_error(dir.path(), options_in, [](spill::SpillArena& arena, int error) {
+  for_each_setup_and_error(dir.path(), setup_options, [](spill::SpillArena& arena, int error) {
     const auto src = pattern(spill::MiB + 7, 4);
     spill::Region r = arena.allocate(src.size());
     r.write(src.data(), src.size());
@@ -409,7 +403,7 @@ TEST_CASE("faults: a failed read returns only after every piece of it finished")
 TEST_CASE("faults: once the fault is gone, regions are freed, allocated and written again") {
   ScratchDir dir;
   Deadline deadline("recovery", kDeadlineSeconds);
-  for_each_setup(dir.path(), options_in, [&](const Setup&, spill::SpillArena& arena) {
+  for_each_setup(dir.path(), setup_options, [&](const Setup&, spill::SpillArena& arena) {
     const auto src = pattern(2 * spill::MiB + 9, 8);
     std::uint64_t failed_offset = 0;
     {
@@ -447,7 +441,7 @@ TEST_CASE("faults: once the fault is gone, regions are freed, allocated and writ
 namespace {
 
 spill::ArenaOptions step_options(const std::string& dir, const Setup& s) {
-  spill::ArenaOptions o = options_in(dir, s);
+  spill::ArenaOptions o = setup_options(dir, s);
   o.capacity_bytes = 16 * spill::MiB;
   o.staging_bytes = spill::MiB;
   return o;

@@ -29,6 +29,7 @@
 
 using spill_test::Deadline;
 using spill_test::HookScope;
+using spill_test::pattern;
 using spill_test::ScratchDir;
 
 namespace {
@@ -37,12 +38,6 @@ constexpr std::uint64_t kBytes = 8 * spill::MiB;  // two of the engine's pieces
 constexpr std::uint64_t kInFlightBytes = spill::MiB;  // one staging slot in direct mode
 constexpr int kChildDeadlineSeconds = 20;
 constexpr int kParentDeadlineSeconds = 60;
-
-std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
-  std::vector<unsigned char> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
-  return v;
-}
 
 // What the parent made before fork(). Static, so a child that ends with exit() runs its
 // destructors (the arena's last reference included); reset at the end of each case.
@@ -293,10 +288,12 @@ void child_ends_with_exit(spill::IoBackend backend) {
 
 void child_destroys_inherited(spill::IoBackend backend) {
   for (spill::IoMode mode : kModes) {
-    fork_and_check(backend, mode, true, Ending::underscore_exit, [] {
-      inherited.reset();
-      return kOk;
-    });
+    SUBCASE(spill_test::subcase_name(mode).c_str()) {
+      fork_and_check(backend, mode, true, Ending::underscore_exit, [] {
+        inherited.reset();
+        return kOk;
+      });
+    }
   }
 }
 
@@ -305,8 +302,10 @@ void child_uses_inherited(spill::IoBackend backend) {
   const pid_t parent = getpid();
   const std::string dir = own_dir.path();
   for (spill::IoMode mode : kModes) {
-    fork_and_check(backend, mode, true, Ending::underscore_exit,
-                   [&] { return use_inherited(backend, mode, dir, parent); });
+    SUBCASE(spill_test::subcase_name(mode).c_str()) {
+      fork_and_check(backend, mode, true, Ending::underscore_exit,
+                     [&] { return use_inherited(backend, mode, dir, parent); });
+    }
   }
 }
 

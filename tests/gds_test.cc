@@ -167,12 +167,6 @@ struct FakeScope {
   std::shared_ptr<GdsDriver> driver() { return std::make_shared<GdsDriver>(fake_api(), "fake"); }
 };
 
-std::vector<char> pattern(std::size_t bytes, int seed) {
-  std::vector<char> v(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<char>((i * 31 + seed) & 0xff);
-  return v;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -385,7 +379,7 @@ TEST_CASE("gds: unaligned offsets and sizes are InvalidArgumentError before any 
 
 TEST_CASE("gds: short counts are continued until every byte moved") {
   FakeScope f;
-  const std::vector<char> src = pattern(4 * kPage, 7);
+  const std::vector<char> src = spill_test::pattern<char>(4 * kPage, 7);
   GdsFile file(f.driver(), 3);
   file.register_buffer(const_cast<char*>(src.data()), src.size());
   f.state.answers = {static_cast<std::int64_t>(kPage), 100, 3 * kPage - 100};

@@ -21,11 +21,8 @@ namespace spill_test::gpt {
 inline spill::SpillArena make_arena(const std::string& dir, std::uint64_t capacity,
                                     spill::Backing backing = spill::Backing::disk,
                                     spill::IoMode io = spill::IoMode::buffered) {
-  spill::ArenaOptions o;
-  o.directory = dir;
-  o.capacity_bytes = capacity;
+  spill::ArenaOptions o = options_in(dir, capacity, io);
   o.backing = backing;
-  o.io = io;
   spill::SpillArena arena(o);
   spill::StashOptions every_input;
   every_input.keep_last = 0;
@@ -88,13 +85,13 @@ void steps_under_random_delays(const std::string& dir, Step step) {
   HookScope jitter(random_delays(7, 3000));
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
-      CAPTURE(spill::to_string(io));
-      CAPTURE(spill::to_string(backend));
-      spill::SpillArena arena(engine_options(dir, io, backend));  // default stash options
-      auto stash = spill::make_arena_stash(arena);
-      for (int i = 0; i < 12; ++i) step(stash);
-      CHECK(arena.stats().bytes_in_use == 0);
-      CHECK(arena.stats().live_regions == 0);
+      SUBCASE(subcase_name(io, backend).c_str()) {
+        spill::SpillArena arena(engine_options(dir, io, backend));  // default stash options
+        auto stash = spill::make_arena_stash(arena);
+        for (int i = 0; i < 12; ++i) step(stash);
+        CHECK(arena.stats().bytes_in_use == 0);
+        CHECK(arena.stats().live_regions == 0);
+      }
     }
   }
 }

@@ -18,24 +18,17 @@
 #include "gpt_test_support.h"
 #include "test_support.h"
 
+using spill_test::pattern;
 using spill_test::ScratchDir;
 using spill_test::truncate_spill_file;
-namespace fs = std::filesystem;
 
 namespace {
 
-spill::ArenaOptions options_in(const std::string& dir, spill::IoMode io = spill::IoMode::buffered,
-                               spill::IoBackend backend = spill::IoBackend::thread_pool) {
-  spill::ArenaOptions o = spill_test::engine_options(dir, io, backend);
-  o.capacity_bytes = 64 * spill::MiB;
-  o.staging_bytes = 4 * spill::MiB;
-  return o;
-}
-
-std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
-  std::vector<unsigned char> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
-  return v;
+// 64 MiB with a 4 MiB staging pool.
+spill::ArenaOptions arena_options(const std::string& dir,
+                                  spill::IoMode io = spill::IoMode::buffered,
+                                  spill::IoBackend backend = spill::IoBackend::thread_pool) {
+  return spill_test::options_in(dir, 64 * spill::MiB, io, backend, 4 * spill::MiB);
 }
 
 // The arena's spill file, opened once more: its name is gone, but a descriptor of this process
@@ -43,15 +36,8 @@ std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
 // stray process, or a disk returning wrong bytes, would do.
 class FileBehindTheArena {
  public:
-  explicit FileBehindTheArena(const std::string& dir) {
-    for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
-      std::error_code ec;
-      const std::string target = fs::read_symlink(entry.path(), ec).string();
-      if (ec || target.rfind(dir + "/", 0) != 0) continue;
-      fd_ = ::open(entry.path().c_str(), O_RDWR | O_CLOEXEC);
-      if (fd_ >= 0) return;
-    }
-    FAIL("no descriptor of this process refers to a file in " << dir);
+  explicit FileBehindTheArena(const std::string& dir) : fd_(spill_test::reopen_spill_file(dir)) {
+    if (fd_ < 0) FAIL("no descriptor of this process refers to a file in " << dir);
   }
   ~FileBehindTheArena() {
     if (fd_ >= 0) ::close(fd_);
@@ -139,29 +125,29 @@ TEST_CASE("integrity: an unmodified spill file verifies cleanly through every re
   ScratchDir dir;
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (auto backend : backends()) {
-      CAPTURE(std::string(spill::to_string(io)));
-      CAPTURE(std::string(spill::to_string(backend)));
-      auto arena = arena_or_skip(options_in(dir.path(), io, backend));
-      if (!arena) continue;
-      const std::size_t n = 9 * spill::MiB + 13;  // several pieces and an unaligned tail
-      const auto src = pattern(n, 1);
-      spill::Region a = arena->allocate(n);
-      spill::Region b = arena->allocate(n);
-      a.write(src.data(), n);
-      b.write_async(src.data(), n).wait();
-      std::vector<unsigned char> dst(n);
-      AlignedBuffer aligned(n);
-      a.read(dst.data(), n);
-      CHECK(dst == src);
-      b.read_async(dst.data(), n).wait();
-      CHECK(dst == src);
-      a.read_async(aligned.data, n).wait();
-      CHECK(std::memcmp(aligned.data, src.data(), n) == 0);
-      CHECK(std::memcmp(b.read_in_place(n), src.data(), n) == 0);
-      const spill::ArenaStats s = arena->stats();
-      CHECK(s.bytes_verified == 4 * n);
-      CHECK(s.bytes_hashed == 6 * n);  // two writes, four reads
-      CHECK(s.integrity_failures == 0);
+      SUBCASE(spill_test::subcase_name(io, backend).c_str()) {
+        auto arena = arena_or_skip(arena_options(dir.path(), io, backend));
+        if (!arena) continue;
+        const std::size_t n = 9 * spill::MiB + 13;  // several pieces and an unaligned tail
+        const auto src = pattern(n, 1);
+        spill::Region a = arena->allocate(n);
+        spill::Region b = arena->allocate(n);
+        a.write(src.data(), n);
+        b.write_async(src.data(), n).wait();
+        std::vector<unsigned char> dst(n);
+        AlignedBuffer aligned(n);
+        a.read(dst.data(), n);
+        CHECK(dst == src);
+        b.read_async(dst.data(), n).wait();
+        CHECK(dst == src);
+        a.read_async(aligned.data, n).wait();
+        CHECK(std::memcmp(aligned.data, src.data(), n) == 0);
+        CHECK(std::memcmp(b.read_in_place(n), src.data(), n) == 0);
+        const spill::ArenaStats s = arena->stats();
+        CHECK(s.bytes_verified == 4 * n);
+        CHECK(s.bytes_hashed == 6 * n);  // two writes, four reads
+        CHECK(s.integrity_failures == 0);
+      }
     }
   }
 }
@@ -171,21 +157,21 @@ TEST_CASE(
   ScratchDir dir;
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (bool evicted : {false, true}) {  // buffered: a resident copy, or a read from the disk
-      CAPTURE(std::string(spill::to_string(io)));
-      CAPTURE(evicted);
-      spill::SpillArena arena(options_in(dir.path(), io));
-      const std::size_t n = 3 * spill::MiB + 17;
-      CorruptedRegion c(arena, dir.path(), n);
-      if (evicted) c.region.drop_cached_pages();
-      std::vector<unsigned char> dst(n);
-      try {
-        c.region.read(dst.data(), n);
-        FAIL("the changed byte was read back without an error");
-      } catch (const spill::IntegrityError& e) {
-        check_names_region(e, c.region, c.changed);
+      SUBCASE(spill_test::subcase_name(io, evicted ? "evicted" : "resident").c_str()) {
+        spill::SpillArena arena(arena_options(dir.path(), io));
+        const std::size_t n = 3 * spill::MiB + 17;
+        CorruptedRegion c(arena, dir.path(), n);
+        if (evicted) c.region.drop_cached_pages();
+        std::vector<unsigned char> dst(n);
+        try {
+          c.region.read(dst.data(), n);
+          FAIL("the changed byte was read back without an error");
+        } catch (const spill::IntegrityError& e) {
+          check_names_region(e, c.region, c.changed);
+        }
+        CHECK(arena.stats().integrity_failures == 1);
+        CHECK(arena.stats().bytes_verified == 0);
       }
-      CHECK(arena.stats().integrity_failures == 1);
-      CHECK(arena.stats().bytes_verified == 0);
     }
   }
 }
@@ -195,28 +181,28 @@ TEST_CASE("integrity: an asynchronous read of changed bytes fails its Pending::w
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (auto backend : backends()) {
       for (bool aligned_destination : {false, true}) {  // direct: staged, or straight to memory
-        CAPTURE(std::string(spill::to_string(io)));
-        CAPTURE(std::string(spill::to_string(backend)));
-        CAPTURE(aligned_destination);
-        auto arena = arena_or_skip(options_in(dir.path(), io, backend));
-        if (!arena) continue;
-        const std::size_t n = 9 * spill::MiB + 13;
-        CorruptedRegion c(*arena, dir.path(), n);
-        std::vector<unsigned char> unaligned(n);
-        AlignedBuffer aligned(n);
-        unsigned char* dst = aligned_destination ? aligned.data : unaligned.data();
-        spill::Pending p;
-        REQUIRE_NOTHROW(p = c.region.read_async(dst, n));  // queued: nothing known yet
-        // The check ran before the Pending was ready; its error waits for this thread.
-        try {
-          p.wait();
-          FAIL("the changed byte was read back without an error");
-        } catch (const spill::IntegrityError& e) {
-          check_names_region(e, c.region, c.changed);
+        const char* destination = aligned_destination ? "aligned" : "unaligned";
+        SUBCASE(spill_test::subcase_name(io, backend, destination).c_str()) {
+          auto arena = arena_or_skip(arena_options(dir.path(), io, backend));
+          if (!arena) continue;
+          const std::size_t n = 9 * spill::MiB + 13;
+          CorruptedRegion c(*arena, dir.path(), n);
+          std::vector<unsigned char> unaligned(n);
+          AlignedBuffer aligned(n);
+          unsigned char* dst = aligned_destination ? aligned.data : unaligned.data();
+          spill::Pending p;
+          REQUIRE_NOTHROW(p = c.region.read_async(dst, n));  // queued: nothing known yet
+          // The check ran before the Pending was ready; its error waits for this thread.
+          try {
+            p.wait();
+            FAIL("the changed byte was read back without an error");
+          } catch (const spill::IntegrityError& e) {
+            check_names_region(e, c.region, c.changed);
+          }
+          CHECK(p.ready());
+          CHECK_THROWS_AS(p.wait(), spill::IntegrityError);  // every wait says so
+          CHECK(arena->stats().integrity_failures == 1);
         }
-        CHECK(p.ready());
-        CHECK_THROWS_AS(p.wait(), spill::IntegrityError);  // every wait says so
-        CHECK(arena->stats().integrity_failures == 1);
       }
     }
   }
@@ -224,7 +210,7 @@ TEST_CASE("integrity: an asynchronous read of changed bytes fails its Pending::w
 
 TEST_CASE("integrity: read_in_place of changed bytes throws instead of handing them out") {
   ScratchDir dir;
-  spill::SpillArena arena(options_in(dir.path()));
+  spill::SpillArena arena(arena_options(dir.path()));
   const std::size_t n = spill::MiB + 5;
   CorruptedRegion c(arena, dir.path(), n);
   try {
@@ -236,7 +222,7 @@ TEST_CASE("integrity: read_in_place of changed bytes throws instead of handing t
 }
 
 TEST_CASE("integrity: the RAM backing checks its reads too") {
-  spill::ArenaOptions o = options_in("");
+  spill::ArenaOptions o = arena_options("");
   o.backing = spill::Backing::ram;
   spill::SpillArena arena(o);
   const auto src = pattern(8192, 5);
@@ -254,30 +240,30 @@ TEST_CASE(
   ScratchDir dir;
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
-      CAPTURE(std::string(spill::to_string(io)));
-      CAPTURE(std::string(spill::to_string(backend)));
-      spill::ArenaOptions o = options_in(dir.path(), io, backend);
-      spill::SpillArena arena(o);
-      spill::StashOptions sync;
-      sync.keep_last = 0;         // every input spilled
-      sync.asynchronous = false;  // ... and written before forward returns
-      spill::set_stash_options(arena, sync);
-      auto blocks = gpt_blocks(3);
-      for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
-      torch::Tensor x = torch::randn({2, 16, 64}).requires_grad_(true);
-      torch::Tensor loss =
-          spill::models::run_blocks(blocks, spill::make_arena_stash(arena), x).square().mean();
-      const std::uint64_t spilled = arena.stats().high_water_bytes;
-      REQUIRE(spilled > 0);
-      {
-        FileBehindTheArena file(dir.path());
-        const std::uint64_t page = spill::page_size_bytes();
-        for (std::uint64_t at = 0; at < spilled; at += page) file.flip(at);  // every region
+      SUBCASE(spill_test::subcase_name(io, backend).c_str()) {
+        spill::ArenaOptions o = arena_options(dir.path(), io, backend);
+        spill::SpillArena arena(o);
+        spill::StashOptions sync;
+        sync.keep_last = 0;         // every input spilled
+        sync.asynchronous = false;  // ... and written before forward returns
+        spill::set_stash_options(arena, sync);
+        auto blocks = gpt_blocks(3);
+        for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
+        torch::Tensor x = torch::randn({2, 16, 64}).requires_grad_(true);
+        torch::Tensor loss =
+            spill::models::run_blocks(blocks, spill::make_arena_stash(arena), x).square().mean();
+        const std::uint64_t spilled = arena.stats().high_water_bytes;
+        REQUIRE(spilled > 0);
+        {
+          FileBehindTheArena file(dir.path());
+          const std::uint64_t page = spill::page_size_bytes();
+          for (std::uint64_t at = 0; at < spilled; at += page) file.flip(at);  // every region
+        }
+        CHECK_THROWS_AS(loss.backward(), spill::IntegrityError);
+        CHECK_FALSE(x.grad().defined());
+        for (auto& p : blocks->parameters()) CHECK_FALSE(p.grad().defined());
+        CHECK(arena.stats().integrity_failures >= 1);
       }
-      CHECK_THROWS_AS(loss.backward(), spill::IntegrityError);
-      CHECK_FALSE(x.grad().defined());
-      for (auto& p : blocks->parameters()) CHECK_FALSE(p.grad().defined());
-      CHECK(arena.stats().integrity_failures >= 1);
     }
   }
 }
@@ -289,33 +275,34 @@ TEST_CASE("integrity: a spill file cut during backward is spill::IoError, never 
   using namespace spill_test::gpt;
   ScratchDir dir;
   for (bool verify : {true, false}) {
-    CAPTURE(verify);
-    spill::ArenaOptions o = options_in(dir.path(), spill::IoMode::buffered,
-                                       spill::IoBackend::thread_pool);
-    o.verify_integrity = verify;
-    spill::SpillArena arena(o);
-    spill::StashOptions every_input;
-    every_input.keep_last = 0;
-    auto stash = spill::make_arena_stash(arena, every_input);
-    bool cut = false;
-    auto layer = [&](const torch::Tensor& h) {
-      if (torch::GradMode::is_enabled() && !cut) {  // the first recomputation, in backward
-        truncate_spill_file(dir.path(), 0);
-        cut = true;
-      }
-      return torch::tanh(h) * 1.5;
-    };
-    torch::Tensor x = torch::randn({256, 256}).requires_grad_(true);
-    torch::Tensor h = x;
-    for (int i = 0; i < 4; ++i) h = spill::checkpoint(*stash, layer, h);
-    CHECK_THROWS_AS(h.sum().backward(), spill::IoError);
-    CHECK(cut);
+    SUBCASE(verify ? "verify_integrity" : "no verify_integrity") {
+      spill::ArenaOptions o =
+          arena_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::thread_pool);
+      o.verify_integrity = verify;
+      spill::SpillArena arena(o);
+      spill::StashOptions every_input;
+      every_input.keep_last = 0;
+      auto stash = spill::make_arena_stash(arena, every_input);
+      bool cut = false;
+      auto layer = [&](const torch::Tensor& h) {
+        if (torch::GradMode::is_enabled() && !cut) {  // the first recomputation, in backward
+          truncate_spill_file(dir.path(), 0);
+          cut = true;
+        }
+        return torch::tanh(h) * 1.5;
+      };
+      torch::Tensor x = torch::randn({256, 256}).requires_grad_(true);
+      torch::Tensor h = x;
+      for (int i = 0; i < 4; ++i) h = spill::checkpoint(*stash, layer, h);
+      CHECK_THROWS_AS(h.sum().backward(), spill::IoError);
+      CHECK(cut);
+    }
   }
 }
 
 TEST_CASE("integrity: with verify_integrity off nothing is hashed and changed bytes come back") {
   ScratchDir dir;
-  spill::ArenaOptions o = options_in(dir.path());
+  spill::ArenaOptions o = arena_options(dir.path());
   o.verify_integrity = false;
   spill::SpillArena arena(o);
   const std::size_t n = spill::MiB;
@@ -332,7 +319,7 @@ TEST_CASE("integrity: with verify_integrity off nothing is hashed and changed by
 
 TEST_CASE("integrity: a hash covers one write; a read checks the writes it covers whole") {
   ScratchDir dir;
-  spill::SpillArena arena(options_in(dir.path()));
+  spill::SpillArena arena(arena_options(dir.path()));
   const std::uint64_t page = spill::page_size_bytes();
   spill::Region r = arena.allocate(16 * page);
   const auto a = pattern(page, 1);  // a page written at 0
@@ -370,7 +357,7 @@ TEST_CASE("integrity: a hash covers one write; a read checks the writes it cover
 
 TEST_CASE("integrity: a freed region's hashes go with it") {
   ScratchDir dir;
-  spill::SpillArena arena(options_in(dir.path()));
+  spill::SpillArena arena(arena_options(dir.path()));
   const std::uint64_t page = spill::page_size_bytes();
   const auto src = pattern(2 * page, 9);
   std::uint64_t offset = 0;
@@ -390,7 +377,7 @@ TEST_CASE("integrity: a freed region's hashes go with it") {
 
 TEST_CASE("integrity: a read covering whole 4 MiB chunks of a larger write checks them") {
   ScratchDir dir;
-  spill::SpillArena arena(options_in(dir.path()));
+  spill::SpillArena arena(arena_options(dir.path()));
   const std::size_t n = 9 * spill::MiB + 13;
   const auto src = pattern(n, 4);
   spill::Region r = arena.allocate(n);
@@ -416,27 +403,28 @@ TEST_CASE("integrity: chunks split between pieces are hashed and checked after t
   // aligned read of 9 MiB + 5000 bytes: its last chunk straddles an O_DIRECT piece and the
   // unaligned tail read through staging.
   for (auto backend : backends()) {
-    CAPTURE(std::string(spill::to_string(backend)));
-    spill::ArenaOptions o = options_in(dir.path(), spill::IoMode::direct, backend);
-    o.staging_bytes = spill::MiB;
-    auto arena = arena_or_skip(o);
-    if (!arena) continue;
-    const std::size_t n = 9 * spill::MiB + 5000;
-    CorruptedRegion c(*arena, dir.path(), n, 8 * spill::MiB + 10);
-    AlignedBuffer dst(n);
-    try {
+    SUBCASE(spill_test::subcase_name(backend).c_str()) {
+      spill::ArenaOptions o = arena_options(dir.path(), spill::IoMode::direct, backend);
+      o.staging_bytes = spill::MiB;
+      auto arena = arena_or_skip(o);
+      if (!arena) continue;
+      const std::size_t n = 9 * spill::MiB + 5000;
+      CorruptedRegion c(*arena, dir.path(), n, 8 * spill::MiB + 10);
+      AlignedBuffer dst(n);
+      try {
+        c.region.read_async(dst.data, n).wait();
+        FAIL("the changed byte was read back without an error");
+      } catch (const spill::IntegrityError& e) {
+        check_names_region(e, c.region, c.changed);
+        CHECK(e.offset_in_region() == 8 * spill::MiB);
+        CHECK(e.bytes() == spill::MiB + 5000);
+      }
+      c.region.write(c.src.data(), n);  // rewritten: its new hashes match
+      const std::uint64_t verified = arena->stats().bytes_verified;
       c.region.read_async(dst.data, n).wait();
-      FAIL("the changed byte was read back without an error");
-    } catch (const spill::IntegrityError& e) {
-      check_names_region(e, c.region, c.changed);
-      CHECK(e.offset_in_region() == 8 * spill::MiB);
-      CHECK(e.bytes() == spill::MiB + 5000);
+      CHECK(std::memcmp(dst.data, c.src.data(), n) == 0);
+      CHECK(arena->stats().bytes_verified == verified + n);
     }
-    c.region.write(c.src.data(), n);  // rewritten: its new hashes match
-    const std::uint64_t verified = arena->stats().bytes_verified;
-    c.region.read_async(dst.data, n).wait();
-    CHECK(std::memcmp(dst.data, c.src.data(), n) == 0);
-    CHECK(arena->stats().bytes_verified == verified + n);
   }
 }
 
@@ -447,39 +435,39 @@ TEST_CASE("integrity: a write off the chunk grid, hashed slice by slice, verifie
   ScratchDir dir;
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (std::uint64_t staging : {spill::MiB, 4 * spill::MiB}) {
-      CAPTURE(std::string(spill::to_string(io)));
-      CAPTURE(staging);
-      spill::ArenaOptions o = options_in(dir.path(), io);
-      o.staging_bytes = staging;
-      spill::SpillArena arena(o);
-      spill::Region r = arena.allocate(12 * spill::MiB);
-      const std::uint64_t at = 3 * spill::MiB + spill::page_size_bytes();  // chunks: 3 partial
-      const std::size_t n = 6 * spill::MiB + 777;
-      const auto src = pattern(n, 6);
-      r.write(src.data(), n, at);
-      CHECK(arena.stats().bytes_hashed == n);
-      std::vector<unsigned char> dst(n);
-      r.read(dst.data(), n, at);
-      CHECK(dst == src);
-      std::vector<unsigned char> prefix(at + n);  // from the region's start: covers the write
-      r.read_async(prefix.data(), prefix.size()).wait();
-      CHECK(std::memcmp(prefix.data() + at, src.data(), n) == 0);
-      std::uint64_t reads = 2;
-      if (io == spill::IoMode::buffered) {
-        CHECK(std::memcmp(static_cast<const unsigned char*>(r.read_in_place(r.size())) + at,
-                          src.data(), n) == 0);
-        ++reads;
-      }
-      CHECK(arena.stats().bytes_verified == reads * n);
-      CHECK(arena.stats().integrity_failures == 0);
-
-      FileBehindTheArena(dir.path()).flip(r.offset() + 4 * spill::MiB + 123456);
-      try {
+      SUBCASE(spill_test::subcase_name(io, "staging " + std::to_string(staging)).c_str()) {
+        spill::ArenaOptions o = arena_options(dir.path(), io);
+        o.staging_bytes = staging;
+        spill::SpillArena arena(o);
+        spill::Region r = arena.allocate(12 * spill::MiB);
+        const std::uint64_t at = 3 * spill::MiB + spill::page_size_bytes();  // chunks: 3 partial
+        const std::size_t n = 6 * spill::MiB + 777;
+        const auto src = pattern(n, 6);
+        r.write(src.data(), n, at);
+        CHECK(arena.stats().bytes_hashed == n);
+        std::vector<unsigned char> dst(n);
         r.read(dst.data(), n, at);
-        FAIL("the changed byte was read back without an error");
-      } catch (const spill::IntegrityError& e) {
-        CHECK(e.offset_in_region() == 4 * spill::MiB);
-        CHECK(e.bytes() == 4 * spill::MiB);
+        CHECK(dst == src);
+        std::vector<unsigned char> prefix(at + n);  // from the region's start: covers the write
+        r.read_async(prefix.data(), prefix.size()).wait();
+        CHECK(std::memcmp(prefix.data() + at, src.data(), n) == 0);
+        std::uint64_t reads = 2;
+        if (io == spill::IoMode::buffered) {
+          CHECK(std::memcmp(static_cast<const unsigned char*>(r.read_in_place(r.size())) + at,
+                            src.data(), n) == 0);
+          ++reads;
+        }
+        CHECK(arena.stats().bytes_verified == reads * n);
+        CHECK(arena.stats().integrity_failures == 0);
+
+        FileBehindTheArena(dir.path()).flip(r.offset() + 4 * spill::MiB + 123456);
+        try {
+          r.read(dst.data(), n, at);
+          FAIL("the changed byte was read back without an error");
+        } catch (const spill::IntegrityError& e) {
+          CHECK(e.offset_in_region() == 4 * spill::MiB);
+          CHECK(e.bytes() == 4 * spill::MiB);
+        }
       }
     }
   }

@@ -19,17 +19,12 @@
 #include "spill/sizing.h"
 #include "test_support.h"
 
+using spill_test::pattern;
 using spill_test::ScratchDir;
 using spill_test::truncate_spill_file;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
-  std::vector<unsigned char> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
-  return v;
-}
 
 spill::ArenaOptions buffered_in(const std::string& dir, bool verify) {
   spill::ArenaOptions o =
@@ -117,47 +112,49 @@ TEST_CASE("mapping: a SIGBUS inside a guarded read is EIO; outside, the earlier 
 
 TEST_CASE("mapping: read_in_place of a truncated spill file throws IoError, not SIGBUS") {
   for (bool verify : {true, false}) {
-    CAPTURE(verify);
-    ScratchDir dir;
-    spill::SpillArena arena(buffered_in(dir.path(), verify));
-    const std::size_t n = 5 * spill::MiB + 13;
-    const auto src = pattern(n, 1);
-    spill::Region before = arena.allocate(spill::MiB);
-    spill::Region r = arena.allocate(n);
-    r.write(src.data(), n);
-    CHECK(std::memcmp(r.read_in_place(n), src.data(), n) == 0);
-    truncate_spill_file(dir.path(), r.offset() + spill::MiB);  // the region's tail is gone
-    try {
-      (void)r.read_in_place(n);
-      FAIL("a zero-copy read of a truncated file handed out its mapping");
-    } catch (const spill::IoError& e) {
-      CHECK(e.error_number() == EIO);
-      CHECK(e.op() == spill::IoOp::read);
-      CHECK(e.offset() == r.offset());
-      CHECK(e.bytes() == n);
-      const std::string message = e.what();
-      CHECK(message.find("truncated") != std::string::npos);
-      CHECK(message.find(dir.path()) != std::string::npos);
-      CHECK(message.find("new SpillArena") != std::string::npos);
+    SUBCASE(verify ? "verify_integrity" : "no verify_integrity") {
+      ScratchDir dir;
+      spill::SpillArena arena(buffered_in(dir.path(), verify));
+      const std::size_t n = 5 * spill::MiB + 13;
+      const auto src = pattern(n, 1);
+      spill::Region before = arena.allocate(spill::MiB);
+      spill::Region r = arena.allocate(n);
+      r.write(src.data(), n);
+      CHECK(std::memcmp(r.read_in_place(n), src.data(), n) == 0);
+      truncate_spill_file(dir.path(), r.offset() + spill::MiB);  // the region's tail is gone
+      try {
+        (void)r.read_in_place(n);
+        FAIL("a zero-copy read of a truncated file handed out its mapping");
+      } catch (const spill::IoError& e) {
+        CHECK(e.error_number() == EIO);
+        CHECK(e.op() == spill::IoOp::read);
+        CHECK(e.offset() == r.offset());
+        CHECK(e.bytes() == n);
+        const std::string message = e.what();
+        CHECK(message.find("truncated") != std::string::npos);
+        CHECK(message.find(dir.path()) != std::string::npos);
+        CHECK(message.find("new SpillArena") != std::string::npos);
+      }
+      // What still lies inside the file is still readable.
+      CHECK(std::memcmp(before.read_in_place(spill::MiB), std::vector<char>(spill::MiB).data(),
+                        spill::MiB) == 0);
     }
-    // What still lies inside the file is still readable.
-    CHECK(std::memcmp(before.read_in_place(spill::MiB), std::vector<char>(spill::MiB).data(),
-                      spill::MiB) == 0);
   }
 }
 
 TEST_CASE("mapping: a resident read of a truncated spill file throws IoError, not SIGBUS") {
   for (bool verify : {true, false}) {
-    CAPTURE(verify);
-    ScratchDir dir;
-    spill::SpillArena arena(buffered_in(dir.path(), verify));
-    const std::size_t n = 3 * spill::MiB + 5;
-    const auto src = pattern(n, 2);
-    spill::Region r = arena.allocate(n);
-    r.write(src.data(), n);
-    truncate_spill_file(dir.path(), r.offset() + spill::MiB);
-    std::vector<unsigned char> dst(n);
-    CHECK_THROWS_AS(r.read(dst.data(), n), spill::IoError);
-    CHECK_THROWS_AS(r.read(dst.data(), spill::MiB, 2 * spill::MiB), spill::IoError);
+    SUBCASE(verify ? "verify_integrity" : "no verify_integrity") {
+      ScratchDir dir;
+      spill::SpillArena arena(buffered_in(dir.path(), verify));
+      const std::size_t n = 3 * spill::MiB + 5;
+      const auto src = pattern(n, 2);
+      spill::Region r = arena.allocate(n);
+      r.write(src.data(), n);
+      truncate_spill_file(dir.path(), r.offset() + spill::MiB);
+      std::vector<unsigned char> dst(n);
+      CHECK_THROWS_AS(r.read(dst.data(), n), spill::IoError);
+      CHECK_THROWS_AS(r.read(dst.data(), spill::MiB, 2 * spill::MiB), spill::IoError);
+    }
   }
 }

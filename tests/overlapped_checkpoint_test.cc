@@ -18,6 +18,7 @@
 using spill_test::engine_options;
 using spill_test::stash_arena;
 using spill_test::stash_settings;
+using spill_test::subcase_name;
 using spill_test::HookScope;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
@@ -31,17 +32,17 @@ TEST_CASE("overlap: gradients are bit-identical in every I/O mode, backend and k
     for (bool asynchronous : {false, true}) {
       for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
         for (std::uint32_t keep_last : {0u, 1u, 2u}) {
-          CAPTURE(spill::to_string(io));
-          CAPTURE(asynchronous);
-          CAPTURE(spill::to_string(backend));
-          CAPTURE(keep_last);
-          spill::SpillArena arena =
-              stash_arena(engine_options(dir.path(), io, backend),
-                          stash_settings(asynchronous, keep_last));
-          check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
-          CHECK(arena.stats().bytes_in_use == 0);
-          CHECK(arena.stats().allocations == 4 - keep_last);
-          CHECK(spill::stash_stats(arena).restores == 4);
+          const char* overlap = asynchronous ? "asynchronous" : "synchronous";
+          const std::string keep = "keep_last " + std::to_string(keep_last);
+          SUBCASE(subcase_name(io, overlap, backend, keep).c_str()) {
+            spill::SpillArena arena =
+                stash_arena(engine_options(dir.path(), io, backend),
+                            stash_settings(asynchronous, keep_last));
+            check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+            CHECK(arena.stats().bytes_in_use == 0);
+            CHECK(arena.stats().allocations == 4 - keep_last);
+            CHECK(spill::stash_stats(arena).restores == 4);
+          }
         }
       }
     }
@@ -142,16 +143,18 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
   // Autocast changes the numbers, so a recomputation in full precision would be caught.
   CHECK_FALSE(torch::equal(reference.input, full_precision.input));
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-    spill::SpillArena arena =
-        stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
-                    stash_settings(true, 0));
-    Grads spilled;
-    {
-      // Forward under autocast; backward runs inside too, as users do.
-      Autocast autocast(torch::kCPU);
-      spilled = gpt_step(blocks, spill::make_arena_stash(arena), x0);
+    SUBCASE(subcase_name(io).c_str()) {
+      spill::SpillArena arena =
+          stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
+                      stash_settings(true, 0));
+      Grads spilled;
+      {
+        // Forward under autocast; backward runs inside too, as users do.
+        Autocast autocast(torch::kCPU);
+        spilled = gpt_step(blocks, spill::make_arena_stash(arena), x0);
+      }
+      check_identical(reference, spilled);
     }
-    check_identical(reference, spilled);
   }
   // Backward outside the autocast region (the common pattern): the replay restores it.
   spill::SpillArena arena =
@@ -198,33 +201,34 @@ TEST_CASE("overlap: an input changed in place before it was spilled is a clear e
 TEST_CASE("overlap: a transposed input comes back in its own layout, gradients bit-identical") {
   ScratchDir dir;
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-    CAPTURE(spill::to_string(io));
-    spill::SpillArena arena = stash_arena(
-        engine_options(dir.path(), io, spill::IoBackend::thread_pool), stash_settings(true, 0));
-    torch::manual_seed(3);
-    const torch::Tensor w = torch::randn({48, 48}, torch::kFloat64);
-    const torch::Tensor base = torch::randn({48, 96}, torch::kFloat64);
-    auto run = [&](bool spilled) {
-      torch::Tensor wl = w.clone().requires_grad_(true);
-      torch::Tensor b = base.clone().requires_grad_(true);
-      torch::Tensor xt = b.t();  // non-contiguous, non-overlapping and dense
-      auto layer = [&](const torch::Tensor& t) { return torch::matmul(t, wl).tanh(); };
-      torch::Tensor y = spilled ? spill::checkpoint(arena, layer, xt) : layer(xt);
-      auto stored_strides = xt.strides().vec();
-      if (spilled) {
-        auto stash = spill::make_arena_stash(arena, stash_settings(false, 0));
-        torch::Tensor back = stash->store(xt)->restore();
-        CHECK(back.strides().vec() == stored_strides);
-        CHECK(torch::equal(back, xt));
-      }
-      y.square().sum().backward();
-      return std::make_pair(wl.grad(), b.grad());
-    };
-    const auto plain = run(false);
-    const auto spilled = run(true);
-    CHECK(torch::equal(plain.first, spilled.first));
-    CHECK(torch::equal(plain.second, spilled.second));
-    CHECK(arena.stats().bytes_in_use == 0);
+    SUBCASE(subcase_name(io).c_str()) {
+      spill::SpillArena arena = stash_arena(
+          engine_options(dir.path(), io, spill::IoBackend::thread_pool), stash_settings(true, 0));
+      torch::manual_seed(3);
+      const torch::Tensor w = torch::randn({48, 48}, torch::kFloat64);
+      const torch::Tensor base = torch::randn({48, 96}, torch::kFloat64);
+      auto run = [&](bool spilled) {
+        torch::Tensor wl = w.clone().requires_grad_(true);
+        torch::Tensor b = base.clone().requires_grad_(true);
+        torch::Tensor xt = b.t();  // non-contiguous, non-overlapping and dense
+        auto layer = [&](const torch::Tensor& t) { return torch::matmul(t, wl).tanh(); };
+        torch::Tensor y = spilled ? spill::checkpoint(arena, layer, xt) : layer(xt);
+        auto stored_strides = xt.strides().vec();
+        if (spilled) {
+          auto stash = spill::make_arena_stash(arena, stash_settings(false, 0));
+          torch::Tensor back = stash->store(xt)->restore();
+          CHECK(back.strides().vec() == stored_strides);
+          CHECK(torch::equal(back, xt));
+        }
+        y.square().sum().backward();
+        return std::make_pair(wl.grad(), b.grad());
+      };
+      const auto plain = run(false);
+      const auto spilled = run(true);
+      CHECK(torch::equal(plain.first, spilled.first));
+      CHECK(torch::equal(plain.second, spilled.second));
+      CHECK(arena.stats().bytes_in_use == 0);
+    }
   }
 }
 
@@ -250,20 +254,20 @@ TEST_CASE("overlap: a failed asynchronous write surfaces as spill::IoError, neve
   ScratchDir dir;
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (auto backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
-      CAPTURE(spill::to_string(io));
-      CAPTURE(spill::to_string(backend));
-      HookScope fail([](spill::IoOp op) { return op == spill::IoOp::write ? EIO : 0; });
-      spill::SpillArena arena =
-          stash_arena(engine_options(dir.path(), io, backend), stash_settings(true, 0));
-      auto blocks = gpt_blocks(3);
-      const torch::Tensor x0 = torch::randn({1, 16, 64});
-      try {
-        gpt_step(blocks, spill::make_arena_stash(arena), x0);
-        FAIL("the injected EIO was lost");
-      } catch (const spill::IoError& e) {
-        CHECK(e.error_number() == EIO);
-        CHECK(e.op() == spill::IoOp::write);
-        CHECK(e.bytes() > 0);
+      SUBCASE(subcase_name(io, backend).c_str()) {
+        HookScope fail([](spill::IoOp op) { return op == spill::IoOp::write ? EIO : 0; });
+        spill::SpillArena arena =
+            stash_arena(engine_options(dir.path(), io, backend), stash_settings(true, 0));
+        auto blocks = gpt_blocks(3);
+        const torch::Tensor x0 = torch::randn({1, 16, 64});
+        try {
+          gpt_step(blocks, spill::make_arena_stash(arena), x0);
+          FAIL("the injected EIO was lost");
+        } catch (const spill::IoError& e) {
+          CHECK(e.error_number() == EIO);
+          CHECK(e.op() == spill::IoOp::write);
+          CHECK(e.bytes() > 0);
+        }
       }
     }
   }

@@ -125,27 +125,29 @@ TEST_CASE("per-file stash: every failed write is typed and removes the partial f
   const torch::Tensor t = tensor_of(spill::MiB);
   for (int error : {ENOSPC, EDQUOT, EIO, EFBIG}) {
     for (std::uint64_t after : {std::uint64_t{0}, std::uint64_t{64 * 1024}}) {
-      CAPTURE(error);
-      CAPTURE(after);
-      {
-        FaultScope faults(failing_writes(error, after));
-        try {
-          stash->store(t);
-          FAIL("the store succeeded although every write failed");
-        } catch (const spill::InsufficientSpaceError& e) {
-          CHECK((error == ENOSPC || error == EDQUOT));
-          CHECK(e.needed_bytes() >= spill::MiB);
-          CHECK(std::string(e.what()).find("errno " + std::to_string(error)) != std::string::npos);
-        } catch (const spill::IoError& e) {
-          CHECK(e.error_number() == error);
-          CHECK(e.op() == spill::IoOp::write);
-          CHECK(e.offset() <= after);  // the write that reached `after`
-          CHECK(e.bytes() >= spill::MiB);
-          CHECK(std::string(e.what()).find(dir.path() + "/spillarena-per-file-") !=
-                std::string::npos);
+      const std::string fails_after = "after " + std::to_string(after) + " bytes";
+      SUBCASE(spill_test::subcase_name(spill_test::errno_name(error), fails_after).c_str()) {
+        {
+          FaultScope faults(failing_writes(error, after));
+          try {
+            stash->store(t);
+            FAIL("the store succeeded although every write failed");
+          } catch (const spill::InsufficientSpaceError& e) {
+            CHECK((error == ENOSPC || error == EDQUOT));
+            CHECK(e.needed_bytes() >= spill::MiB);
+            CHECK(std::string(e.what()).find("errno " + std::to_string(error)) !=
+                  std::string::npos);
+          } catch (const spill::IoError& e) {
+            CHECK(e.error_number() == error);
+            CHECK(e.op() == spill::IoOp::write);
+            CHECK(e.offset() <= after);  // the write that reached `after`
+            CHECK(e.bytes() >= spill::MiB);
+            CHECK(std::string(e.what()).find(dir.path() + "/spillarena-per-file-") !=
+                  std::string::npos);
+          }
         }
+        CHECK(list_dir(dir.path()).empty());
       }
-      CHECK(list_dir(dir.path()).empty());
     }
   }
   check_still_usable(*stash);

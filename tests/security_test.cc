@@ -74,14 +74,10 @@ std::vector<SpillFd> spill_fds(const std::string& dir) {
   return found;
 }
 
-spill::ArenaOptions options_in(const std::string& dir, spill::IoMode io) {
-  spill::ArenaOptions o;
-  o.directory = dir;
-  o.capacity_bytes = 4 * spill::MiB;
-  o.io = io;
-  o.io_backend = spill::IoBackend::thread_pool;
-  o.staging_bytes = spill::MiB;
-  return o;
+// 4 MiB through the thread pool; a 1 MiB staging pool in direct mode.
+spill::ArenaOptions small_arena_in(const std::string& dir, spill::IoMode io) {
+  return spill_test::options_in(dir, 4 * spill::MiB, io, spill::IoBackend::thread_pool,
+                                spill::MiB);
 }
 
 std::string read_file(const std::string& path) {
@@ -134,27 +130,28 @@ TEST_CASE("security: the spill file is mode 0600 and nameless, by O_TMPFILE and 
   for (bool fallback : {false, true}) {
     for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
       for (mode_t mask : {mode_t{0}, mode_t{0277}}) {
-        CAPTURE(fallback);
-        CAPTURE(spill::to_string(io));
-        CAPTURE(mask);
-        ScratchDir dir;
-        UmaskScope umask_scope(mask);
-        std::optional<FaultScope> forced;
-        if (fallback) forced.emplace(no_tmpfile());
-        spill::SpillArena arena(options_in(dir.path(), io));
-        CHECK(arena.opened_without_name() == !fallback);
-        const auto fds = spill_fds(dir.path());
-        CHECK(fds.size() == (io == spill::IoMode::direct ? 2u : 1u));  // direct: a second one
-        for (const SpillFd& f : fds) {
-          CAPTURE(f.target);
-          struct stat s;
-          REQUIRE(fstat(f.fd, &s) == 0);
-          CHECK(S_ISREG(s.st_mode));
-          CHECK((s.st_mode & 07777) == 0600);
-          CHECK(s.st_uid == geteuid());
-          CHECK(s.st_nlink == 0);
+        const char* opened = fallback ? "fallback" : "O_TMPFILE";
+        const char* mask_name = mask == 0 ? "umask 000" : "umask 277";
+        SUBCASE(spill_test::subcase_name(opened, io, mask_name).c_str()) {
+          ScratchDir dir;
+          UmaskScope umask_scope(mask);
+          std::optional<FaultScope> forced;
+          if (fallback) forced.emplace(no_tmpfile());
+          spill::SpillArena arena(small_arena_in(dir.path(), io));
+          CHECK(arena.opened_without_name() == !fallback);
+          const auto fds = spill_fds(dir.path());
+          CHECK(fds.size() == (io == spill::IoMode::direct ? 2u : 1u));  // direct: a second one
+          for (const SpillFd& f : fds) {
+            CAPTURE(f.target);
+            struct stat s;
+            REQUIRE(fstat(f.fd, &s) == 0);
+            CHECK(S_ISREG(s.st_mode));
+            CHECK((s.st_mode & 07777) == 0600);
+            CHECK(s.st_uid == geteuid());
+            CHECK(s.st_nlink == 0);
+          }
+          CHECK(list_dir(dir.path()).empty());
         }
-        CHECK(list_dir(dir.path()).empty());
       }
     }
   }
@@ -162,19 +159,20 @@ TEST_CASE("security: the spill file is mode 0600 and nameless, by O_TMPFILE and 
 
 TEST_CASE("security: no link can give the spill file a name, not even root's") {
   for (bool fallback : {false, true}) {
-    CAPTURE(fallback);
-    ScratchDir dir;
-    std::optional<FaultScope> forced;
-    if (fallback) forced.emplace(no_tmpfile());
-    spill::SpillArena arena(options_in(dir.path(), spill::IoMode::buffered));
-    const auto fds = spill_fds(dir.path());
-    REQUIRE(fds.size() == 1);
-    const std::string proc_path = "/proc/self/fd/" + std::to_string(fds[0].fd);
-    const std::string name = dir.path() + "/named";
-    // An O_TMPFILE opened without O_EXCL could be linked here; an unlinked file never can.
-    CHECK(linkat(AT_FDCWD, proc_path.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) != 0);
-    CHECK(linkat(fds[0].fd, "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) != 0);
-    CHECK(list_dir(dir.path()).empty());
+    SUBCASE(fallback ? "fallback" : "O_TMPFILE") {
+      ScratchDir dir;
+      std::optional<FaultScope> forced;
+      if (fallback) forced.emplace(no_tmpfile());
+      spill::SpillArena arena(small_arena_in(dir.path(), spill::IoMode::buffered));
+      const auto fds = spill_fds(dir.path());
+      REQUIRE(fds.size() == 1);
+      const std::string proc_path = "/proc/self/fd/" + std::to_string(fds[0].fd);
+      const std::string name = dir.path() + "/named";
+      // An O_TMPFILE opened without O_EXCL could be linked here; an unlinked file never can.
+      CHECK(linkat(AT_FDCWD, proc_path.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) != 0);
+      CHECK(linkat(fds[0].fd, "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) != 0);
+      CHECK(list_dir(dir.path()).empty());
+    }
   }
 }
 
@@ -191,7 +189,7 @@ TEST_CASE("security: a symlink planted in the spill directory is never followed"
     for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
       std::optional<FaultScope> forced;
       if (fallback) forced.emplace(no_tmpfile());
-      spill::SpillArena arena(options_in(dir.path(), io));
+      spill::SpillArena arena(small_arena_in(dir.path(), io));
       spill::Region r = arena.allocate(spill::MiB);
       std::vector<char> bytes(spill::MiB, 'x');
       r.write(bytes.data(), bytes.size());
@@ -212,37 +210,39 @@ TEST_CASE("security: another user can open the spill file neither through /proc 
   }
   for (bool fallback : {false, true}) {
     for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
-      CAPTURE(fallback);
-      CAPTURE(spill::to_string(io));
-      ScratchDir dir;
-      REQUIRE(chmod(dir.path().c_str(), 01777) == 0);  // like /tmp: anyone may look for names
-      std::optional<FaultScope> forced;
-      if (fallback) forced.emplace(no_tmpfile());
-      spill::SpillArena arena(options_in(dir.path(), io));
-      const auto fds = spill_fds(dir.path());
-      REQUIRE_FALSE(fds.empty());
-      const std::string pid = std::to_string(getpid());
-      std::vector<std::string> paths;
-      for (const SpillFd& f : fds) {
-        paths.push_back("/proc/" + pid + "/fd/" + std::to_string(f.fd));
-        const std::string deleted = " (deleted)";
-        CHECK(f.target.size() > deleted.size());
-        paths.push_back(f.target.substr(0, f.target.size() - deleted.size()));  // its old name
-        paths.push_back(f.target);
+      SUBCASE(spill_test::subcase_name(fallback ? "fallback" : "O_TMPFILE", io).c_str()) {
+        ScratchDir dir;
+        REQUIRE(chmod(dir.path().c_str(), 01777) == 0);  // like /tmp: anyone may look for names
+        std::optional<FaultScope> forced;
+        if (fallback) forced.emplace(no_tmpfile());
+        spill::SpillArena arena(small_arena_in(dir.path(), io));
+        const auto fds = spill_fds(dir.path());
+        REQUIRE_FALSE(fds.empty());
+        const std::string pid = std::to_string(getpid());
+        std::vector<std::string> paths;
+        for (const SpillFd& f : fds) {
+          paths.push_back("/proc/" + pid + "/fd/" + std::to_string(f.fd));
+          const std::string deleted = " (deleted)";
+          CHECK(f.target.size() > deleted.size());
+          paths.push_back(f.target.substr(0, f.target.size() - deleted.size()));  // its old name
+          paths.push_back(f.target);
+        }
+        const std::string range = mapping_range(dir.path());
+        CHECK_FALSE(range.empty());
+        paths.push_back("/proc/" + pid + "/map_files/" + range);
+        for (const std::string& name : list_dir(dir.path())) {
+          paths.push_back(dir.path() + "/" + name);
+        }
+        const int own = open(paths[0].c_str(), O_RDONLY | O_CLOEXEC);  // the paths are right
+        CHECK(own >= 0);
+        if (own >= 0) close(own);
+        const std::string outcome = open_as_nobody(paths);
+        if (outcome.rfind("skipped:", 0) == 0) {
+          MESSAGE(outcome);
+          return;
+        }
+        CHECK_MESSAGE(outcome.empty(), outcome);
       }
-      const std::string range = mapping_range(dir.path());
-      CHECK_FALSE(range.empty());
-      paths.push_back("/proc/" + pid + "/map_files/" + range);
-      for (const std::string& name : list_dir(dir.path())) paths.push_back(dir.path() + "/" + name);
-      const int own = open(paths[0].c_str(), O_RDONLY | O_CLOEXEC);  // the paths are right
-      CHECK(own >= 0);
-      if (own >= 0) close(own);
-      const std::string outcome = open_as_nobody(paths);
-      if (outcome.rfind("skipped:", 0) == 0) {
-        MESSAGE(outcome);
-        return;
-      }
-      CHECK_MESSAGE(outcome.empty(), outcome);
     }
   }
 }

@@ -14,16 +14,10 @@
 
 using spill_test::list_dir;
 using spill_test::LoopMount;
+using spill_test::options_in;
 using spill_test::ScratchDir;
 
 namespace {
-spill::ArenaOptions options_in(const std::string& dir, std::uint64_t capacity) {
-  spill::ArenaOptions o;
-  o.directory = dir;
-  o.capacity_bytes = capacity;
-  return o;
-}
-
 std::uint64_t free_bytes(const std::string& dir) {
   struct statfs s;
   REQUIRE(statfs(dir.c_str(), &s) == 0);

@@ -1,12 +1,15 @@
-// Helpers shared by the tests: scratch directories, directory listings, a small loop-mounted
-// ext4 file system for real "disk full" cases.
+// Helpers shared by the tests: arena options, the bytes written, subcase names for loops over
+// settings, the spill file reopened, scratch directories, directory listings, a small
+// loop-mounted ext4 file system for real "disk full" cases.
 #pragma once
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -19,35 +22,90 @@ namespace spill_test {
 
 namespace fs = std::filesystem;
 
+// Options for an arena of `capacity_bytes` in `dir` that moves bytes through `io` and `backend`
+// with a staging pool of `staging_bytes`; every other option is ArenaOptions' default.
+inline spill::ArenaOptions options_in(
+    const std::string& dir, std::uint64_t capacity_bytes,
+    spill::IoMode io = spill::ArenaOptions{}.io,
+    spill::IoBackend backend = spill::ArenaOptions{}.io_backend,
+    std::uint64_t staging_bytes = spill::ArenaOptions{}.staging_bytes) {
+  spill::ArenaOptions o;
+  o.directory = dir;
+  o.capacity_bytes = capacity_bytes;
+  o.io = io;
+  o.io_backend = backend;
+  o.staging_bytes = staging_bytes;
+  return o;
+}
+
+// ... on `backing`, with the default I/O settings.
+inline spill::ArenaOptions options_in(const std::string& dir, std::uint64_t capacity_bytes,
+                                      spill::Backing backing) {
+  spill::ArenaOptions o = options_in(dir, capacity_bytes);
+  o.backing = backing;
+  return o;
+}
+
 // An arena for the engine's tests: 32 MiB, a 1 MiB staging pool, the given I/O settings.
 inline spill::ArenaOptions engine_options(const std::string& dir, spill::IoMode io,
                                           spill::IoBackend backend,
                                           spill::Backing backing = spill::Backing::disk) {
-  spill::ArenaOptions o;
-  o.directory = dir;
-  o.capacity_bytes = 32 * spill::MiB;
+  spill::ArenaOptions o = options_in(dir, 32 * spill::MiB, io, backend, spill::MiB);
   o.backing = backing;
-  o.io = io;
-  o.io_backend = backend;
-  o.staging_bytes = spill::MiB;
   return o;
 }
 
-// The arena's unnamed spill file in `dir`, opened once more through /proc/self/fd, cut to
-// `bytes` (as a failing disk or another process would).
-inline void truncate_spill_file(const std::string& dir, std::uint64_t bytes) {
+// `n` bytes that differ from those of a neighbouring offset or another seed: what the tests write
+// and expect back. `Byte` is unsigned char, or char for APIs that take chars.
+template <class Byte = unsigned char>
+std::vector<Byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<Byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<Byte>((i * 131 + seed) >> 3);
+  return v;
+}
+
+// The names of the settings a subcase runs with ("direct, io_uring, EIO"): each combination of a
+// loop over settings runs as a SUBCASE of its own, so every failing one is reported, by name.
+inline std::string setting_name(const char* name) { return name; }
+inline std::string setting_name(const std::string& name) { return name; }
+inline std::string setting_name(spill::IoMode mode) { return spill::to_string(mode); }
+inline std::string setting_name(spill::IoBackend backend) { return spill::to_string(backend); }
+inline std::string setting_name(spill::Backing backing) { return spill::to_string(backing); }
+inline std::string errno_name(int error) {
+#ifdef __GLIBC__
+  if (const char* name = strerrorname_np(error)) return name;
+#endif
+  return "errno " + std::to_string(error);
+}
+template <class... Settings>
+std::string subcase_name(const Settings&... settings) {
+  std::string name;
+  ((name += (name.empty() ? "" : ", ") + setting_name(settings)), ...);
+  return name;
+}
+
+// A descriptor of its own for the arena's unnamed spill file in `dir`, opened once more through
+// /proc/self/fd (as a failing disk or another process would); -1 if no descriptor of this
+// process refers to a file there. The caller closes it.
+inline int reopen_spill_file(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
     std::error_code ec;
     const std::string target = fs::read_symlink(entry.path(), ec).string();
     if (ec || target.rfind(dir + "/", 0) != 0) continue;
     const int fd = ::open(entry.path().c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) continue;
-    const int rc = ::ftruncate(fd, static_cast<off_t>(bytes));
-    ::close(fd);
-    REQUIRE(rc == 0);
-    return;
+    if (fd >= 0) return fd;
   }
-  FAIL("no descriptor of this process refers to a file in " << dir);
+  return -1;
+}
+
+// The arena's unnamed spill file in `dir` cut to `bytes` (as a failing disk or another process
+// would).
+inline void truncate_spill_file(const std::string& dir, std::uint64_t bytes) {
+  const int fd = reopen_spill_file(dir);
+  if (fd < 0) FAIL("no descriptor of this process refers to a file in " << dir);
+  const int rc = ::ftruncate(fd, static_cast<off_t>(bytes));
+  ::close(fd);
+  REQUIRE(rc == 0);
 }
 
 // The first `bytes` of a region, read back synchronously.
