@@ -277,7 +277,8 @@ TEST_CASE("cli: numbers longer than 64 bits are usage errors, not aborts") {
   check_usage_error("train --layers " + huge, "--layers");
   check_usage_error("train --seed " + huge, "too large");
   check_usage_error("train --capacity " + huge + "GiB", "--capacity");
-  check_usage_error(std::string(kPlan) + " --probe-bytes 99999999999999999999KiB", "too large");
+  check_usage_error(std::string(kPlan) + " --probe-bytes 99999999999999999999KiB",
+                    "more bytes than can be counted, got '99999999999999999999KiB'");
   check_usage_error("train --seed " + std::string(5000, '9'), "(5000 characters)");
   check_usage_error("train --seed 18446744073709551616", "too large");  // 2^64
   check_usage_error("plan --layers 1048576 --batch 16777216 --seq 16777216 --hidden 1048576",
@@ -303,7 +304,7 @@ TEST_CASE("cli: NaN, infinite, huge and out-of-range doubles are usage errors") 
                         "0x0.8", "0X1p-1", ".", "1e", "5e+", "--0.1", "0,5", "infinity"}) {
     check_usage_error(std::string("train --dropout '") + v + "'", "--dropout");
   }
-  for (const char* v : {"nan", "inf", "1e300", "0", "-3"}) {
+  for (const char* v : {"nan", "inf", "1e300", "-3"}) {  // 0 is "not given", the default
     check_usage_error(std::string(kPlan) + " --layer-ms " + v, "--layer-ms");
   }
   // A learning rate AdamW's float32 arithmetic cannot hold would be inf or 0 (issue 19).
@@ -612,4 +613,89 @@ TEST_CASE("cli: ext2 and ext3 are named as such, never as ext4 (they cannot prea
   REQUIRE(run_json(std::string(kPlan) + " --json --probe-bytes 0 --dir " + ext4.path(), &j)
               .exit_code == 0);
   CHECK(j["file_system"] == "ext4");
+}
+
+TEST_CASE("cli: sizes take whole-byte fractions and PiB; what cannot be a size is named") {
+  ScratchDir dir;
+  nlohmann::json j;
+  REQUIRE(run_json(std::string("train ") + kTiny + " --steps 1 --compare-steps 0 --json "
+                       "--capacity 1.5MiB --dir " + dir.path(), &j).exit_code == 0);
+  CHECK(j["arena"]["capacity_bytes"] == 3 * spill::MiB / 2);
+  check_usage_error("train --capacity 1.5B", "must come to a whole number of bytes");
+  check_usage_error("train --capacity 0.1KiB", "must come to a whole number of bytes");
+  check_usage_error("train --capacity 2PiB", "(1.00 PiB)");  // PiB parsed, then out of range
+  check_usage_error("train --capacity 1e3", "unknown unit 'e3'");
+  check_usage_error("train --capacity 1.", "'1.'");
+  check_usage_error("train --capacity 17179869184GiB", "'17179869184GiB'");  // unit kept
+  check_usage_error("train --layers -0", "must be a whole number from 1");  // not "negative"
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: what the user typed stays on one escaped line in every message") {
+  check_usage_error("train --layers \"$(printf '3\\n4')\"", "got '3\\n4'");
+  check_usage_error("train --capacity \"$(printf '3\\033[2J')\"", "\\x1B[2J");
+  check_usage_error("train --mode \"$(printf 'x\\ny')\"", "x\\ny");
+  Run r = run(std::string("train ") + kTiny + " --steps 1 --dir \"$(printf '/nonexistent/a\\nb')\"");
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(one_line(r.output));
+  CHECK(r.output.find("'/nonexistent/a\\nb' does not exist") != std::string::npos);
+}
+
+TEST_CASE("cli: a virtual file system as --dir is named as one, not as a full disk") {
+  Run r = run(std::string("train ") + kTiny + " --steps 1 --dir /proc");
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(one_line(r.output));
+  CHECK(r.output.find("stores no files") != std::string::npos);
+}
+
+TEST_CASE("cli: plan says why no bandwidth probe ran when --layer-ms needs one") {
+  ScratchDir dir;
+  Run r = run(std::string(kPlan) + " --probe-bytes 4096 --layer-ms 1 --dir " + dir.path());
+  CAPTURE(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("--probe-bytes 4096 is below the probe's 1 MiB") != std::string::npos);
+  CHECK(run(std::string(kPlan) + " --probe-bytes 0 --layer-ms 0 --dir " + dir.path()).exit_code ==
+        0);  // 0, the default --help shows, is accepted
+}
+
+TEST_CASE("cli: the summary says what spilling bought, measured against in-RAM checkpointing") {
+  ScratchDir dir;
+  const std::uint64_t input = 4 * 32 * 32 * 4;  // kTiny: batch x seq x hidden x fp32
+  nlohmann::json j;
+  REQUIRE(run_json(std::string("train ") + kTiny + " --steps 3 --compare-steps 2 --json --dir " +
+                       dir.path(), &j).exit_code == 0);
+  CHECK(j["layer_inputs"]["in_ram_checkpointing_bytes_per_step"] == 2 * input);
+  CHECK(j["layer_inputs"]["stored_per_step"] == 2);
+  CHECK(j["layer_inputs"]["spilled_per_step"] == 1);  // keep_last keeps the newest in RAM
+  CHECK(j["layer_inputs"]["spilled_bytes_per_step"] == input);
+  CHECK(j["layer_inputs"]["kept_in_ram_bytes_per_step"] == input);
+  CHECK(j["recompute_comparison"]["steps"] == 2);
+  CHECK(j["recompute_comparison"]["ratio"].get<double>() > 0);
+  CHECK(j["arena"]["bytes_written"] == 3 * input);  // training's steps only, not the comparison's
+  nlohmann::json plain;
+  REQUIRE(run_json(std::string("train ") + kTiny + " --steps 3 --compare-steps 0 --json --dir " +
+                       dir.path(), &plain).exit_code == 0);
+  CHECK(plain["recompute_comparison"].is_null());
+  CHECK(plain["losses"] == j["losses"]);  // the comparison runs after training
+  Run text = run(std::string("train ") + kTiny + " --steps 3 --compare-steps 2 --dir " + dir.path());
+  CAPTURE(text.output);
+  CHECK(text.output.find("  layer inputs    2 per step, 32.00 KiB: in-RAM checkpointing holds "
+                         "them all; this run wrote 1 (16.00 KiB) to the spill file and kept 1 "
+                         "(16.00 KiB) in RAM") != std::string::npos);
+  CHECK(text.output.find("  vs in-RAM       ") != std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: a per-file run under ulimit -t (soft = hard) ends by SIGXCPU and leaves no file") {
+  ScratchDir dir;
+  // bash's `ulimit -t N` sets both limits; the kernel's SIGKILL at the hard one cannot be caught.
+  Run r = capture_shell("ulimit -c 0; ulimit -t 2; " + std::string(SPILLARENA_CLI) +
+                            " train --mode per-file --layers 4 --hidden 64 --heads 2 --seq 64 "
+                            "--batch 8 --steps 100000 --sample-chars 0 --dir " + dir.path() +
+                            " >/dev/null 2>&1; echo $?", true);
+  CAPTURE(r.output);
+  CHECK(r.output == std::to_string(128 + SIGXCPU) + "\n");
+  CHECK(list_dir(dir.path()).empty());
 }

@@ -25,7 +25,8 @@ namespace {
 // path holds a handful. Two steps, so the second reuses the arena's regions.
 const std::vector<std::string> kModel = {"--layers", "48", "--hidden", "64", "--heads", "2",
                                          "--seq", "64", "--batch", "128", "--steps", "2",
-                                         "--sample-chars", "0", "--json"};
+                                         "--sample-chars", "0", "--compare-steps", "0",
+                                         "--json"};
 
 // Note [Choosing the limit]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~

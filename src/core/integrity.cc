@@ -217,7 +217,9 @@ IntegrityError mismatch(std::uint64_t region, std::uint64_t offset_in_region, st
       "spill: integrity check failed: " + where + " of the spill file read back with XXH3 hash " +
           hex(found) + ", not " + hex(expected) + " as written; the file or the disk under it " +
           "changed behind the arena's back (a failing disk or controller: check dmesg and the "
-          "drive's SMART log; or another process writing to it through /proc/<pid>/fd). Do not "
+          "drive's SMART log; another process writing to it through /proc/<pid>/fd; or, if the "
+          "program changed a stored tensor's bytes where autograd cannot see it, through .data "
+          "or a copy in another thread while its write was in flight). Do not "
           "use the bytes read (spill::checkpoint stops before computing from them); rerun the "
           "step, and move the spill directory to a healthy disk if it happens again");
 }

@@ -108,9 +108,10 @@ void throw_io_error(const IoStatus& s) {
   const std::string fix = s.error_number == EFBIG
                               ? "the process's file size limit (ulimit -f) is below the arena's "
                                 "capacity; raise it or lower capacity_bytes"
-                              : "check the disk (dmesg) and its free space";
+                              : "check the disk (dmesg) and its free space, and that no other "
+                                "process truncated or wrote the spill file (/proc/<pid>/fd)";
   throw IoError(s.error_number,
-                std::string("spill: asynchronous ") + to_string(s.op) + " of " +
+                std::string("spill: queued ") + to_string(s.op) + " of " +
                     std::to_string(s.bytes) + " bytes at offset " + std::to_string(s.offset) +
                     " of the spill file failed: " + std::strerror(s.error_number) + "; " + fix,
                 s.op, s.offset, s.bytes);

@@ -159,6 +159,10 @@ int file_system_info(const std::string& directory, FileSystemInfo* info) {
   info->type_name = static_cast<unsigned long>(s.f_type) == EXT4_SUPER_MAGIC
                         ? ext_family_name(directory)
                         : type_name_of(s.f_type);
+  if (info->type_name.rfind("0x", 0) == 0) {  // a magic number not in the table: the mount's name
+    const std::string mounted = mount_entry_of(directory).type;
+    if (!mounted.empty()) info->type_name = mounted + " (" + info->type_name + ")";
+  }
   info->memory_backed = is_memory_backed(s.f_type);
   if (static_cast<unsigned long>(s.f_type) == OVERLAYFS_SUPER_MAGIC) {
     const std::string upper = overlay_upper_directory(directory);

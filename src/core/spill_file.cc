@@ -190,6 +190,12 @@ platform::FileSystemInfo vet_file_system(const SpillFileOptions& o) {
             ", which lives in RAM: spilling there saves no memory. Choose a directory on a disk "
             "(options.directory or $SPILL_DIR), or set options.allow_memory_backed_directory");
   }
+  if (fs.total_bytes == 0) {  // proc, sysfs, cgroupfs: statfs counts no blocks at all
+    throw DirectoryError(o.directory, ENOSPC,
+                         "spill: spill directory " + quote(o.directory) + " is on " + fs.type_name +
+                             ", which stores no files (a virtual file system); choose another with "
+                             "options.directory or $SPILL_DIR");
+  }
   if (fs.free_bytes < o.capacity_bytes) {
     throw InsufficientSpaceError(
         o.directory, o.capacity_bytes, fs.free_bytes,

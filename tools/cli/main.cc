@@ -76,8 +76,9 @@ void add_plan(CLI::App& app, PlanRequest& r) {
           },
           "DTYPE"));
   add_dir(*plan, r.directory);
-  add_real(*plan, "--layer-ms", r.layer_ms, {0.0, 1e7, false, true},
-           "Forward time of one layer on your hardware (ms); needs the bandwidth probe");
+  add_real(*plan, "--layer-ms", r.layer_ms, {0.0, 1e7, true, true},
+           "Forward time of one layer on your hardware (ms; 0: not given); needs the bandwidth "
+           "probe");
   add_size(*plan, "--probe-bytes", r.probe_bytes, {0, kMaxProbeBytes},
            "Bytes for the bandwidth probe, e.g. 64MiB (0: skip)");
   plan->add_flag("--json", r.json, "Print one JSON object");
@@ -120,6 +121,9 @@ void add_train(CLI::App& app, TrainRequest& r) {
   train->add_option("--corpus", r.corpus, "Train on this text file instead of the embedded one");
   add_count(*train, "--sample-chars", r.sample_chars, {0, 100000},
             "Characters to generate at the end (0: none)");
+  add_count(*train, "--compare-steps", r.compare_steps, {0, 1000},
+            "Steps of the same model with in-RAM checkpointing (recompute), alternated with as "
+            "many of this mode after training, for the summary's step-time ratio (0: none)");
   train->add_flag("--keep-freed-memory", r.keep_freed_memory,
                   "Leave glibc's malloc thresholds alone (freed memory may stay in the process)");
   train->add_flag("--json", r.json, "Print the summary as one JSON object");

@@ -197,6 +197,10 @@ Parsed<std::uint64_t> parse_size(std::string_view option, std::string_view text,
   }
   Parsed<std::uint64_t> p =
       whole == 0 ? Parsed<std::uint64_t>{} : whole_number(option, text.substr(0, whole), multiplier, range);
+  if (!p.ok()) {  // the message names all that was typed, the unit included
+    return failure<std::uint64_t>(option, "is more bytes than can be counted, got " +
+                                              shown(text) + "; pass " + range);
+  }
   if (p.ok() && fraction > 0) p = add_fraction(option, text, p.value,
                                                text.substr(whole + 1, fraction), multiplier);
   return bounded(option, text, p, bounds, range);

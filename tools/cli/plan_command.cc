@@ -76,6 +76,7 @@ struct Plan {
   bool fits = false;
   std::vector<std::string> problems;
   bool probed = false;
+  std::string probe_skipped;  // why no probe ran, for the --layer-ms warning
   Probe probe;
   double io_ms_per_layer = 0;
   bool keeps_up = false;
@@ -141,7 +142,16 @@ void estimate_speed(Plan& p) {
 void run_probe(Plan& p) {
   const std::uint64_t probe_bytes =
       std::min(p.request.probe_bytes, p.dir.free_bytes / 2) / (1 << 20) * (1 << 20);
-  if (!p.fits || probe_bytes == 0) return;
+  if (!p.fits) return;
+  if (p.request.probe_bytes == 0) {
+    p.probe_skipped = "--probe-bytes 0";
+  } else if (p.request.probe_bytes < (1 << 20)) {
+    p.probe_skipped = "--probe-bytes " + std::to_string(p.request.probe_bytes) +
+                      " is below the probe's 1 MiB";
+  } else if (probe_bytes == 0) {
+    p.probe_skipped = "less than 2 MiB free in " + quote(p.dir.path);
+  }
+  if (probe_bytes == 0) return;
   try {
     p.probe = probe_bandwidth(p.dir.path, probe_bytes);
     p.probed = true;
@@ -258,8 +268,8 @@ int run_plan(const PlanRequest& request, std::ostream& out) {
   }
   if (!p.problems.empty()) return report_failure(verdict_line(p));
   if (request.layer_ms > 0 && !p.probed) {
-    warn("--layer-ms is ignored: no bandwidth probe ran (--probe-bytes 0, or less than 2 MiB "
-         "free in " + quote(p.dir.path) + "), so nothing says whether the disk keeps up");
+    warn("--layer-ms is ignored: no bandwidth probe ran (" + p.probe_skipped +
+         "), so nothing says whether the disk keeps up");
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,6 +54,21 @@ sigset_t stop_signals() {
   return set;
 }
 
+// Note [A CPU-time limit warns before it kills]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The kernel sends SIGXCPU when the soft RLIMIT_CPU is reached and SIGKILL at the hard one. bash's
+// `ulimit -t N` sets both to N, so the first signal is SIGKILL and the files would be left
+// (red-team pass). Where the two are equal, the soft limit is lowered by one second: SIGXCPU
+// comes first, the files are removed and the run ends by SIGXCPU, one second earlier than the
+// limit said.
+void warn_before_cpu_limit_kills() {
+  rlimit cpu{};
+  if (getrlimit(RLIMIT_CPU, &cpu) != 0 || cpu.rlim_max == RLIM_INFINITY) return;
+  if (cpu.rlim_cur != cpu.rlim_max || cpu.rlim_max < 2) return;
+  cpu.rlim_cur = cpu.rlim_max - 1;
+  setrlimit(RLIMIT_CPU, &cpu);
+}
+
 // Unlinks every entry of `dir`, then the directory; again while a file appeared meanwhile.
 void remove_directory_and_files(const std::string& dir) {
   for (int pass = 0; pass < 1000; ++pass) {
@@ -101,6 +117,7 @@ SignalCleanedDirectory::SignalCleanedDirectory(const std::string& parent) {
     throw DirectoryError(parent, e, what + "; choose another with --dir");
   }
   path_ = name;
+  warn_before_cpu_limit_kills();
   const sigset_t signals = stop_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   try {

@@ -231,8 +231,8 @@ double check_finite_loss(const TrainRequest& r, std::int64_t step, const torch::
 
 void check_output(std::ostream& out) {
   if (!out) {
-    throw spill::Error("cannot write the progress to standard output; send it to a file system "
-                       "with free space (or drop the redirection)");
+    throw spill::Error("cannot write the progress to standard output (closed, or on a full file "
+                       "system); leave it open, or send it to a file system with free space");
   }
 }
 
@@ -269,15 +269,79 @@ struct Trainer {
 
   void finish_summary(double total_s) {
     const auto steps = static_cast<double>(summary.losses.size());
+    const std::uint64_t n = summary.losses.size();
     summary.step_ms_mean = total_s / steps * 1e3;
     summary.tokens_per_s =
         total_s > 0 ? static_cast<double>(r.batch * r.seq) * steps / total_s : 0;
-    summary.spilled_per_step =
-        mode.arena ? mode.arena->stats().bytes_written / summary.losses.size() : 0;
+    summary.spilled_per_step = mode.arena ? mode.arena->stats().bytes_written / n : 0;
+    summary.layer_inputs_per_step = needed_capacity(r);
+    if (mode.arena) {
+      summary.arena = mode.arena->stats();
+      summary.stash = stash_stats(*mode.arena);
+      summary.inputs_per_step = summary.stash.inputs_stored / n;
+      summary.inputs_spilled_per_step = summary.stash.inputs_spilled / n;
+    }
     summary.memory = memory_limits();
     summary.rss_anon_at_end = resident_anonymous_bytes();
   }
 };
+
+// The model, optimizer and mode of a run; `mode` may differ from r.mode (the comparison).
+void set_up(Trainer& t, const std::string& mode, const std::string& directory) {
+  const TrainRequest& r = t.r;
+  const std::uint64_t per_layer = needed_capacity(r) / static_cast<std::uint64_t>(r.layers);
+  t.mode = harness::make_mode(mode, capacity_of(r), directory,
+                              {true, io_mode_of(r.io), staging_bytes_for_layer(per_layer)});
+  torch::manual_seed(r.seed);
+  models::GptConfig cfg{256, r.hidden, r.heads, r.layers, r.seq, r.dropout, r.attention_dropout};
+  t.model = models::TinyGpt(cfg);
+  t.model->train();
+  t.opt = std::make_unique<torch::optim::AdamW>(
+      t.model->parameters(),
+      torch::optim::AdamWOptions(r.lr).betas({kAdamBeta1, kAdamBeta2}).weight_decay(0.01));
+}
+
+// Note [What spilling costs in time]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The summary's step-time ratio compares this mode with the same model under in-RAM
+// checkpointing (recompute mode: the same recomputation, no spill), measured, not estimated.
+// After training, a fresh recompute model (same seed, same batches) and the trained model take
+// turns, one step each, --compare-steps times: a 2-core machine's load changes from second to
+// second, and alternating lets it hit both sides alike. The first pair warms the recompute
+// model's allocator and is not counted. Only for modes that spill (disk, ram, per-file). The
+// recompute model holds every layer input in RAM, which is what a run under a memory limit
+// cannot afford: the comparison is skipped, and says why, unless the memory the process may
+// still use holds a second model of this run's peak plus all its layer inputs.
+void compare_with_recompute(Trainer& t, const torch::Tensor& data) {
+  const TrainRequest& r = t.r;
+  if (r.compare_steps == 0 || r.mode == "none" || r.mode == "recompute") return;
+  const std::uint64_t need = t.summary.peak_rss_anon + needed_capacity(r);
+  const std::uint64_t usable = memory_limits().usable_bytes();
+  if (usable < need) {
+    t.summary.comparison_skipped = "in-RAM checkpointing would need about " + human_bytes(need) +
+                                   " more; this process may use " + human_bytes(usable);
+    return;
+  }
+  Trainer base;
+  base.r = r;
+  set_up(base, "recompute", r.directory);
+  BatchSampler ours(data, r.batch, r.seq, r.seed + 1);
+  BatchSampler theirs(data, r.batch, r.seq, r.seed + 1);
+  const std::uint64_t peak = t.summary.peak_rss_anon;
+  double ours_s = 0;
+  double theirs_s = 0;
+  for (std::int64_t n = 0; n <= r.compare_steps; ++n) {
+    const double a = t.step(n, ours).seconds;
+    const double b = base.step(n, theirs).seconds;
+    if (n == 0) continue;
+    ours_s += a;
+    theirs_s += b;
+  }
+  t.summary.peak_rss_anon = peak;  // training's, not the two models' of the comparison
+  t.summary.compared_steps = r.compare_steps;
+  t.summary.compared_ms = ours_s / static_cast<double>(r.compare_steps) * 1e3;
+  t.summary.compared_recompute_ms = theirs_s / static_cast<double>(r.compare_steps) * 1e3;
+}
 
 void train_loop(Trainer& t, BatchSampler& sampler, std::ostream& out) {
   const TrainRequest& r = t.r;
@@ -294,7 +358,7 @@ void train_loop(Trainer& t, BatchSampler& sampler, std::ostream& out) {
       t.summary.losses.push_back(e.loss());
       if (r.json) {
         t.finish_summary(total_s);
-        print_summary(r, t.summary, t.mode.arena.get(), out);
+        print_summary(r, t.summary, out);
       }
       throw;
     }
@@ -333,17 +397,7 @@ int run_train(const TrainRequest& request, std::ostream& out) {
     throw InvalidArgumentError("the corpus has " + std::to_string(text.size()) +
                                " bytes, fewer than --seq + 2; use a longer text or a smaller --seq");
   }
-  const std::uint64_t per_layer = needed_capacity(r) / static_cast<std::uint64_t>(r.layers);
-  t.mode = harness::make_mode(r.mode, capacity_of(r),
-                             t.per_file_directory ? t.per_file_directory->path() : r.directory,
-                             {true, io_mode_of(r.io), staging_bytes_for_layer(per_layer)});
-
-  torch::manual_seed(r.seed);
-  models::GptConfig cfg{256, r.hidden, r.heads, r.layers, r.seq, r.dropout, r.attention_dropout};
-  t.model = models::TinyGpt(cfg);
-  t.model->train();
-  t.opt = std::make_unique<torch::optim::AdamW>(
-      t.model->parameters(), torch::optim::AdamWOptions(r.lr).betas({kAdamBeta1, kAdamBeta2}).weight_decay(0.01));
+  set_up(t, r.mode, t.per_file_directory ? t.per_file_directory->path() : r.directory);
   torch::Tensor data =
       torch::from_blob(const_cast<char*>(text.data()), {static_cast<std::int64_t>(text.size())},
                        torch::kUInt8).to(torch::kLong);
@@ -351,7 +405,8 @@ int run_train(const TrainRequest& request, std::ostream& out) {
   train_loop(t, sampler, out);
   torch::manual_seed(r.seed);
   if (r.sample_chars > 0) t.summary.sample = generate(t.model, "And God said", r.sample_chars, r.seq);
-  print_summary(r, t.summary, t.mode.arena.get(), out);
+  compare_with_recompute(t, data);
+  print_summary(r, t.summary, out);
   check_output(out);
   return 0;
 }

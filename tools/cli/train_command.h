@@ -42,12 +42,12 @@ constexpr std::uint64_t kMaxCorpusBytes = 64ull << 20;
 
 struct TrainRequest {
   std::string mode = "disk";      // none | recompute | ram | disk | per-file
-  std::int64_t layers = 4;
+  std::int64_t layers = 8;
   std::int64_t hidden = 128;
   std::int64_t heads = 4;
-  std::int64_t seq = 128;
+  std::int64_t seq = 256;
   std::int64_t batch = 16;
-  std::int64_t steps = 200;
+  std::int64_t steps = 20;
   double lr = 3e-3;
   std::uint64_t seed = 1;
   std::string directory;          // "" -> the default spill directory
@@ -59,6 +59,7 @@ struct TrainRequest {
   bool keep_freed_memory = false;  // true: leave glibc's malloc thresholds as they are
   std::string corpus;             // "" -> the embedded text
   std::int64_t sample_chars = 200;  // 0: no sample
+  std::int64_t compare_steps = 5;   // paired steps against recompute mode after training; 0: none
 };
 
 // Checks what the option bounds cannot (heads divide hidden, the arena's size can be counted, a

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 #include <type_traits>
@@ -48,8 +49,32 @@ nlohmann::json memory_json(const Summary& s) {
   return j;
 }
 
-void print_json(const TrainRequest& r, const Summary& s, const SpillArena* arena,
-                std::ostream& out) {
+// Kept in RAM = what in-RAM checkpointing holds less what went to the arena (the newest
+// keep_last inputs of a step are never spilled).
+std::uint64_t kept_in_ram(const Summary& s) {
+  return s.layer_inputs_per_step > s.spilled_per_step ? s.layer_inputs_per_step - s.spilled_per_step
+                                                      : 0;
+}
+
+nlohmann::json layer_inputs_json(const Summary& s) {
+  if (!s.arena) return nullptr;
+  return {{"in_ram_checkpointing_bytes_per_step", s.layer_inputs_per_step},
+          {"stored_per_step", s.inputs_per_step},
+          {"spilled_per_step", s.inputs_spilled_per_step},
+          {"spilled_bytes_per_step", s.spilled_per_step},
+          {"kept_in_ram_bytes_per_step", kept_in_ram(s)}};
+}
+
+nlohmann::json comparison_json(const Summary& s) {
+  if (!s.comparison_skipped.empty()) return {{"skipped", s.comparison_skipped}};
+  if (s.compared_steps == 0) return nullptr;
+  return {{"steps", s.compared_steps},
+          {"step_ms", s.compared_ms},
+          {"recompute_step_ms", s.compared_recompute_ms},
+          {"ratio", s.compared_ms / s.compared_recompute_ms}};
+}
+
+void print_json(const TrainRequest& r, const Summary& s, std::ostream& out) {
   nlohmann::json j = {{"mode", r.mode},
                       {"steps", r.steps},
                       {"steps_run", s.losses.size()},
@@ -64,9 +89,34 @@ void print_json(const TrainRequest& r, const Summary& s, const SpillArena* arena
                       {"memory", memory_json(s)},
                       {"sample", s.sample}};
   j["diverged_at_step"] = s.diverged_at_step ? nlohmann::json(s.diverged_at_step) : nlohmann::json(nullptr);
-  j["arena"] = arena ? stats_json(arena->stats()) : nlohmann::json(nullptr);
-  j["stash"] = arena ? stats_json(stash_stats(*arena)) : nlohmann::json(nullptr);
+  j["layer_inputs"] = layer_inputs_json(s);
+  j["recompute_comparison"] = comparison_json(s);
+  j["arena"] = s.arena ? stats_json(*s.arena) : nlohmann::json(nullptr);
+  j["stash"] = s.arena ? stats_json(s.stash) : nlohmann::json(nullptr);
   out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
+// The layer inputs in-RAM checkpointing would hold against where this run put them, and the
+// step time against recompute mode (Note [What spilling costs in time] in train_command.cc).
+void print_what_it_bought(const TrainRequest& r, const Summary& s, std::ostream& out) {
+  const std::string where = r.mode == "ram" ? "the RAM arena" : "the spill file";
+  if (s.arena) {
+    out << "  layer inputs    " << s.inputs_per_step << " per step, "
+        << human_bytes(s.layer_inputs_per_step) << ": in-RAM checkpointing holds them all; "
+        << "this run wrote " << s.inputs_spilled_per_step << " ("
+        << human_bytes(s.spilled_per_step) << ") to " << where << " and kept "
+        << s.inputs_per_step - std::min(s.inputs_per_step, s.inputs_spilled_per_step) << " ("
+        << human_bytes(kept_in_ram(s)) << ") in RAM\n";
+  }
+  if (s.compared_steps > 0) {
+    out << std::setprecision(2) << "  vs in-RAM       " << s.compared_ms / s.compared_recompute_ms
+        << "x the step time of in-RAM checkpointing (" << std::setprecision(1) << s.compared_ms
+        << " ms vs " << s.compared_recompute_ms << " ms, " << s.compared_steps
+        << " alternating steps each after training)\n";
+  }
+  if (!s.comparison_skipped.empty()) {
+    out << "  vs in-RAM       not measured: " << s.comparison_skipped << "\n";
+  }
 }
 
 void print_memory(const Summary& s, std::ostream& out) {
@@ -98,19 +148,18 @@ std::string progress_text(const TrainRequest& r, std::int64_t step, const StepRe
   return t.str();
 }
 
-void print_summary(const TrainRequest& r, const Summary& s, const SpillArena* arena,
-                   std::ostream& out) {
-  if (r.json) return print_json(r, s, arena, out);
+void print_summary(const TrainRequest& r, const Summary& s, std::ostream& out) {
+  if (r.json) return print_json(r, s, out);
   out << std::fixed << std::setprecision(3) << "\nsummary (" << r.mode << ", "
       << torch::get_num_threads() << " LibTorch threads)\n"
       << "  loss            " << s.losses.front() << " -> " << s.losses.back() << "\n"
       << std::setprecision(1) << "  time per step   " << s.step_ms_mean << " ms ("
       << std::setprecision(0) << s.tokens_per_s << " tokens/s)\n";
+  print_what_it_bought(r, s, out);
   print_memory(s, out);
-  out << "  spilled / step  " << human_bytes(s.spilled_per_step) << "\n";
-  if (arena) {
-    const ArenaStats a = arena->stats();
-    const StashStats st = stash_stats(*arena);
+  if (s.arena) {
+    const ArenaStats& a = *s.arena;
+    const StashStats& st = s.stash;
     out << "  arena           capacity " << human_bytes(a.capacity_bytes) << ", peak in use "
         << human_bytes(a.peak_bytes_in_use) << ", " << a.allocations << " allocations, "
         << a.reuse_hits << " reuse hits, written " << human_bytes(a.bytes_written) << ", read "
@@ -123,9 +172,9 @@ void print_summary(const TrainRequest& r, const Summary& s, const SpillArena* ar
         << st.restore_waits << " of " << st.restores << " restores ("
         << static_cast<double>(st.restore_wait_ns) / 1e6 << " ms); prefetch hits "
         << st.prefetch_hits << " of " << st.prefetches << "\n"
-        << "  integrity       XXH3 of " << human_bytes(a.bytes_hashed) << " written, "
-        << human_bytes(a.bytes_verified) << " verified on read back, " << a.integrity_failures
-        << " failures\n";
+        << "  integrity       XXH3 over " << human_bytes(a.bytes_hashed)
+        << " (written and read back), " << human_bytes(a.bytes_verified)
+        << " of the reads matched their write, " << a.integrity_failures << " failures\n";
   }
   if (!s.sample.empty()) out << "  sample          " << s.sample << "\n";
 }
