@@ -6,6 +6,7 @@
 #include <string>
 
 #include "enum_names.h"
+#include "io_advice.h"
 #include "platform.h"
 #include "spill/error.h"
 #include "spill/testing.h"
@@ -103,17 +104,13 @@ IoStatus Completion::wait() const {
   return status_;
 }
 
-// EFBIG (a file size limit, ulimit -f) is not a disk problem; every other errno is.
+// See Note [EFBIG is a size limit, not a disk] in src/core/io_advice.h.
 void throw_io_error(const IoStatus& s) {
-  const std::string fix = s.error_number == EFBIG
-                              ? "the process's file size limit (ulimit -f) is below the arena's "
-                                "capacity; raise it or lower capacity_bytes"
-                              : "check the disk (dmesg) and its free space, and that no other "
-                                "process truncated or wrote the spill file (/proc/<pid>/fd)";
   throw IoError(s.error_number,
                 std::string("spill: queued ") + to_string(s.op) + " of " +
                     std::to_string(s.bytes) + " bytes at offset " + std::to_string(s.offset) +
-                    " of the spill file failed: " + std::strerror(s.error_number) + "; " + fix,
+                    " of the spill file failed: " + std::strerror(s.error_number) + "; " +
+                    io_error_fix(s.error_number),
                 s.op, s.offset, s.bytes);
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "io_advice.h"
 #include "platform.h"
 #include "spill/error.h"
 #include "spill/quote.h"
@@ -140,10 +141,8 @@ class SpillFile final : public Storage {
   [[noreturn]] void fail(const char* what, int e, std::uint64_t bytes, std::uint64_t offset) const {
     throw IoError(e, std::string("spill: ") + what + " of " + std::to_string(bytes) +
                          " bytes at offset " + std::to_string(offset) + " of the spill file in " +
-                         info_.directory + " failed: " + std::strerror(e) + "; " +
-                         (e == EFBIG ? "the process's file size limit (ulimit -f) is below the "
-                                       "arena's capacity; raise it or lower capacity_bytes"
-                                     : "check the disk (dmesg) and its free space"),
+                         quote(info_.directory) + " failed: " + std::strerror(e) + "; " +
+                         io_error_fix(e),
                   what[0] == 'w' ? IoOp::write : IoOp::read, offset, bytes);
   }
 
@@ -235,8 +234,7 @@ void preallocate_or_throw(int fd, const SpillFileOptions& o, const platform::Fil
         o.directory, e,
         "spill: the spill file of " + bytes_with_units(o.capacity_bytes) + " in " + quote(o.directory) +
             " would be larger than this process may write (fallocate: " + std::strerror(e) +
-            ": the file size limit, ulimit -f, or the file system's largest file); raise the "
-            "limit or lower capacity_bytes");
+            "): " + io_error_fix(e));
   }
   throw PreallocationError(
       o.directory, e,

@@ -1,7 +1,7 @@
 // SerialWorker: one thread that runs posted jobs in order, started at the first post. The
 // destructor runs the jobs already posted, then joins. Jobs must not throw (a job that does ends
 // the process): they report their own failures. See Note [Progress on accelerators] in
-// src/torch_layer/arena_stash.cc for its use.
+// src/torch_layer/arena_stash.cc for its use, and Note [Two kinds of worker threads].
 //
 //   spill::detail::SerialWorker worker;
 //   worker.post([entry] { entry->copy.synchronize(); queue_write(*entry); });
@@ -17,6 +17,16 @@
 
 namespace spill::detail {
 
+// Note [Two kinds of worker threads]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The core's thread-pool queue (src/core/thread_pool_queue.cc) and this worker both run jobs on
+// threads, and were kept apart on purpose. The pool runs I/O requests, several at once, in any
+// order, each with an IoStatus and a Completion to wait on, a fault-injection hook and fork
+// inertness, and lives in the torch-free core. This worker runs one stash's progress jobs (wait
+// for a device copy, then queue its write, then return the pool block) strictly in order, on one
+// thread, started lazily, and its jobs block on CUDA events: put on the pool, they would take a
+// slot an I/O request needs and could run out of order. One executor would need both
+// disciplines behind flags; two small ones each keep one.
 class SerialWorker {
  public:
   SerialWorker() = default;

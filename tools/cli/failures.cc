@@ -28,19 +28,6 @@ void print_error(const std::string& message) {
   std::cerr << "spillarena: " << first_line(message) << "\n" << std::flush;
 }
 
-// Note [EFBIG is a size limit, not a file system]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// fallocate or write past RLIMIT_FSIZE (ulimit -f), or past the file system's largest file,
-// fails with EFBIG (SIGXFSZ is ignored: see Note [Ignoring SIGXFSZ] in tools/cli/main.cc). The
-// library's advice for a failed preallocation, another file system, would not help: the limit
-// has to rise or the arena shrink.
-std::string file_too_large(const std::string& where) {
-  return "the spill file" + where + " would be larger than this process may write (" +
-         std::strerror(EFBIG) + ": the file size limit, ulimit -f, or the file system's largest "
-         "file); raise the limit (ulimit -f unlimited) or use a smaller arena (--capacity, or a "
-         "smaller model)";
-}
-
 // Note [The library's advice in the CLI's words]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The library's messages name the settings a C++ caller has (options.directory, capacity_bytes).
@@ -86,16 +73,9 @@ std::string system_failure(const std::system_error& e) {
 
 }  // namespace
 
-std::string explain(const spill::Error& error) {
-  if (const auto* e = dynamic_cast<const PreallocationError*>(&error);
-      e && e->error_number() == EFBIG) {
-    return file_too_large(" in " + quote(e->path()));
-  }
-  if (const auto* e = dynamic_cast<const IoError*>(&error); e && e->error_number() == EFBIG) {
-    return file_too_large("");
-  }
-  return in_cli_words(error.what());
-}
+// EFBIG's advice is the library's (Note [EFBIG is a size limit, not a disk] in
+// src/core/io_advice.h), in the CLI's words like every other message.
+std::string explain(const spill::Error& error) { return in_cli_words(error.what()); }
 
 int report_usage_error(const std::string& problem) {
   print_error(problem);
