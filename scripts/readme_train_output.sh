@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The README's `spillarena train` output, from a real run (issue 18: docs that cannot go stale).
+# The README's figures from real runs (issue 18: docs that cannot go stale).
 #
 #   scripts/readme_train_output.sh            run the default training, piped as in the README,
-#                                             and rewrite the block between the README's
-#                                             <!-- train-output:begin/end --> markers
+#                                             and spillarena_memory, and rewrite the blocks
+#                                             between the README's <!-- train-output:begin/end -->
+#                                             and <!-- memory-table:begin/end --> markers
+#   scripts/readme_train_output.sh memory     only the memory table (or only `train`)
 #   scripts/readme_train_output.sh --check    (ctest readme_train_output) a 2-step run of the
 #                                             same default model must print the README block's
 #                                             summary lines, in order, and the same counts: the
@@ -52,15 +54,28 @@ if [ "${1:-}" = "--check" ]; then
   exit "$status"
 fi
 
-output=$("$cli" train | cat)
-tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
-{
-  awk -v b="$begin" '{ print } $0 == b { exit }' "$readme"
-  echo '```'
-  echo "$output"
-  echo '```'
-  awk -v e="$end" '$0 == e { on = 1 } on { print }' "$readme"
-} >"$tmp"
-cp "$tmp" "$readme"
-echo "rewrote the train output in $readme"
+# Replaces the lines between <!-- NAME:begin --> and <!-- NAME:end --> with stdin.
+rewrite_block() {
+  local name=$1 tmp
+  tmp=$(mktemp)
+  {
+    awk -v b="<!-- $name:begin -->" '{ print } $0 == b { exit }' "$readme"
+    cat
+    awk -v e="<!-- $name:end -->" '$0 == e { on = 1 } on { print }' "$readme"
+  } >"$tmp"
+  cp "$tmp" "$readme"
+  rm -f "$tmp"
+  echo "rewrote the $name block in $readme"
+}
+
+blocks=${*:-train memory}
+if [[ " $blocks " == *" train "* ]]; then
+  output=$("$cli" train | cat)
+  printf '```\n%s\n```\n' "$output" | rewrite_block train-output
+fi
+if [[ " $blocks " == *" memory "* ]]; then
+  memory=${cli%/spillarena}/spillarena_memory
+  table=$("$memory")
+  printf '```sh\n$ %s\n%s\n```\n\n%s\n' "$memory" "$(echo "$table" | head -1)" \
+    "$(echo "$table" | sed -n '2,$p' | sed '/./,$!d')" | rewrite_block memory-table
+fi
