@@ -62,6 +62,27 @@ def test_another_offload_on_the_same_layers_is_refused_when_the_config_loads(con
         load_cfg(str(config(**keys)))
 
 
+@pytest.mark.parametrize("key, value", [
+    ("spillarena_capacity_bytes", -1),
+    ("spillarena_capacity_bytes", 0),
+    ("spillarena_capacity_bytes", True),
+    ("spillarena_capacity_bytes", "1073741824"),
+    ("spillarena_capacity_bytes", 1.5e9),
+    ("spillarena_capacity_bytes", float("nan")),
+    ("spillarena_keep_last", -1),
+    ("spillarena_keep_last", True),
+    ("spillarena_host_pool_bytes", -4096),
+    ("spillarena_host_pool_bytes", 2**70),
+    ("spillarena_keep_last", 2**64),
+])
+def test_a_number_that_is_not_a_sane_whole_number_is_refused_when_the_config_loads(config, key,
+                                                                                   value):
+    # pydantic's ValidationError or spillarena's InvalidArgumentError (both ValueErrors), naming
+    # the key (the probe arena names the option: keep_last, host_pool_bytes).
+    with pytest.raises(ValueError, match=key.removeprefix("spillarena_")):
+        load_cfg(str(config(**{key: value})))
+
+
 def test_gradient_checkpointing_false_is_refused_when_the_config_loads(config):
     with pytest.raises(spillarena.InvalidArgumentError, match="gradient_checkpointing is false"):
         load_cfg(str(config(gradient_checkpointing=False)))

@@ -47,14 +47,17 @@ class SpillArenaArgs(BaseModel):
         json_schema_extra={"description": "buffered, direct, automatic or gds. Default: the "
                            "arena's own default."},
     )
+    # Strict whole numbers: pydantic's lax mode would take true as 1, "12" as 12 and 3.0 as 3, so
+    # a typo in the YAML could size an arena. The upper bounds are the arena's own (checked by
+    # the probe arena when the config loads, with the key named).
     spillarena_capacity_bytes: int | None = Field(
-        default=None,
+        default=None, strict=True, ge=1,
         json_schema_extra={"description": "Size of the spill file. Default: one layer input per "
                            "decoder layer: layers x micro_batch_size x sequence_len x hidden_size "
                            "x the element size of torch_dtype."},
     )
-    spillarena_host_pool_bytes: int | None = None
-    spillarena_keep_last: int | None = None
+    spillarena_host_pool_bytes: int | None = Field(default=None, strict=True, ge=0)
+    spillarena_keep_last: int | None = Field(default=None, strict=True, ge=0)
     spillarena_options: dict[str, Any] | None = Field(
         default=None,
         json_schema_extra={"description": "Any other SpillArena(...) keyword "
