@@ -621,6 +621,9 @@ TEST_CASE("cli: sizes take whole-byte fractions and PiB; what cannot be a size i
   REQUIRE(run_json(std::string("train ") + kTiny + " --steps 1 --compare-steps 0 --json "
                        "--capacity 1.5MiB --dir " + dir.path(), &j).exit_code == 0);
   CHECK(j["arena"]["capacity_bytes"] == 3 * spill::MiB / 2);
+  // --io takes the library's name of the automatic choice as well as "auto".
+  REQUIRE(run_json(std::string("train ") + kTiny + " --steps 1 --compare-steps 0 --json "
+                       "--io automatic --dir " + dir.path(), &j).exit_code == 0);
   check_usage_error("train --capacity 1.5B", "must come to a whole number of bytes");
   check_usage_error("train --capacity 0.1KiB", "must come to a whole number of bytes");
   check_usage_error("train --capacity 2PiB", "(1.00 PiB)");  // PiB parsed, then out of range

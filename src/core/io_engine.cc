@@ -242,7 +242,7 @@ void IoEngine::written(std::uint64_t offset, std::uint64_t bytes) {
     }
   }
   for (const auto& [at, n] : drop) {
-    storage_.unmap_pages(at, n);  // mapped pages are not dropped by POSIX_FADV_DONTNEED
+    storage_.drop_page_mappings(at, n);  // mapped pages are not dropped by POSIX_FADV_DONTNEED
     queue_->submit(IoRequest{IoOp::drop, storage_.fd(), nullptr, n, at, {}});
   }
 }

@@ -112,7 +112,7 @@ int pages_resident(void* addr, std::uint64_t bytes, std::uint64_t* resident_byte
 
 // [Linux] MADV_DONTNEED on a sub-range of a shared file mapping: removes this process's
 // page-table entries (dirty data stays in the page cache), so the pages can then be dropped.
-int unmap_pages(void* addr, std::uint64_t bytes);
+int drop_page_mappings(void* addr, std::uint64_t bytes);
 
 // MADV_WILLNEED on a sub-range of a mapping (addr page aligned).
 int advise_will_need(void* addr, std::uint64_t bytes);
@@ -182,9 +182,10 @@ struct CgroupMemory {
 };
 int memory_cgroup(CgroupMemory* out);
 
-// [Linux] glibc: fixed mmap threshold (no dynamic growth), so large frees go back to the system.
+// [Linux] glibc: fixed mmap and trim thresholds (no dynamic growth), so large frees go back to
+// the system and the heap top is trimmed.
 // Does nothing elsewhere.
-void set_malloc_mmap_threshold(std::uint64_t bytes);
+void set_malloc_thresholds(std::uint64_t bytes);
 
 // ---------------------------------------------------------------------------------------------
 // Test-only: fault injection (spill::testing::set_fault_hook in <spill/testing.h> installs the

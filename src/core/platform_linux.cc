@@ -233,7 +233,7 @@ int pages_resident(void* addr, std::uint64_t bytes, std::uint64_t* resident_byte
   return 0;
 }
 
-int unmap_pages(void* addr, std::uint64_t bytes) {
+int drop_page_mappings(void* addr, std::uint64_t bytes) {
   return madvise(addr, bytes, MADV_DONTNEED) == 0 ? 0 : errno;
 }
 
@@ -378,7 +378,7 @@ int memory_cgroup(CgroupMemory* out) {
   return 0;
 }
 
-void set_malloc_mmap_threshold(std::uint64_t bytes) {
+void set_malloc_thresholds(std::uint64_t bytes) {
 #ifdef __GLIBC__
   mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes));
   mallopt(M_TRIM_THRESHOLD, static_cast<int>(bytes));

@@ -18,7 +18,7 @@ int reopen_direct(int, int*, std::uint64_t*) { return ENOSYS; }
 int preallocate(int, std::uint64_t) { return ENOSYS; }
 
 int pages_resident(void*, std::uint64_t, std::uint64_t*) { return ENOSYS; }
-int unmap_pages(void*, std::uint64_t) { return ENOSYS; }
+int drop_page_mappings(void*, std::uint64_t) { return ENOSYS; }
 
 int start_writeback(int, std::uint64_t, std::uint64_t) { return ENOSYS; }
 int drop_cached_pages(int, std::uint64_t, std::uint64_t) { return ENOSYS; }
@@ -30,6 +30,6 @@ int memory_cgroup(CgroupMemory* out) {
   *out = CgroupMemory{};
   return 0;
 }
-void set_malloc_mmap_threshold(std::uint64_t) {}
+void set_malloc_thresholds(std::uint64_t) {}
 
 }  // namespace spill::platform

@@ -20,7 +20,7 @@ std::uint64_t resident_anonymous_bytes() { return platform::resident_anonymous_b
 // --keep-freed-memory), and so do the tests, benchmarks and tools that report memory. With
 // jemalloc or mimalloc the call has no effect; they return freed memory by their own decay.
 void return_freed_memory_promptly(std::uint64_t threshold_bytes) {
-  platform::set_malloc_mmap_threshold(threshold_bytes);
+  platform::set_malloc_thresholds(threshold_bytes);
 }
 
 std::uint64_t MemoryLimits::usable_bytes() const {

@@ -107,12 +107,12 @@ class SpillFile final : public Storage {
   // Pages mapped into this process (written or read through the mapping) are not dropped by
   // POSIX_FADV_DONTNEED, so their page-table entries go first.
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) override {
-    unmap_pages(offset, bytes);
+    drop_page_mappings(offset, bytes);
     platform::drop_cached_pages(fd_, offset, bytes);
   }
-  void unmap_pages(std::uint64_t offset, std::uint64_t bytes) override {
+  void drop_page_mappings(std::uint64_t offset, std::uint64_t bytes) override {
     char* p = base() + offset;
-    platform::unmap_pages(page_start(p), bytes + page_slack(p));
+    platform::drop_page_mappings(page_start(p), bytes + page_slack(p));
   }
   // Readahead for whatever of the range is not in memory; both the page cache (for pread) and
   // this process's mapping (for zero-copy reads) are asked.

@@ -29,7 +29,7 @@ class Storage {
   virtual void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) = 0;
   virtual void prefetch(std::uint64_t offset, std::uint64_t bytes) = 0;
   // Removes this process's page-table entries for the range (the data stays in the file).
-  virtual void unmap_pages(std::uint64_t offset, std::uint64_t bytes) = 0;
+  virtual void drop_page_mappings(std::uint64_t offset, std::uint64_t bytes) = 0;
   // Bytes of the range whose pages are in memory (all of it for host memory).
   virtual std::uint64_t resident_bytes(std::uint64_t offset, std::uint64_t bytes) const = 0;
   bool resident(std::uint64_t offset, std::uint64_t bytes) const {

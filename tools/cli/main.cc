@@ -104,10 +104,10 @@ void add_train(CLI::App& app, TrainRequest& r) {
   train->add_option("--mode", r.mode, "disk, ram, recompute, none or per-file")
       ->capture_default_str()
       ->check(CLI::IsMember(spill::harness::mode_spellings()));
-  train->add_option("--io", r.io, "Disk mode I/O: auto (direct when the arena exceeds usable "
-                    "memory), buffered or direct")
+  train->add_option("--io", r.io, "Disk mode I/O: auto, also spelled automatic as in Python "
+                    "and C++ (direct when the arena exceeds usable memory), buffered or direct")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "buffered", "direct"}));
+      ->check(CLI::IsMember({"auto", "automatic", "buffered", "direct"}));
   add_train_model(*train, r);
   add_count(*train, "--steps", r.steps, {1, kMaxSteps}, "Training steps");
   add_real(*train, "--lr", r.lr, {kMinLearningRate, kMaxLearningRate},
