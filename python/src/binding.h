@@ -201,7 +201,7 @@ void set_field(Struct& s, const std::string& name, py::handle value,
     found = true;
   });
   if (!found) {
-    throw spill::InvalidArgumentError("spillarena: unknown option " + quote(name) +
+    throw spill::InvalidArgumentError("spillarena: unknown option " + spill::quote(name) +
                                       "; the options are: " + known);
   }
 }
