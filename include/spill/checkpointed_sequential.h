@@ -2,7 +2,7 @@
 // call. It is a module: parameters(), to(), train()/eval() and serialization see the wrapped
 // Sequential, registered as "inner".
 //
-//   torch::nn::Sequential blocks(Block(cfg), Block(cfg), Block(cfg));
+//   torch::nn::Sequential blocks(Block{cfg}, Block{cfg}, Block{cfg});
 //   spill::SpillArena arena(options);
 //   spill::CheckpointedSequential net(blocks, arena);          // disk (or RAM) arena
 //   torch::Tensor y = net->forward(x);                         // each child's input spilled

@@ -1,5 +1,6 @@
 // Looking at a spill directory before committing to it: what `spillarena plan` reports.
 //
+//   #include <spill/units.h>                                  // human_bytes
 //   spill::DirectoryInfo d = spill::inspect_directory("/mnt/nvme/spill");
 //   if (!d.usable) std::cerr << d.problem << "\n";           // missing, not writable, ...
 //   else if (d.memory_backed) std::cerr << d.file_system_type << " lives in RAM\n";

@@ -1,6 +1,7 @@
 // Typed errors of spillarena. Every error derives from spill::Error (a std::runtime_error), says
 // what was asked, what was available and how to fix it, and carries the numbers as fields.
 //
+//   #include <spill/arena.h>
 //   try {
 //     spill::SpillArena arena(options);
 //   } catch (const spill::InsufficientSpaceError& e) {

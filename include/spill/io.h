@@ -1,13 +1,14 @@
 // Asynchronous I/O on arena regions: a write or read that returns before the bytes moved, and the
 // handle that says when they did.
 //
+//   #include <spill/arena.h>                       // SpillArena, Region
 //   spill::ArenaOptions options;
 //   options.capacity_bytes = 1ull << 30;
 //   options.io = spill::IoMode::direct;             // O_DIRECT through a staging pool
 //   spill::SpillArena arena(options);
 //   spill::Region r = arena.allocate(bytes);
 //   spill::Pending w = r.write_async(src, bytes);   // src stays valid until w completes
-//   ... compute ...
+//   // ... compute ...
 //   w.wait();                                       // throws spill::IoError {op, offset, bytes, errno}
 //   spill::Pending rd = r.read_async(dst, bytes);
 //   if (!rd.ready()) rd.wait();

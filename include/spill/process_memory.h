@@ -1,9 +1,10 @@
 // What this process holds in anonymous memory (RssAnon of /proc/self/status): the number a
 // memory cgroup OOM-kills on, and the one spilling to disk keeps flat.
 //
+//   #include <spill/units.h>                                   // human_bytes
 //   const std::uint64_t before = spill::resident_anonymous_bytes();
-//   auto loss = model->forward(batch);
-//   std::cout << "forward kept " << spill::human_bytes(spill::resident_anonymous_bytes() - before);
+//   std::vector<char> kept(64 << 20, 1);                       // what a forward would keep
+//   std::cout << "kept " << spill::human_bytes(spill::resident_anonymous_bytes() - before);
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // What the user gave, as a message shows it: one line, quoted, bytes that are not text escaped.
 //
+//   #include <spill/error.h>
 //   throw spill::PathError(dir, ENOENT, "spill: spill directory " + spill::quote(dir) +
 //                                           " does not exist");
 //   // spill::quote("/tmp/a\nb") == "'/tmp/a\\nb'"

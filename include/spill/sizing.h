@@ -1,6 +1,7 @@
 // Sizing an arena to a model: the bytes the spilled layer inputs of one step need, with the
 // allocator's page alignment and size-class rounding included.
 //
+//   #include <spill/arena.h>
 //   // 32 transformer blocks, batch 1, 8192 tokens, hidden 4096, bf16 (2 bytes):
 //   spill::ArenaOptions options;
 //   options.capacity_bytes =

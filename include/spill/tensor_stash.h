@@ -1,6 +1,7 @@
 // TensorStash: where spill::checkpoint keeps a layer's input between forward and backward. One
 // interface, four places, so users and benchmarks compare like with like:
 //
+//   #include <spill/checkpoint.h>                           // spill::checkpoint
 //   spill::SpillArena disk_arena(disk_options);              // options.backing = Backing::disk
 //   auto disk = spill::make_arena_stash(disk_arena);         // the spill file (the point)
 //   spill::StashOptions sync;                                // the stash's own settings

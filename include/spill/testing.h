@@ -11,7 +11,7 @@
 //   spill::testing::set_io_test_hook([](spill::IoOp op) {
 //     return op == spill::IoOp::write ? ENOSPC : 0;  // every queued write fails whole
 //   });
-//   ... arena.allocate(...), write, read: the hooks decide ...
+//   // ... arena.allocate(...), write, read: the hooks decide ...
 //   spill::testing::set_fault_hook({});    // both gone
 //   spill::testing::set_io_test_hook({});
 //

@@ -1,7 +1,7 @@
 // Byte counts for people: spill::human_bytes(3ull << 30) == "3.00 GiB".
 //
-//   std::cout << "capacity " << arena.stats().capacity_bytes << " bytes ("
-//             << spill::human_bytes(arena.stats().capacity_bytes) << ")\n";
+//   const std::uint64_t capacity = 3ull << 30;
+//   std::cout << "capacity " << capacity << " bytes (" << spill::human_bytes(capacity) << ")\n";
 #pragma once
 
 #include <cstdint>
