@@ -636,7 +636,7 @@ TEST_CASE("cli: sizes take whole-byte fractions and PiB; what cannot be a size i
 
 TEST_CASE("cli: what the user typed stays on one escaped line in every message") {
   check_usage_error("train --layers \"$(printf '3\\n4')\"", "got '3\\n4'");
-  check_usage_error("train --capacity \"$(printf '3\\033[2J')\"", "\\x1B[2J");
+  check_usage_error("train --capacity \"$(printf '3\\033[2J')\"", "\\x1b[2J");
   check_usage_error("train --mode \"$(printf 'x\\ny')\"", "x\\ny");
   Run r = run(std::string("train ") + kTiny + " --steps 1 --dir \"$(printf '/nonexistent/a\\nb')\"");
   CAPTURE(r.output);

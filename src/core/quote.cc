@@ -54,7 +54,7 @@ void append_escaped(std::string* out, unsigned char c, bool in_quotes) {
     return;
   }
   char hex[5];
-  std::snprintf(hex, sizeof hex, "\\x%02X", c);
+  std::snprintf(hex, sizeof hex, "\\x%02x", c);  // lowercase, as Python shows bytes
   *out += hex;
 }
 
