@@ -273,10 +273,10 @@ struct Trainer {
     summary.step_ms_mean = total_s / steps * 1e3;
     summary.tokens_per_s =
         total_s > 0 ? static_cast<double>(r.batch * r.seq) * steps / total_s : 0;
-    summary.spilled_per_step = mode.arena ? mode.arena->stats().bytes_written / n : 0;
     summary.layer_inputs_per_step = needed_capacity(r);
     if (mode.arena) {
       summary.arena = mode.arena->stats();
+      summary.spilled_per_step = summary.arena->bytes_written / n;
       summary.stash = stash_stats(*mode.arena);
       summary.inputs_per_step = summary.stash.inputs_stored / n;
       summary.inputs_spilled_per_step = summary.stash.inputs_spilled / n;
