@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 index=docs/design.md
 sources=$(git ls-files -- src include tools python tests bench models harness scripts \
-  CMakeLists.txt '*/CMakeLists.txt' | grep -E '\.(cc|h|py|sh|txt|cmake)$|CMakeLists' | sort -u)
+  CMakeLists.txt '*/CMakeLists.txt' cmake | grep -E '\.(cc|h|py|sh|txt|cmake)$|CMakeLists' | sort -u)
 
 # "Title<TAB>file" for each definition.
 definitions=$(for f in $sources; do
