@@ -14,23 +14,6 @@ The arena, its allocator and its I/O are C++ (spillarena._C); Python holds no sp
 import torch
 
 from . import _build_info
-from .errors import (
-    ArenaExhaustedError,
-    CheckpointError,
-    DirectoryError,
-    Error,
-    ForkedProcessError,
-    GdsUnavailableError,
-    InsufficientSpaceError,
-    IntegrityError,
-    InvalidArgumentError,
-    IoError,
-    MemoryBackedDirectoryError,
-    MovedFromRegionError,
-    PathError,
-    PreallocationError,
-    RamBackedDirectoryError,
-)
 
 __version__ = _build_info.SPILLARENA_VERSION
 
@@ -67,6 +50,8 @@ from ._C import (  # noqa: E402
     make_per_file_stash,
     shared_arena_stash,
 )
+from . import errors  # noqa: E402  (its classes come from _C's table of error types)
+from .errors import *  # noqa: E402,F401,F403  (Error, IoError, ...: errors.__all__)
 from . import malloc  # noqa: E402  (the freed-memory policy of spilling arenas; see its Note)
 from .checkpoint import checkpoint  # noqa: E402
 from .hf import disable, enable  # noqa: E402

@@ -1,0 +1,48 @@
+"""The Python error classes come from one table in the extension and match include/spill/error.h."""
+
+import pathlib
+import pickle
+import re
+
+import pytest
+
+import spillarena
+from spillarena import errors
+
+ERROR_H = pathlib.Path(__file__).resolve().parents[2] / "include" / "spill" / "error.h"
+
+
+def cpp_error_classes():
+    """{name: base} for every class declared in include/spill/error.h."""
+    declared = re.findall(r"^class (\w+)(?: final)? : public ([\w:]+) \{", ERROR_H.read_text(), re.M)
+    assert declared, f"no class found in {ERROR_H}"
+    return {name: base.removeprefix("std::") for name, base in declared}
+
+
+def test_every_cpp_error_type_has_its_python_class_with_the_same_base():
+    bases = {"runtime_error": RuntimeError}
+    for name, base in cpp_error_classes().items():
+        cls = getattr(spillarena, name)
+        assert cls.__module__ == "spillarena.errors"
+        assert cls.__bases__[0] is bases.get(base) or cls.__bases__[0].__name__ == base, name
+        assert cls.__doc__, name
+    assert set(errors.__all__) == set(cpp_error_classes()) | {"RamBackedDirectoryError"}
+
+
+def test_the_builtin_mixins_and_the_old_alias():
+    assert issubclass(spillarena.InvalidArgumentError, ValueError)
+    assert issubclass(spillarena.Error, RuntimeError)
+    assert spillarena.RamBackedDirectoryError is spillarena.MemoryBackedDirectoryError
+
+
+@pytest.mark.parametrize("name", sorted(cpp_error_classes()))
+def test_errors_pickle_with_their_class_and_message(name):
+    with pytest.raises(getattr(spillarena, name)) as caught:
+        spillarena._C._throw(name, f"spill: {name} pickled")
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert type(copy) is type(caught.value) and str(copy) == f"spill: {name} pickled"
+
+
+def test_an_unknown_example_name_is_refused():
+    with pytest.raises(spillarena.InvalidArgumentError, match="no error class 'Nope'"):
+        spillarena._C._throw("Nope", "m")
