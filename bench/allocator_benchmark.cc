@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "spill/slab_allocator.h"
+#include "core/slab_allocator.h"
 
 namespace spill_bench {
 namespace {

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/arena_internals.h"
 #include "bench_common.h"
 #include "direct_io.h"
 #include "spill/spill.h"
@@ -117,10 +118,10 @@ void round_trip_arena_evicted(benchmark::State& state) {
     region.write(src.data_ptr(), bytes);
     t.write_s += w.seconds();
     state.PauseTiming();
-    region.drop_cached_pages();  // written back and out of the cache: the read hits the disk
+    spill::detail::drop_cached_pages(region);  // written back and out of the cache: the read hits the disk
     state.ResumeTiming();
     Stopwatch r;
-    region.prefetch();
+    spill::detail::read_ahead(region);
     region.read(back.data_ptr(), bytes);
     touch_pages(back.data_ptr(), bytes);
     t.read_s += r.seconds();
@@ -148,7 +149,7 @@ void round_trip_arena_direct(benchmark::State& state) {
     region.read(back, bytes);
     touch_pages(back, bytes);
     t.read_s += r.seconds();
-    cached = std::max(cached, region.resident_bytes());
+    cached = std::max(cached, spill::detail::resident_bytes(region));
   }
   if (std::memcmp(src.data_ptr(), back, bytes) != 0) state.SkipWithError("direct arena mismatch");
   report(state, bytes, t);

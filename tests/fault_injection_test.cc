@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/arena_internals.h"
 #include "io_test_support.h"
 #include "spill/core.h"
 #include "spill/testing.h"
@@ -187,7 +188,7 @@ constexpr Setup kSynchronous{spill::IoMode::buffered, spill::IoBackend::thread_p
 // Writes `src` into `r`, drops its pages from the page cache, and reads them back from the disk.
 std::vector<unsigned char> round_trip(spill::Region& r, const std::vector<unsigned char>& src) {
   r.write(src.data(), src.size());
-  r.drop_cached_pages();
+  spill::detail::drop_cached_pages(r);
   std::vector<unsigned char> dst(src.size());
   r.read(dst.data(), dst.size());
   return dst;
@@ -273,10 +274,10 @@ TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endl
     r.write(src.data(), src.size());
     // Pages still dirty or under writeback (a loaded machine) stay resident, and a resident read
     // is a memcpy the hook never sees: drop until none is left, so the read reaches pread.
-    for (int tries = 0; tries < 100 && (r.drop_cached_pages(), r.resident_bytes() > 0); ++tries) {
+    for (int tries = 0; tries < 100 && (spill::detail::drop_cached_pages(r), spill::detail::resident_bytes(r) > 0); ++tries) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    REQUIRE(r.resident_bytes() == 0);
+    REQUIRE(spill::detail::resident_bytes(r) == 0);
     FaultScope eof(zero);
     std::vector<unsigned char> dst(src.size());
     CHECK_THROWS_WITH_AS(r.write(src.data(), src.size()), doctest::Contains("write of 8192"),
@@ -311,7 +312,7 @@ TEST_CASE("faults: EIO and ENOSPC of the synchronous pwrite and pread are typed 
       // A fresh region: a failed read lasts until its region is freed.
       spill::Region r = arena->allocate(src.size());
       r.write(src.data(), src.size());
-      r.drop_cached_pages();
+      spill::detail::drop_cached_pages(r);
       {
         FaultScope fail(failing(spill_test::is_write, error));
         const spill::IoError e =
@@ -364,7 +365,7 @@ TEST_CASE("faults: EIO and ENOSPC on read surface as IoError in every backend an
     const auto src = pattern(spill::MiB + 7, 4);
     spill::Region r = arena.allocate(src.size());
     r.write(src.data(), src.size());
-    r.drop_cached_pages();  // buffered reads of resident pages never call pread
+    spill::detail::drop_cached_pages(r);  // buffered reads of resident pages never call pread
     FaultScope fail(failing(spill_test::is_read, error));
     AlignedBuffer dst(src.size());
     const spill::IoError e =
@@ -381,7 +382,7 @@ TEST_CASE("faults: a failed read returns only after every piece of it finished")
   const auto src = pattern(9 * spill::MiB, 6);  // three pieces: 4 + 4 + 1 MiB
   spill::Region r = arena->allocate(src.size());
   r.write(src.data(), src.size());
-  r.drop_cached_pages();
+  spill::detail::drop_cached_pages(r);
   const std::uint64_t first = r.offset();
   FaultScope slow_tail([first](FaultSite site, std::uint64_t bytes, std::uint64_t offset) {
     if (!spill_test::is_read(site)) return static_cast<std::int64_t>(bytes);

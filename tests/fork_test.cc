@@ -253,8 +253,6 @@ int use_inherited(spill::IoBackend backend, spill::IoMode mode, const std::strin
       [&] { region.write_async(buffer.data(), buffer.size()); },
       [&] { region.read_async(buffer.data(), buffer.size()); },
       [&] { region.read_in_place(buffer.size()); },
-      [&] { arena.write(region, buffer.data(), buffer.size()); },
-      [&] { arena.read(region, buffer.data(), buffer.size()); },
       [&] { arena.stats(); },
       [&] { inherited.in_flight_write.wait(); },
   };

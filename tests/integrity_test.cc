@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/arena_internals.h"
 #include "gpt_test_support.h"
 #include "test_support.h"
 
@@ -161,7 +162,7 @@ TEST_CASE(
         spill::SpillArena arena(arena_options(dir.path(), io));
         const std::size_t n = 3 * spill::MiB + 17;
         CorruptedRegion c(arena, dir.path(), n);
-        if (evicted) c.region.drop_cached_pages();
+        if (evicted) spill::detail::drop_cached_pages(c.region);
         std::vector<unsigned char> dst(n);
         try {
           c.region.read(dst.data(), n);

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/arena_internals.h"
 #include "io_test_support.h"
 #include "spill/core.h"
 #include "test_support.h"
@@ -103,13 +104,13 @@ TEST_CASE("io engine: direct I/O leaves none of the spilled bytes in the page ca
   const auto src = pattern(16 * spill::MiB, 3);
   spill::Region r = arena.allocate(src.size());
   r.write_async(src.data(), src.size()).wait();
-  CHECK_FALSE(r.resident());
+  CHECK_FALSE(spill::detail::resident(r));
   CHECK(arena.stats().staging_bytes == 4 * spill::MiB);
   CHECK(arena.stats().staging_waits > 0);  // 16 MiB through 4 MiB of staging
   std::vector<unsigned char> dst(src.size());
   r.read(dst.data(), dst.size());
   CHECK(dst == src);
-  CHECK_FALSE(r.resident());
+  CHECK_FALSE(spill::detail::resident(r));
 }
 
 TEST_CASE("io engine: a region is not reused while its write is queued") {

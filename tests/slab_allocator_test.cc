@@ -1,4 +1,4 @@
-#include "spill/slab_allocator.h"
+#include "core/slab_allocator.h"
 
 #include <doctest/doctest.h>
 

@@ -50,12 +50,12 @@ int main(int argc, char** argv) {
       for (std::uint64_t l = 0; l < layers; ++l) {
         std::memset(src.data(), static_cast<int>(step * 31 + l), bytes);
         stash.push_back(arena.allocate(bytes));
-        arena.write(stash.back(), src.data(), bytes);
+        stash.back().write(src.data(), bytes);
       }
       const double write_s = seconds_since(t0);
       t0 = std::chrono::steady_clock::now();
       for (std::uint64_t l = layers; l-- > 0;) {
-        arena.read(stash[l], dst.data(), bytes);
+        stash[l].read(dst.data(), bytes);
         if (dst[bytes / 2] != static_cast<unsigned char>(step * 31 + l)) {
           std::cerr << "data mismatch in layer " << l << "\n";
           return 1;

@@ -17,7 +17,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -30,6 +29,7 @@ namespace spill {
 
 namespace detail {
 class ArenaCore;
+struct ArenaAccess;  // spillarena's own layers: src/core/arena_internals.h
 }
 
 enum class Backing {
@@ -206,7 +206,7 @@ class Region {
   // `offset_in_region` moves a piece of the region (page-aligned in direct mode).
   Pending write_async(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
   Pending read_async(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
-  // io = gds (SpillArena::uses_gds()): device memory to and from the region through cuFile,
+  // io = gds (options().io == IoMode::gds): device memory to and from the region through cuFile,
   // synchronously; `bytes` and `offset_in_region` multiples of 4 KiB. Not hashed (the host never
   // sees the bytes). See Note [GPUDirect Storage] in src/core/gds.cc.
   void write_from_device(const void* device_ptr, std::uint64_t bytes,
@@ -217,20 +217,13 @@ class Region {
   // ahead first, and checked before they are handed out (IntegrityError). `bytes` must be <=
   // size().
   const void* read_in_place(std::uint64_t bytes) const;
-  // Bytes of the region held in memory (page cache or host memory); resident(): all of them, so
-  // a restore will not wait for the disk.
-  std::uint64_t resident_bytes() const;
-  bool resident() const { return resident_bytes() >= size(); }
-  // Hints: readahead of the region; writeback start; writeback, wait and drop from the cache.
-  void prefetch() const;
-  void start_writeback() const;
-  void drop_cached_pages() const;
 
   // Frees the region (after its queued operations completed); the handle becomes empty.
   void free();
 
  private:
   friend class SpillArena;
+  friend struct detail::ArenaAccess;
   Region(std::shared_ptr<detail::ArenaCore> core, std::uint64_t offset, std::uint64_t size,
          std::uint64_t requested);
   detail::ArenaCore& core_or_throw() const;
@@ -259,15 +252,9 @@ class SpillArena {
   // free block is large enough, InvalidArgumentError for 0 bytes.
   Region allocate(std::uint64_t bytes);
 
-  // The same as region.write/read/prefetch, after checking the region belongs to this arena.
-  void write(Region& region, const void* src, std::uint64_t bytes);
-  void read(const Region& region, void* dst, std::uint64_t bytes) const;
-  void prefetch(const Region& region) const;
-
   ArenaStats stats() const;
   const ArenaOptions& options() const;  // as resolved: directory, io mode, rounded sizes
   IoMode io_mode() const;               // resolved: buffered or direct
-  bool uses_gds() const;                // io = gds was asked: device inputs go through cuFile
   std::uint64_t io_alignment() const;   // alignment a direct read needs to skip staging
   Backing backing() const;
   const std::string& directory() const;         // "" for the RAM backing
@@ -276,18 +263,13 @@ class SpillArena {
   // one for an instant (created, then unlinked) or the arena is in RAM.
   bool opened_without_name() const;
 
-  // For spillarena's own LibTorch layer: one object kept per arena (the stash's host pool and
-  // counters), made by `make` at the first call, shared by every handle and destroyed with the
-  // arena.
-  std::shared_ptr<void> attachment(const std::function<std::shared_ptr<void>()>& make) const;
-
   // A second handle to this same arena (same file, same allocator, same stats). Layers that
   // must outlive the caller's SpillArena object (an autograd graph, a module) hold one.
   SpillArena shared_handle() const;
 
  private:
+  friend struct detail::ArenaAccess;
   explicit SpillArena(std::shared_ptr<detail::ArenaCore> core) : core_(std::move(core)) {}
-  void check_owner(const Region& region) const;
   detail::ArenaCore& live_core() const;  // throws spill::Error on a moved-from arena
   std::shared_ptr<detail::ArenaCore> core_;
 };

@@ -15,5 +15,4 @@
 #include "spill/io.h"
 #include "spill/process_memory.h"
 #include "spill/sizing.h"
-#include "spill/slab_allocator.h"
 #include "spill/units.h"

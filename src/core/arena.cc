@@ -200,40 +200,9 @@ Region SpillArena::allocate(std::uint64_t bytes) {
   return Region(core_, block->offset, block->size, bytes);
 }
 
-void SpillArena::check_owner(const Region& region) const {
-  live_core();
-  if (!region.valid()) {
-    throw MovedFromRegionError("spill: use of a moved-from or freed Region");
-  }
-  if (region.core_ != core_) {
-    throw InvalidArgumentError("spill: the Region at offset " + std::to_string(region.offset()) +
-                               " belongs to another SpillArena");
-  }
-}
-
-void SpillArena::write(Region& region, const void* src, std::uint64_t bytes) {
-  check_owner(region);
-  region.write(src, bytes);
-}
-
-void SpillArena::read(const Region& region, void* dst, std::uint64_t bytes) const {
-  check_owner(region);
-  region.read(dst, bytes);
-}
-
-void SpillArena::prefetch(const Region& region) const {
-  check_owner(region);
-  region.prefetch();
-}
-
 const ArenaOptions& SpillArena::options() const { return live_core().options(); }
 IoMode SpillArena::io_mode() const { return live_core().io_mode(); }
-bool SpillArena::uses_gds() const { return live_core().gds_requested(); }
 
-std::shared_ptr<void> SpillArena::attachment(
-    const std::function<std::shared_ptr<void>()>& make) const {
-  return live_core().attachment(make);
-}
 std::uint64_t SpillArena::io_alignment() const { return live_core().io_alignment(); }
 
 SpillArena SpillArena::shared_handle() const {

@@ -14,7 +14,7 @@
 #include "io_engine.h"
 #include "mutex.h"
 #include "spill/arena.h"
-#include "spill/slab_allocator.h"
+#include "slab_allocator.h"
 #include "storage.h"
 
 namespace spill::detail {

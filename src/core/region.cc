@@ -123,12 +123,4 @@ const void* Region::read_in_place(std::uint64_t bytes) const {
   return core_->read_in_place(offset_, bytes);
 }
 
-std::uint64_t Region::resident_bytes() const {
-  return core_or_throw().storage().resident_bytes(offset_, size_);
-}
-
-void Region::prefetch() const { core_or_throw().prefetch(offset_, size_); }
-void Region::start_writeback() const { core_or_throw().start_writeback(offset_, size_); }
-void Region::drop_cached_pages() const { core_or_throw().drop_cached_pages(offset_, size_); }
-
 }  // namespace spill

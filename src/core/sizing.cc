@@ -4,7 +4,7 @@
 
 #include "platform.h"
 #include "spill/error.h"
-#include "spill/slab_allocator.h"
+#include "slab_allocator.h"
 
 namespace spill {
 namespace {

@@ -1,4 +1,4 @@
-#include "spill/slab_allocator.h"
+#include "slab_allocator.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "mutex.h"
-#include "spill/slab_allocator.h"
+#include "slab_allocator.h"
 #include "thread_annotations.h"
 
 namespace spill {

@@ -10,6 +10,7 @@
 #include "spill/tensor_stash.h"
 #include "stash_chain.h"
 #include "storable.h"
+#include "core/arena_internals.h"
 
 namespace spill {
 namespace detail {
@@ -66,7 +67,7 @@ std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
 
 std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena) {
   return std::static_pointer_cast<ArenaShared>(
-      arena.attachment([] { return std::make_shared<ArenaShared>(); }));
+      attachment(arena, [] { return std::make_shared<ArenaShared>(); }));
 }
 
 Chain::Chain(const SpillArena& arena, const StashOptions& options)
@@ -75,7 +76,7 @@ Chain::Chain(const SpillArena& arena, const StashOptions& options)
       options_(options),
       shared_(shared_state_of(arena_)),
       counters_(shared_->counters),
-      gds_(arena_.uses_gds()) {}
+      gds_(uses_gds(arena_)) {}
 
 Chain::~Chain() = default;
 
@@ -190,7 +191,7 @@ torch::Tensor Chain::restore(const EntryPtr& e) {
     queue_cpu_read(entry);
     const bool ready = !entry.region.valid() ||
                        (arena_.io_mode() == IoMode::buffered && arena_.backing() == Backing::disk
-                            ? entry.region.resident()
+                            ? resident(entry.region)
                             : entry.read.ready());
     lock.unlock();
     prefetch_predecessors(entry);
@@ -347,7 +348,7 @@ void Chain::queue_cpu_read(Entry& e) {
   if (e.state != State::spilled || !e.region.valid()) return;
   const bool zero_copy = arena_.io_mode() == IoMode::buffered;
   if (zero_copy) {
-    e.region.prefetch();  // readahead; restore_cpu() views the mapping
+    read_ahead(e.region);  // readahead; restore_cpu() views the mapping
   } else {
     e.host = aligned_host_buffer(e);
     e.read = e.region.read_async(e.host.data_ptr(), e.bytes);

@@ -19,7 +19,7 @@
 #include <optional>
 
 #include "core/mutex.h"
-#include "spill/slab_allocator.h"
+#include "core/slab_allocator.h"
 
 namespace spill::detail {
 

@@ -20,7 +20,7 @@
 #include <map>
 #include <optional>
 
-#include "spill/slab_allocator.h"
+#include "core/slab_allocator.h"
 
 namespace spill_fuzz {
 

@@ -16,7 +16,7 @@
 #include "allocator_model.h"
 #include "fuzz_check.h"
 #include "spill/error.h"
-#include "spill/slab_allocator.h"
+#include "core/slab_allocator.h"
 
 using spill::Block;
 using spill::SlabAllocator;

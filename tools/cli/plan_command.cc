@@ -10,6 +10,8 @@
 #include <sstream>
 #include <vector>
 
+#include "core/arena_internals.h"
+#include "core/slab_allocator.h"
 #include "clock.h"
 #include "failures.h"
 #include "memory_budget.h"
@@ -54,13 +56,13 @@ Probe probe_bandwidth(const std::string& dir, std::uint64_t bytes) {
     regions.push_back(arena.allocate(std::min(kProbeChunkBytes, bytes - done)));
     regions.back().write(buffer.data(), regions.back().requested_bytes());
   }
-  for (auto& r : regions) r.drop_cached_pages();  // waits for writeback: the disk's write rate
+  for (auto& r : regions) spill::detail::drop_cached_pages(r);  // waits for writeback: the disk's write rate
   Probe p;
   p.bytes = bytes;
   p.write_gbps = static_cast<double>(bytes) / seconds_since(t0) / 1e9;
   t0 = Clock::now();
   for (auto& r : regions) {
-    r.prefetch();
+    spill::detail::read_ahead(r);
     r.read(buffer.data(), r.requested_bytes());
   }
   p.read_gbps = static_cast<double>(bytes) / seconds_since(t0) / 1e9;

@@ -1,5 +1,8 @@
-// SlabAllocator: carves a byte range [0, capacity) into page-aligned blocks. It knows nothing of
-// files or tensors; SpillArena puts it over a spill file (or host memory).
+// SlabAllocator: a best-fit allocator over size classes, with coalescing, that carves a byte
+// range [0, capacity) into page-aligned blocks ("slab allocator" is the product's name for it;
+// it has no slabs of equal objects). It knows nothing of files or tensors: SpillArena puts it
+// over a spill file (or host memory), the LibTorch layer over its host pool. Internal (not
+// installed); the fuzzer and the tests reach it with src/ on the include path.
 //
 //   spill::SlabAllocator slabs(1ull << 30);                 // 1 GiB of offsets, 4 KiB pages
 //   std::optional<spill::Block> b = slabs.allocate(3000);   // -> {offset 0, size 4096}
