@@ -21,7 +21,7 @@
 
 namespace spill::detail {
 
-// What every stash of one arena shares, kept with the arena (SpillArena::attachment): the host
+// What every stash of one arena shares, kept with the arena (spill::detail::attachment): the host
 // pool — made at the first accelerator input, then reused by every step's stash (the shared
 // stash of spill::checkpoint(arena, ...) lives only as long as a graph) — and the counters.
 struct ArenaShared {
