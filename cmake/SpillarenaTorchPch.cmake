@@ -18,7 +18,7 @@
 #
 # SPILLARENA_PRECOMPILE_TORCH=OFF turns it off (a compiler or ccache setup that objects). The
 # header is PRIVATE to each target: nothing of it reaches an installed consumer.
-option(SPILLARENA_PRECOMPILE_TORCH "Precompile <torch/torch.h> once for spillarena's own targets" ON)
+option(SPILLARENA_PRECOMPILE_TORCH "Precompile <torch/torch.h> once for spillarena's targets" ON)
 
 # The library that owns the precompiled header.
 function(spillarena_precompile_torch target)

@@ -26,7 +26,8 @@ def _make_classes():
         bases = (made[base],) if base is not None else (RuntimeError,)
         if builtin:
             bases += (getattr(builtins, builtin),)
-        made[name] = type(name, bases, {"__doc__": doc, "__module__": __name__, "__qualname__": name})
+        namespace = {"__doc__": doc, "__module__": __name__, "__qualname__": name}
+        made[name] = type(name, bases, namespace)
     return made
 
 

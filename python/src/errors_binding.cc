@@ -153,7 +153,9 @@ const std::vector<ErrorClass>& error_classes() {
           [](const spill::GdsUnavailableError& e) -> Fields {
             return {{"library", text(e.library())}, {"cufile_status", py::int_(e.cufile_status())}};
           },
-          [](const std::string& m) { throw spill::GdsUnavailableError("libcufile.so.0", 5011, m); }),
+          [](const std::string& m) {
+            throw spill::GdsUnavailableError("libcufile.so.0", 5011, m);
+          }),
       row<spill::ForkedProcessError, spill::Error>(
           "ForkedProcessError", "",
           "An arena (or a stash or region of it) was used in a child of fork(): an arena belongs "

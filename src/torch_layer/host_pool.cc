@@ -17,9 +17,9 @@ namespace spill::detail {
 // device after its read. Given a fresh pinned buffer each time (LibTorch's caching host
 // allocator, which rounds to powers of two and keeps what it pinned), host memory grew with the
 // volume spilled — +6.2 GB on an H200 — and pinned memory is the budget containers and WSL cap
-// hardest. So each arena has one pool, kept with the arena (spill::detail::attachment) and shared by its
-// stashes: allocated once at the first accelerator input, pinned once
-// (a power-of-two size, so the host allocator reserves exactly what the pool reports), carved by
+// hardest. So each arena has one pool, kept with the arena (spill::detail::attachment) and
+// shared by its stashes: allocated once at the first accelerator input, pinned once (a
+// power-of-two size, so the host allocator reserves exactly what the pool reports), carved by
 // spill's SlabAllocator and reused every step. Device -> host copies land in it, O_DIRECT
 // writes read from it (the pinned block is the staging buffer: no second host copy), reads land
 // in it before the host -> device copy. A block goes back when every operation on it completed.

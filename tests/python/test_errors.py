@@ -14,7 +14,8 @@ ERROR_H = pathlib.Path(__file__).resolve().parents[2] / "include" / "spill" / "e
 
 def cpp_error_classes():
     """{name: base} for every class declared in include/spill/error.h."""
-    declared = re.findall(r"^class (\w+)(?: final)? : public ([\w:]+) \{", ERROR_H.read_text(), re.M)
+    text = ERROR_H.read_text()
+    declared = re.findall(r"^class (\w+)(?: final)? : public ([\w:]+) \{", text, re.M)
     assert declared, f"no class found in {ERROR_H}"
     return {name: base.removeprefix("std::") for name, base in declared}
 
