@@ -4,7 +4,7 @@
 # a REQUIRES(m) function called without it, fails. See src/core/thread_annotations.h.
 # $1 (optional): LibTorch's include directories, ':'-separated (CMake's TORCH_INCLUDE_DIRS);
 # then the LibTorch layer's concurrent files (src/torch_layer: the stash, its pool, copies and
-# progress thread) are checked too. rng_state.cc locks LibTorch's own generator mutex, which
+# progress thread) are checked too. forward_state.cc locks LibTorch's own generator mutex, which
 # carries no annotations, and is left out.
 # Exit 77 (skipped) where there is no clang++.
 set -euo pipefail

@@ -32,6 +32,9 @@ enum class FaultSite { pwrite, pread, ring_write, ring_read, o_tmpfile };
 // Called before each such call with the bytes it asks for (0 for o_tmpfile) and its file offset.
 // Returns what the call may do: `bytes` (all of it), fewer (a real short count: only that many
 // move), 0 (nothing moves: end of file), or -errno (it fails and moves nothing). May sleep.
+// The sign is the call's own: one number that is either a count or a failure, as pwrite and
+// io_uring's cqe->res return it. The hook below only ever fails, so it returns a positive
+// errno, as the platform seam (src/core/platform.h) does.
 using FaultHook =
     std::function<std::int64_t(FaultSite site, std::uint64_t bytes, std::uint64_t offset)>;
 

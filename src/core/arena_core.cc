@@ -277,7 +277,7 @@ Pending ArenaCore::read_async(std::uint64_t region, std::uint64_t at, void* dst,
 const void* ArenaCore::read_in_place(std::uint64_t region, std::uint64_t bytes) const {
   owner_.check("a zero-copy read of a region");
   if (engine_) engine_->throw_if_failed();  // bytes a failed write left behind are not handed out
-  storage_->prefetch(region, bytes);
+  storage_->read_ahead(region, bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
   const char* in_place = storage_->base() + region;
   std::optional<IntegrityLedger::ReadCheck> check;
@@ -291,9 +291,9 @@ const void* ArenaCore::read_in_place(std::uint64_t region, std::uint64_t bytes) 
   return in_place;
 }
 
-void ArenaCore::prefetch(std::uint64_t offset, std::uint64_t bytes) const {
-  owner_.check("a prefetch of a region");
-  storage_->prefetch(offset, bytes);
+void ArenaCore::read_ahead(std::uint64_t offset, std::uint64_t bytes) const {
+  owner_.check("a read-ahead of a region");
+  storage_->read_ahead(offset, bytes);
 }
 
 void ArenaCore::start_writeback(std::uint64_t offset, std::uint64_t bytes) const {

@@ -45,7 +45,7 @@ class ArenaCore {
   Pending write_async(std::uint64_t region, std::uint64_t at, const void* src, std::uint64_t bytes);
   Pending read_async(std::uint64_t region, std::uint64_t at, void* dst, std::uint64_t bytes);
   const void* read_in_place(std::uint64_t region, std::uint64_t bytes) const;
-  void prefetch(std::uint64_t offset, std::uint64_t bytes) const;
+  void read_ahead(std::uint64_t offset, std::uint64_t bytes) const;
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) const;
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const;
 

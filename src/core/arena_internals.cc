@@ -12,7 +12,9 @@ namespace spill::detail {
 // stash's per-arena object, the gds flag, and the page-cache controls that tests, benchmarks
 // and `spillarena plan` use to put data out of the cache. They reach the handles' core through
 // ArenaAccess, a friend of both; nothing here is installed. The SpillArena copies of Region's
-// read/write/prefetch are gone: a Region already knows its arena.
+// read/write/prefetch are gone: a Region already knows its arena. "Prefetch" now means one thing,
+// the stash reading an input back ahead of backward (StashOptions::prefetch_depth, the
+// prefetch counters); the page-cache hint is "read ahead" (read_ahead, platform::read_ahead_range).
 
 std::shared_ptr<void> attachment(const SpillArena& arena,
                                  const std::function<std::shared_ptr<void>()>& make) {
@@ -26,7 +28,7 @@ std::uint64_t resident_bytes(const Region& region) {
 }
 
 void read_ahead(const Region& region) {
-  ArenaAccess::core(region).prefetch(region.offset(), region.size());
+  ArenaAccess::core(region).read_ahead(region.offset(), region.size());
 }
 
 void start_writeback(const Region& region) {

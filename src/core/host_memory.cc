@@ -28,7 +28,7 @@ class HostMemory final : public Storage {
   }
   void start_writeback(std::uint64_t, std::uint64_t) override {}
   void drop_cached_pages(std::uint64_t, std::uint64_t) override {}
-  void prefetch(std::uint64_t, std::uint64_t) override {}
+  void read_ahead(std::uint64_t, std::uint64_t) override {}
   void drop_page_mappings(std::uint64_t, std::uint64_t) override {}
   std::uint64_t resident_bytes(std::uint64_t, std::uint64_t bytes) const override { return bytes; }
 

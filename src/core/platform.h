@@ -60,9 +60,9 @@ int check_writable_directory(const std::string& directory);
 
 // Opens a new, nameless read-write file of mode 0600 in `directory`: O_TMPFILE | O_EXCL where the
 // system and the file system support it (it can never be linked to a name), else mkostemp
-// (O_EXCL) and unlink at once, checked to have left no link. *used_tmpfile says which.
+// (O_EXCL) and unlink at once, checked to have left no link. *opened_without_name says which.
 // See Note [Unnamed spill file] in src/core/platform_posix.cc.
-int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile);
+int open_unnamed_file(const std::string& directory, int* fd, bool* opened_without_name);
 
 // [Linux] Opens the file behind `fd` a second time (through /proc/self/fd) with O_DIRECT, checked
 // to be the same inode, and tells the alignment direct I/O needs there (statx's dio_offset_align
@@ -141,7 +141,7 @@ int start_writeback(int fd, std::uint64_t offset, std::uint64_t bytes);
 // cache.
 int drop_cached_pages(int fd, std::uint64_t offset, std::uint64_t bytes);
 // [Linux] POSIX_FADV_WILLNEED: asynchronous readahead of the range.
-int prefetch_range(int fd, std::uint64_t offset, std::uint64_t bytes);
+int read_ahead_range(int fd, std::uint64_t offset, std::uint64_t bytes);
 
 // ---------------------------------------------------------------------------------------------
 // Shared libraries loaded at run time (libcufile: see Note [GPUDirect Storage] in src/core/gds.cc)

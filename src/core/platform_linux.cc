@@ -176,7 +176,7 @@ int file_system_info(const std::string& directory, FileSystemInfo* info) {
 }
 
 // See Note [Unnamed spill file] in src/core/platform_posix.cc.
-int os::open_tmpfile(const std::string& directory, int* fd) {
+int os::open_unnamed(const std::string& directory, int* fd) {
   if (std::int64_t v = fault_verdict(testing::FaultSite::o_tmpfile, 0, 0); v < 0) {
     return static_cast<int>(-v);
   }
@@ -259,7 +259,7 @@ int drop_cached_pages(int fd, std::uint64_t offset, std::uint64_t bytes) {
                        POSIX_FADV_DONTNEED);
 }
 
-int prefetch_range(int fd, std::uint64_t offset, std::uint64_t bytes) {
+int read_ahead_range(int fd, std::uint64_t offset, std::uint64_t bytes) {
   return posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes),
                        POSIX_FADV_WILLNEED);
 }

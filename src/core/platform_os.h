@@ -17,7 +17,7 @@ Capabilities capabilities();
 // Opens a new file without a name in `directory` (O_TMPFILE | O_EXCL, read-write, close-on-exec,
 // mode 0600). Only called where capabilities().unnamed_files; EOPNOTSUPP, EISDIR or EINVAL when
 // the file system cannot. See Note [Unnamed spill file] in src/core/platform_posix.cc.
-int open_tmpfile(const std::string& directory, int* fd);
+int open_unnamed(const std::string& directory, int* fd);
 
 // Retries a call that may be interrupted by a signal; returns the call's result or -1 (errno set).
 template <class Call>

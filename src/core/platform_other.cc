@@ -11,7 +11,7 @@ namespace spill::platform {
 
 Capabilities os::capabilities() { return Capabilities{}; }  // no Linux extras
 
-int os::open_tmpfile(const std::string&, int*) { return EOPNOTSUPP; }
+int os::open_unnamed(const std::string&, int*) { return EOPNOTSUPP; }
 
 int file_system_info(const std::string&, FileSystemInfo*) { return ENOSYS; }
 int reopen_direct(int, int*, std::uint64_t*) { return ENOSYS; }
@@ -22,7 +22,7 @@ int drop_page_mappings(void*, std::uint64_t) { return ENOSYS; }
 
 int start_writeback(int, std::uint64_t, std::uint64_t) { return ENOSYS; }
 int drop_cached_pages(int, std::uint64_t, std::uint64_t) { return ENOSYS; }
-int prefetch_range(int, std::uint64_t, std::uint64_t) { return ENOSYS; }
+int read_ahead_range(int, std::uint64_t, std::uint64_t) { return ENOSYS; }
 
 std::uint64_t resident_anonymous_bytes() { return 0; }
 std::uint64_t mem_available_bytes() { return 0; }

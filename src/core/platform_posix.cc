@@ -62,7 +62,7 @@ namespace {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // The spill file never has a name another process could open. O_TMPFILE makes the inode without
 // a directory entry, and O_EXCL keeps it so: without it, linkat through /proc/self/fd could give
-// it one. O_TMPFILE needs support from the system (Linux: os::open_tmpfile in platform_linux.cc)
+// it one. O_TMPFILE needs support from the system (Linux: os::open_unnamed in platform_linux.cc)
 // and the file system (ext4, xfs, btrfs, tmpfs have it; some FUSE and network file systems do
 // not), so the fallback is mkostemp (O_CREAT | O_EXCL, mode 0600: a name already there, a
 // planted symlink included, is never opened) and unlink at once; the name then exists for
@@ -71,7 +71,7 @@ namespace {
 // 0600 whatever the umask, so another user's open through /proc/<pid>/fd is refused; the direct
 // reopen through /proc/self/fd checks device and inode, not the mode. Nothing survives the
 // process either way: the kernel frees the blocks when the last descriptor closes.
-bool tmpfile_unsupported(int e) { return e == EOPNOTSUPP || e == EISDIR || e == EINVAL; }
+bool unnamed_unsupported(int e) { return e == EOPNOTSUPP || e == EISDIR || e == EINVAL; }
 
 int open_named_then_unlinked(const std::string& directory, int* fd) {
   std::string pattern = directory + "/.spillarena-XXXXXX";
@@ -87,11 +87,11 @@ int open_named_then_unlinked(const std::string& directory, int* fd) {
 
 }  // namespace
 
-int open_unnamed_file(const std::string& directory, int* fd, bool* used_tmpfile) {
+int open_unnamed_file(const std::string& directory, int* fd, bool* opened_without_name) {
   int f = -1;
-  const int e = capabilities().unnamed_files ? os::open_tmpfile(directory, &f) : EOPNOTSUPP;
-  if (e != 0 && !tmpfile_unsupported(e)) return e;
-  *used_tmpfile = e == 0;
+  const int e = capabilities().unnamed_files ? os::open_unnamed(directory, &f) : EOPNOTSUPP;
+  if (e != 0 && !unnamed_unsupported(e)) return e;
+  *opened_without_name = e == 0;
   if (e != 0) {
     if (int fallback = open_named_then_unlinked(directory, &f); fallback != 0) return fallback;
   }

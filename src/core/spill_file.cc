@@ -116,10 +116,10 @@ class SpillFile final : public Storage {
   }
   // Readahead for whatever of the range is not in memory; both the page cache (for pread) and
   // this process's mapping (for zero-copy reads) are asked.
-  void prefetch(std::uint64_t offset, std::uint64_t bytes) override {
+  void read_ahead(std::uint64_t offset, std::uint64_t bytes) override {
     if (resident(offset, bytes)) return;
     char* p = base() + offset;
-    platform::prefetch_range(fd_, offset, bytes);
+    platform::read_ahead_range(fd_, offset, bytes);
     platform::advise_will_need(page_start(p), bytes + page_slack(p));
   }
   std::uint64_t resident_bytes(std::uint64_t offset, std::uint64_t bytes) const override {
@@ -315,8 +315,8 @@ std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
   check_directory_or_throw(o.directory);
   const platform::FileSystemInfo fs = vet_file_system(o);
   int raw_fd = -1;
-  bool used_tmpfile = false;
-  if (int e = platform::open_unnamed_file(o.directory, &raw_fd, &used_tmpfile); e != 0) {
+  bool opened_without_name = false;
+  if (int e = platform::open_unnamed_file(o.directory, &raw_fd, &opened_without_name); e != 0) {
     if (out_of_descriptors(e)) {  // not the directory's fault: see Note [Who refused O_DIRECT]
       throw PathError(o.directory, e, "spill: cannot create the spill file in " + quote(o.directory) +
                                           ": " + descriptors_exhausted(e));
@@ -330,7 +330,7 @@ std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
   std::uint64_t alignment = 0;
   if (o.direct) direct = FileDescriptor(open_direct_or_throw(fd.get(), o, fs, &alignment));
   Mapping mapping = map_file(fd.get(), o);
-  StorageInfo info{o.directory, fs.type_name, o.capacity_bytes, fs.free_bytes, used_tmpfile};
+  StorageInfo info{o.directory, fs.type_name, o.capacity_bytes, fs.free_bytes, opened_without_name};
   return std::make_unique<SpillFile>(fd.release(), direct.release(), alignment, std::move(mapping),
                                      std::move(info));
 }
@@ -343,8 +343,8 @@ bool direct_io_supported(const std::string& directory, std::string* why) {
     return false;
   }
   int raw_fd = -1;
-  bool used_tmpfile = false;
-  if (int e = platform::open_unnamed_file(directory, &raw_fd, &used_tmpfile); e != 0) {
+  bool opened_without_name = false;
+  if (int e = platform::open_unnamed_file(directory, &raw_fd, &opened_without_name); e != 0) {
     *why = out_of_descriptors(e) ? "O_DIRECT could not be tried: " + descriptors_exhausted(e)
                                  : std::string("cannot create a file there: ") + std::strerror(e);
     return false;

@@ -27,7 +27,7 @@ class Storage {
   // Page-cache hints; no-ops where meaningless (host memory). Never throw.
   virtual void start_writeback(std::uint64_t offset, std::uint64_t bytes) = 0;
   virtual void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) = 0;
-  virtual void prefetch(std::uint64_t offset, std::uint64_t bytes) = 0;
+  virtual void read_ahead(std::uint64_t offset, std::uint64_t bytes) = 0;
   // Removes this process's page-table entries for the range (the data stays in the file).
   virtual void drop_page_mappings(std::uint64_t offset, std::uint64_t bytes) = 0;
   // Bytes of the range whose pages are in memory (all of it for host memory).

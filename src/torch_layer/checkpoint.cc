@@ -2,7 +2,7 @@
 
 #include <atomic>
 
-#include "rng_state.h"
+#include "forward_state.h"
 
 namespace spill {
 namespace {

@@ -1,4 +1,4 @@
-#include "rng_state.h"
+#include "forward_state.h"
 
 #include <ATen/autocast_mode.h>
 
