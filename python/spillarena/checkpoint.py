@@ -17,15 +17,12 @@ layer with grad and backpropagates. Gradients are bit-identical to no checkpoint
 torch.compile the checkpoint is a graph break: Note [The checkpoint under torch.compile].
 """
 
-import contextlib
 import functools
 import sys
 import warnings
-from collections import defaultdict
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
-from torch.utils.checkpoint import get_device_states, set_device_states
 
 from . import _C
 from . import malloc as _malloc
@@ -77,15 +74,6 @@ def _describe(value) -> str:
     return type(value).__name__ if value is not None else "None"
 
 
-def _device_rng_states(device_type, device_ids):
-    module = torch.get_device_module(device_type)
-    states = []
-    for device_id in device_ids:
-        with module.device(device_id):
-            states.append(module.get_rng_state())
-    return states
-
-
 class _Job:
     """One checkpointed call: how to rebuild the call from its tensors, and what forward saw.
 
@@ -101,9 +89,7 @@ class _Job:
         self.stashed = None
         self.spill_index = None  # among the tensors
         self.needs_grad = []
-        self.cpu_rng = None
-        self.device_rng = {}  # device type -> (device ids, states)
-        self.autocast = {}  # device type -> (enabled, dtype, cache_enabled)
+        self.state = None  # _C._ForwardState: RNG and autocast of forward
         self.output_spec = None
         self.output_template = None
 
@@ -119,50 +105,14 @@ class _Job:
         return self.func(*prefix, *args, **kwargs)
 
     def capture_state(self, tensors):
-        device_types = {"cpu"}
-        by_type = defaultdict(list)
-        for t in tensors:
-            if t.device.type not in ("cpu", "meta"):
-                by_type[t.device.type].append(t)
-                device_types.add(t.device.type)
-        if self.preserve_rng_state:
-            self.cpu_rng = torch.get_rng_state()
-            for device_type, group in by_type.items():
-                self.device_rng[device_type] = get_device_states(*group)
-        cache = torch.is_autocast_cache_enabled()
-        for device_type in device_types:
-            self.autocast[device_type] = (
-                torch.is_autocast_enabled(device_type),
-                torch.get_autocast_dtype(device_type),
-                cache,
-            )
+        # The C++ layer's capture, the one both front ends replay (Note [One replay, two front
+        # ends] in python/src/replay_binding.cc): CPU and device generators, autocast.
+        self.state = _C._capture_forward_state(list(tensors), self.preserve_rng_state)
 
-    @contextlib.contextmanager
     def replay(self):
         """The RNG and autocast state of forward, for the recomputation; the RNG states found
         are put back afterwards, so the rest of backward draws what it would have drawn."""
-        with contextlib.ExitStack() as stack:
-            if self.preserve_rng_state:
-                cpu_now = torch.get_rng_state()
-                devices_now = {
-                    device_type: (ids, _device_rng_states(device_type, ids))
-                    for device_type, (ids, _) in self.device_rng.items()
-                }
-
-                def put_back():
-                    torch.set_rng_state(cpu_now)
-                    for device_type, (ids, states) in devices_now.items():
-                        set_device_states(ids, states, device_type=device_type)
-
-                stack.callback(put_back)
-                torch.set_rng_state(self.cpu_rng)
-                for device_type, (ids, states) in self.device_rng.items():
-                    set_device_states(ids, states, device_type=device_type)
-            for device_type, (enabled, dtype, cache) in self.autocast.items():
-                stack.enter_context(
-                    torch.autocast(device_type=device_type, enabled=enabled, dtype=dtype, cache_enabled=cache)
-                )
-            yield
+        return _C._ForwardReplay(self.state)
 
 
 class _SpillCheckpoint(torch.autograd.Function):

@@ -11,4 +11,5 @@ PYBIND11_MODULE(_C, m) {
   spillarena_python::bind_errors(m);
   spillarena_python::bind_arena(m);
   spillarena_python::bind_stash(m);
+  spillarena_python::bind_replay(m);
 }

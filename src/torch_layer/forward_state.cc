@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 namespace spill::detail {
 namespace {
@@ -36,28 +37,37 @@ std::vector<torch::Device> devices_of(const std::vector<torch::Tensor>& inputs) 
   return devices;
 }
 
-ForwardState capture(const std::vector<torch::Device>& devices) {
+// Autocast's state for `type`, where autocast knows the type (meta, for one, it does not).
+std::optional<AutocastState> autocast_of(torch::DeviceType type) {
+  try {
+    return AutocastState{type, at::autocast::is_autocast_enabled(type),
+                         at::autocast::get_autocast_dtype(type)};
+  } catch (const c10::Error&) {
+    return std::nullopt;
+  }
+}
+
+ForwardState capture(const std::vector<torch::Device>& devices, bool with_rng) {
   ForwardState s;
-  s.cpu_rng = get_state(torch::Device(torch::kCPU));
+  if (with_rng) s.cpu_rng = get_state(torch::Device(torch::kCPU));
   std::vector<torch::DeviceType> types{torch::kCPU};
   for (const auto& d : devices) {
     try {
-      s.device_rng.emplace_back(d, get_state(d));
+      if (with_rng) s.device_rng.emplace_back(d, get_state(d));
     } catch (const c10::Error&) {
       // No generator for this device type: nothing random runs there.
     }
     if (std::find(types.begin(), types.end(), d.type()) == types.end()) types.push_back(d.type());
   }
   for (auto type : types) {
-    s.autocast.push_back(AutocastState{type, at::autocast::is_autocast_enabled(type),
-                                       at::autocast::get_autocast_dtype(type)});
+    if (auto a = autocast_of(type)) s.autocast.push_back(*a);
   }
   s.autocast_cache_enabled = at::autocast::is_autocast_cache_enabled();
   return s;
 }
 
 void install(const ForwardState& s) {
-  set_state(torch::Device(torch::kCPU), s.cpu_rng);
+  if (s.cpu_rng.defined()) set_state(torch::Device(torch::kCPU), s.cpu_rng);
   for (const auto& [device, state] : s.device_rng) set_state(device, state);
   for (const auto& a : s.autocast) {
     at::autocast::set_autocast_enabled(a.device_type, a.enabled);
@@ -68,8 +78,8 @@ void install(const ForwardState& s) {
 
 }  // namespace
 
-ForwardState capture_forward_state(const std::vector<torch::Tensor>& inputs) {
-  return capture(devices_of(inputs));
+ForwardState capture_forward_state(const std::vector<torch::Tensor>& inputs, bool with_rng) {
+  return capture(devices_of(inputs), with_rng);
 }
 
 // Note [Replaying autocast]
@@ -81,15 +91,12 @@ ForwardState capture_forward_state(const std::vector<torch::Tensor>& inputs) {
 ForwardReplay::ForwardReplay(const ForwardState& replay) {
   std::vector<torch::Device> devices;
   for (const auto& d : replay.device_rng) devices.push_back(d.first);
-  saved_ = capture(devices);
+  saved_ = capture(devices, replay.cpu_rng.defined());
   for (const auto& a : replay.autocast) {  // device types the forward saw but saved_ lacks
-    const bool known = std::any_of(saved_.autocast.begin(), saved_.autocast.end(),
-                                   [&](const AutocastState& s) { return s.device_type == a.device_type; });
-    if (!known) {
-      saved_.autocast.push_back(AutocastState{a.device_type,
-                                              at::autocast::is_autocast_enabled(a.device_type),
-                                              at::autocast::get_autocast_dtype(a.device_type)});
-    }
+    const bool known =
+        std::any_of(saved_.autocast.begin(), saved_.autocast.end(),
+                    [&](const AutocastState& s) { return s.device_type == a.device_type; });
+    if (!known) saved_.autocast.push_back(*autocast_of(a.device_type));
   }
   install(replay);
   at::autocast::increment_nesting();

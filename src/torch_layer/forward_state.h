@@ -16,14 +16,17 @@ struct AutocastState {
 };
 
 struct ForwardState {
-  torch::Tensor cpu_rng;
+  torch::Tensor cpu_rng;  // undefined when captured without the random state
   std::vector<std::pair<torch::Device, torch::Tensor>> device_rng;  // every input device
   std::vector<AutocastState> autocast;  // CPU and every input device type
   bool autocast_cache_enabled = true;
 };
 
-// The CPU generator's state, the state of every other device among `inputs`, and autocast.
-ForwardState capture_forward_state(const std::vector<torch::Tensor>& inputs);
+// The CPU generator's state, the state of every other device among `inputs` (unless `with_rng`
+// is false: Python's preserve_rng_state=False), and autocast. One implementation for both front
+// ends: spill::checkpoint and, through _C, spillarena.checkpoint (Note [One replay, two front
+// ends] in python/src/stash_binding.cc).
+ForwardState capture_forward_state(const std::vector<torch::Tensor>& inputs, bool with_rng = true);
 
 // Installs a captured state for its lifetime, and puts back the states it found on destruction,
 // so the recomputation does not disturb the random stream of the rest of the backward pass.
