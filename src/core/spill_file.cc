@@ -312,7 +312,6 @@ Mapping map_file(int fd, const SpillFileOptions& o) {
 }  // namespace
 
 std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
-  check_directory_or_throw(o.directory);
   const platform::FileSystemInfo fs = vet_file_system(o);
   int raw_fd = -1;
   bool opened_without_name = false;
