@@ -28,22 +28,22 @@ ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> stora
   if (gds_requested_ && engine_) gds_ = std::make_unique<GdsFile>(storage_->direct_fd());
 }
 
-void ArenaCore::write_from_device(std::uint64_t region, std::uint64_t at, const void* device_ptr,
+void ArenaCore::write_from_device(std::uint64_t start, std::uint64_t at, const void* device_ptr,
                                   std::uint64_t bytes) {
   owner_.check("a write from device memory (io = gds)");
   if (!gds_) throw InvalidArgumentError("spill: write_from_device needs an arena made with io = gds");
   engine_->throw_if_failed();
-  if (ledger_) ledger_->forget(region, Span{at, bytes});
-  gds_->write(device_ptr, bytes, region + at);
+  if (ledger_) ledger_->forget(start, Span{at, bytes});
+  gds_->write(device_ptr, bytes, start + at);
   bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
-void ArenaCore::read_to_device(std::uint64_t region, std::uint64_t at, void* device_ptr,
+void ArenaCore::read_to_device(std::uint64_t start, std::uint64_t at, void* device_ptr,
                                std::uint64_t bytes) {
   owner_.check("a read into device memory (io = gds)");
   if (!gds_) throw InvalidArgumentError("spill: read_to_device needs an arena made with io = gds");
   engine_->throw_if_failed();
-  gds_->read(device_ptr, bytes, region + at);
+  gds_->read(device_ptr, bytes, start + at);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
@@ -73,55 +73,55 @@ void ArenaCore::free(const Block& block) noexcept {
 // Synchronous buffered writes stay on the calling thread: a queue hop buys nothing when the
 // caller waits anyway (see Note [Why pwrite, not memcpy, for the forward copy] in
 // src/core/spill_file.cc).
-void ArenaCore::write(std::uint64_t region, std::uint64_t at, const void* src,
+void ArenaCore::write(std::uint64_t start, std::uint64_t at, const void* src,
                       std::uint64_t bytes) {
   owner_.check("a write of a region");
   if (engine_ && options_.io != IoMode::buffered) {
-    write_async(region, at, src, bytes).wait();
+    write_async(start, at, src, bytes).wait();
     return;
   }
   if (engine_) engine_->throw_if_failed();
   if (ledger_) {
-    write_hashed(region, at, static_cast<const char*>(src), bytes);
+    write_hashed(start, at, static_cast<const char*>(src), bytes);
   } else {
-    storage_->write(region + at, src, bytes);
+    storage_->write(start + at, src, bytes);
   }
   bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
-  if (engine_) engine_->written(region + at, bytes);
+  if (engine_) engine_->written(start + at, bytes);
 }
 
-void ArenaCore::read(std::uint64_t region, std::uint64_t at, void* dst, std::uint64_t bytes) {
+void ArenaCore::read(std::uint64_t start, std::uint64_t at, void* dst, std::uint64_t bytes) {
   owner_.check("a read of a region");
-  if (engine_ && (options_.io != IoMode::buffered || !storage_->resident(region + at, bytes))) {
-    read_async(region, at, dst, bytes).wait();
+  if (engine_ && (options_.io != IoMode::buffered || !storage_->resident(start + at, bytes))) {
+    read_async(start, at, dst, bytes).wait();
     return;
   }
   if (engine_) engine_->throw_if_failed();
-  read_resident(region, at, static_cast<char*>(dst), bytes);
+  read_resident(start, at, static_cast<char*>(dst), bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 // The copy and its hash take turns slice by slice, so the hash reads what the copy just left in
 // the CPU cache. See Note [Hashing while the bytes are in cache] in src/core/integrity.cc.
-void ArenaCore::write_hashed(std::uint64_t region, std::uint64_t at, const char* src,
+void ArenaCore::write_hashed(std::uint64_t start, std::uint64_t at, const char* src,
                              std::uint64_t bytes) {
   WriteHasher hasher(Span{at, bytes});
-  ledger_->forget(region, hasher.write());
+  ledger_->forget(start, hasher.write());
   for (std::uint64_t done = 0; done < bytes; done += kHashSliceBytes) {
     const std::uint64_t n = std::min(kHashSliceBytes, bytes - done);
-    storage_->write(region + at + done, src + done, n);
+    storage_->write(start + at + done, src + done, n);
     hasher.update(src + done, n);
   }
-  ledger_->record(region, hasher);
+  ledger_->record(start, hasher);
 }
 
 // Resident pages (or host memory), copied from the mapping as SpillFile::read does, in slices
 // that the integrity check hashes as they land (it skips bytes no recorded chunk covers).
-void ArenaCore::read_resident(std::uint64_t region, std::uint64_t at, char* dst,
+void ArenaCore::read_resident(std::uint64_t start, std::uint64_t at, char* dst,
                               std::uint64_t bytes) {
   std::optional<IntegrityLedger::ReadCheck> check;
-  if (ledger_) check.emplace(ledger_->checker(region, Span{at, bytes}));
-  const char* from = storage_->base() + region + at;
+  if (ledger_) check.emplace(ledger_->checker(start, Span{at, bytes}));
+  const char* from = storage_->base() + start + at;
   std::exception_ptr mismatch;
   auto copy = [&] {
     for (std::uint64_t done = 0; done < bytes; done += kHashSliceBytes) {
@@ -130,7 +130,7 @@ void ArenaCore::read_resident(std::uint64_t region, std::uint64_t at, char* dst,
       if (check && (mismatch = check->update(dst + done, n))) return;
     }
   };
-  read_mapping(region + at, bytes, IoOp::read, copy);
+  read_mapping(start + at, bytes, IoOp::read, copy);
   if (mismatch) std::rethrow_exception(mismatch);
 }
 
@@ -187,10 +187,10 @@ void ArenaCore::throw_if_shrunk(std::uint64_t offset, std::uint64_t bytes, IoOp 
 static_assert(IoEngine::kPieceBytes % kHashChunkBytes == 0, "pieces must hold whole chunks");
 
 namespace {
-// The engine's pieces (file offsets) as spans of the region at `region`.
-std::vector<Span> in_region(std::uint64_t region, const std::vector<IoEngine::Piece>& pieces) {
+// The engine's pieces (file offsets) as spans of the region that starts at `start`.
+std::vector<Span> in_region(std::uint64_t start, const std::vector<IoEngine::Piece>& pieces) {
   std::vector<Span> spans;
-  for (const auto& [offset, bytes] : pieces) spans.push_back(Span{offset - region, bytes});
+  for (const auto& [offset, bytes] : pieces) spans.push_back(Span{offset - start, bytes});
   return spans;
 }
 }  // namespace
@@ -198,31 +198,31 @@ std::vector<Span> in_region(std::uint64_t region, const std::vector<IoEngine::Pi
 // Each piece hashes the chunks it holds whole once its bytes are on the file, on the completing
 // thread (the source is unchanged until then, by contract); the chunks split between pieces are
 // hashed after the last. See Note [Integrity hashing] in src/core/integrity.cc.
-IoEngine::Hooks ArenaCore::hash_written(std::uint64_t region, std::uint64_t at, const void* src,
+IoEngine::Hooks ArenaCore::hash_written(std::uint64_t start, std::uint64_t at, const void* src,
                                         std::uint64_t bytes) {
   const Span written{at, bytes};
-  ledger_->forget(region, written);
+  ledger_->forget(start, written);
   IoEngine::Hooks hooks;
   if (options_.io == IoMode::direct) {  // hashed as it is copied into staging, recorded once on file
     auto hasher = std::make_shared<WriteHasher>(written);
     hooks.staged = [hasher](const char* memory, std::uint64_t n) { hasher->update(memory, n); };
-    hooks.after = [ledger = ledger_.get(), region, hasher](bool all_succeeded,
+    hooks.after = [ledger = ledger_.get(), start, hasher](bool all_succeeded,
                                                            const std::vector<IoEngine::Piece>&) {
-      if (all_succeeded) ledger->record(region, *hasher);
+      if (all_succeeded) ledger->record(start, *hasher);
       return std::exception_ptr();
     };
     return hooks;
   }
-  hooks.piece = [ledger = ledger_.get(), region, written](std::uint64_t offset, const char* memory,
+  hooks.piece = [ledger = ledger_.get(), start, written](std::uint64_t offset, const char* memory,
                                                           std::uint64_t n) {
-    ledger->record(region, written, Span{offset - region, n}, memory);
+    ledger->record(start, written, Span{offset - start, n}, memory);
     return std::exception_ptr();
   };
-  hooks.after = [ledger = ledger_.get(), region, written, src](
+  hooks.after = [ledger = ledger_.get(), start, written, src](
                     bool all_succeeded, const std::vector<IoEngine::Piece>& pieces) {
-    const std::vector<Span> done = in_region(region, pieces);
+    const std::vector<Span> done = in_region(start, pieces);
     if (all_succeeded) {
-      ledger->record(region, written, written, static_cast<const char*>(src), &done);
+      ledger->record(start, written, written, static_cast<const char*>(src), &done);
     }
     return std::exception_ptr();
   };
@@ -230,63 +230,63 @@ IoEngine::Hooks ArenaCore::hash_written(std::uint64_t region, std::uint64_t at, 
 }
 
 // Each piece checks the chunks it holds whole when it landed; the rest after the last piece.
-IoEngine::Hooks ArenaCore::check_read(std::uint64_t region, std::uint64_t at, void* dst,
+IoEngine::Hooks ArenaCore::check_read(std::uint64_t start, std::uint64_t at, void* dst,
                                       std::uint64_t bytes) {
   IoEngine::Hooks hooks;
-  hooks.piece = [ledger = ledger_.get(), region](std::uint64_t offset, const char* memory,
+  hooks.piece = [ledger = ledger_.get(), start](std::uint64_t offset, const char* memory,
                                                  std::uint64_t n) {
-    return ledger->check(region, Span{offset - region, n}, memory);
+    return ledger->check(start, Span{offset - start, n}, memory);
   };
-  hooks.after = [ledger = ledger_.get(), region, read = Span{at, bytes}, dst](
+  hooks.after = [ledger = ledger_.get(), start, read = Span{at, bytes}, dst](
                     bool all_succeeded, const std::vector<IoEngine::Piece>& pieces) {
     if (!all_succeeded) return std::exception_ptr();
-    const std::vector<Span> done = in_region(region, pieces);
-    return ledger->check(region, read, static_cast<const char*>(dst), &done);
+    const std::vector<Span> done = in_region(start, pieces);
+    return ledger->check(start, read, static_cast<const char*>(dst), &done);
   };
   return hooks;
 }
 
-Pending ArenaCore::write_async(std::uint64_t region, std::uint64_t at, const void* src,
+Pending ArenaCore::write_async(std::uint64_t start, std::uint64_t at, const void* src,
                                std::uint64_t bytes) {
   owner_.check("an asynchronous write of a region");
   if (!engine_) {
-    write(region, at, src, bytes);
+    write(start, at, src, bytes);
     return Pending();
   }
   engine_->throw_if_failed();  // before hash_written forgets the hashes of the bytes on file
-  IoEngine::Hooks hooks = ledger_ ? hash_written(region, at, src, bytes) : IoEngine::Hooks{};
-  Pending p = engine_->write(region + at, src, bytes, std::move(hooks));
+  IoEngine::Hooks hooks = ledger_ ? hash_written(start, at, src, bytes) : IoEngine::Hooks{};
+  Pending p = engine_->write(start + at, src, bytes, std::move(hooks));
   bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
   return p;
 }
 
-Pending ArenaCore::read_async(std::uint64_t region, std::uint64_t at, void* dst,
+Pending ArenaCore::read_async(std::uint64_t start, std::uint64_t at, void* dst,
                               std::uint64_t bytes) {
   owner_.check("an asynchronous read of a region");
   if (!engine_) {
-    read(region, at, dst, bytes);
+    read(start, at, dst, bytes);
     return Pending();
   }
   engine_->throw_if_failed();
-  IoEngine::Hooks hooks = ledger_ ? check_read(region, at, dst, bytes) : IoEngine::Hooks{};
-  Pending p = engine_->read(region + at, dst, bytes, std::move(hooks));
+  IoEngine::Hooks hooks = ledger_ ? check_read(start, at, dst, bytes) : IoEngine::Hooks{};
+  Pending p = engine_->read(start + at, dst, bytes, std::move(hooks));
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
   return p;
 }
 
-const void* ArenaCore::read_in_place(std::uint64_t region, std::uint64_t bytes) const {
+const void* ArenaCore::read_in_place(std::uint64_t start, std::uint64_t bytes) const {
   owner_.check("a zero-copy read of a region");
   if (engine_) engine_->throw_if_failed();  // bytes a failed write left behind are not handed out
-  storage_->read_ahead(region, bytes);
+  storage_->read_ahead(start, bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-  const char* in_place = storage_->base() + region;
+  const char* in_place = storage_->base() + start;
   std::optional<IntegrityLedger::ReadCheck> check;
-  if (ledger_) check.emplace(ledger_->checker(region, Span{0, bytes}));
+  if (ledger_) check.emplace(ledger_->checker(start, Span{0, bytes}));
   std::exception_ptr mismatch;
   auto hash = [&] {
     if (check) mismatch = check->update(in_place, bytes);
   };
-  read_mapping(region, bytes, IoOp::read, hash);  // the size checked even with nothing to hash
+  read_mapping(start, bytes, IoOp::read, hash);  // the size checked even with nothing to hash
   if (mismatch) std::rethrow_exception(mismatch);
   return in_place;
 }

@@ -38,13 +38,13 @@ class ArenaCore {
   }
   void free(const Block& block) noexcept;
 
-  // Region I/O: `region` is the region's file offset (what its integrity hashes are kept by),
+  // Region I/O: `start` is the region's offset in the file (its integrity hashes are kept by it),
   // `at` the offset in it. Reads throw (or their Pending fails with) spill::IntegrityError.
-  void write(std::uint64_t region, std::uint64_t at, const void* src, std::uint64_t bytes);
-  void read(std::uint64_t region, std::uint64_t at, void* dst, std::uint64_t bytes);
-  Pending write_async(std::uint64_t region, std::uint64_t at, const void* src, std::uint64_t bytes);
-  Pending read_async(std::uint64_t region, std::uint64_t at, void* dst, std::uint64_t bytes);
-  const void* read_in_place(std::uint64_t region, std::uint64_t bytes) const;
+  void write(std::uint64_t start, std::uint64_t at, const void* src, std::uint64_t bytes);
+  void read(std::uint64_t start, std::uint64_t at, void* dst, std::uint64_t bytes);
+  Pending write_async(std::uint64_t start, std::uint64_t at, const void* src, std::uint64_t bytes);
+  Pending read_async(std::uint64_t start, std::uint64_t at, void* dst, std::uint64_t bytes);
+  const void* read_in_place(std::uint64_t start, std::uint64_t bytes) const;
   void read_ahead(std::uint64_t offset, std::uint64_t bytes) const;
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) const;
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const;
@@ -59,9 +59,9 @@ class ArenaCore {
   // io = gds: synchronous transfers between device memory and the region through cuFile;
   // `at` and `bytes` multiples of GdsFile::kAlignmentBytes. Bytes the host never sees are not
   // hashed: a write forgets the hashes of the range it covers.
-  void write_from_device(std::uint64_t region, std::uint64_t at, const void* device_ptr,
+  void write_from_device(std::uint64_t start, std::uint64_t at, const void* device_ptr,
                          std::uint64_t bytes);
-  void read_to_device(std::uint64_t region, std::uint64_t at, void* device_ptr,
+  void read_to_device(std::uint64_t start, std::uint64_t at, void* device_ptr,
                       std::uint64_t bytes);
   std::uint64_t io_alignment() const;
   const ArenaOptions& options() const { return options_; }
@@ -74,12 +74,12 @@ class ArenaCore {
   // verify_integrity (see Note [Integrity hashing] in src/core/integrity.cc): what an asynchronous
   // write hashes and a read checks, piece by piece; a synchronous check that throws
   // spill::IntegrityError.
-  IoEngine::Hooks hash_written(std::uint64_t region, std::uint64_t at, const void* src,
+  IoEngine::Hooks hash_written(std::uint64_t start, std::uint64_t at, const void* src,
                                std::uint64_t bytes);
-  IoEngine::Hooks check_read(std::uint64_t region, std::uint64_t at, void* dst,
+  IoEngine::Hooks check_read(std::uint64_t start, std::uint64_t at, void* dst,
                              std::uint64_t bytes);
-  void write_hashed(std::uint64_t region, std::uint64_t at, const char* src, std::uint64_t bytes);
-  void read_resident(std::uint64_t region, std::uint64_t at, char* dst, std::uint64_t bytes);
+  void write_hashed(std::uint64_t start, std::uint64_t at, const char* src, std::uint64_t bytes);
+  void read_resident(std::uint64_t start, std::uint64_t at, char* dst, std::uint64_t bytes);
   template <class Read>
   void read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op, Read& read) const;
   void throw_if_shrunk(std::uint64_t offset, std::uint64_t bytes, IoOp op) const;
