@@ -1,13 +1,19 @@
-// The fix an I/O error message gives for its errno, written once for the spill file, the I/O
-// queue and the per-file stash (the CLI rewords capacity_bytes into --capacity, see Note [The
-// library's advice in the CLI's words] in tools/cli/failures.cc).
+// What a failed I/O says, written once: the fix for its errno (the spill file, the I/O queue and
+// the per-file stash; the CLI rewords capacity_bytes into --capacity, see Note [The library's
+// advice in the CLI's words] in tools/cli/failures.cc), and the one text of a failed transfer of
+// spill-file bytes (the synchronous path and the queue).
 //
-//   throw IoError(e, "spill: write of ... failed: " + std::string(std::strerror(e)) + "; " +
-//                        io_error_fix(e), IoOp::write, offset, bytes);
+//   throw transfer_error("queued write", IoOp::write, EIO, bytes, offset);
+//   // "spill: queued write of 4096 bytes at offset 8192 of the spill file failed: ...; check ..."
 #pragma once
 
 #include <cerrno>
+#include <cstdint>
+#include <cstring>
 #include <string>
+
+#include "spill/error.h"
+#include "spill/quote.h"
 
 namespace spill::detail {
 
@@ -24,6 +30,19 @@ inline std::string io_error_fix(int error_number) {
   }
   return "check the disk (dmesg) and its free space, and that no other process truncated or "
          "wrote the spill file (/proc/<pid>/fd)";
+}
+
+// `what` ("write", "queued read", ...) of `bytes` at `offset` failed with `error_number`; the
+// directory is named where the caller knows it.
+inline IoError transfer_error(const std::string& what, IoOp op, int error_number,
+                              std::uint64_t bytes, std::uint64_t offset,
+                              const std::string& directory = "") {
+  return IoError(error_number,
+                 "spill: " + what + " of " + std::to_string(bytes) + " bytes at offset " +
+                     std::to_string(offset) + " of the spill file" +
+                     (directory.empty() ? "" : " in " + quote(directory)) + " failed: " +
+                     std::strerror(error_number) + "; " + io_error_fix(error_number),
+                 op, offset, bytes);
 }
 
 }  // namespace spill::detail

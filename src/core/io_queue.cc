@@ -106,12 +106,8 @@ IoStatus Completion::wait() const {
 
 // See Note [EFBIG is a size limit, not a disk] in src/core/io_advice.h.
 void throw_io_error(const IoStatus& s) {
-  throw IoError(s.error_number,
-                std::string("spill: queued ") + to_string(s.op) + " of " +
-                    std::to_string(s.bytes) + " bytes at offset " + std::to_string(s.offset) +
-                    " of the spill file failed: " + std::strerror(s.error_number) + "; " +
-                    io_error_fix(s.error_number),
-                s.op, s.offset, s.bytes);
+  throw transfer_error(std::string("queued ") + to_string(s.op), s.op, s.error_number, s.bytes,
+                       s.offset);
 }
 
 namespace {

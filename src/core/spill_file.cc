@@ -139,11 +139,8 @@ class SpillFile final : public Storage {
   }
 
   [[noreturn]] void fail(const char* what, int e, std::uint64_t bytes, std::uint64_t offset) const {
-    throw IoError(e, std::string("spill: ") + what + " of " + std::to_string(bytes) +
-                         " bytes at offset " + std::to_string(offset) + " of the spill file in " +
-                         quote(info_.directory) + " failed: " + std::strerror(e) + "; " +
-                         io_error_fix(e),
-                  what[0] == 'w' ? IoOp::write : IoOp::read, offset, bytes);
+    throw transfer_error(what, what[0] == 'w' ? IoOp::write : IoOp::read, e, bytes, offset,
+                         info_.directory);
   }
 
   int fd_;
