@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/platform.h"
 #include "io_test_support.h"
 #include "spill/core.h"
 #include "spill/testing.h"
@@ -287,8 +288,7 @@ TEST_CASE("security: the per-file stash writes 0600 files under names nobody can
     REQUIRE(after.size() == 1);
     const std::string name = *after.begin();
     CAPTURE(name);
-    CHECK(has_random_name(name));
-    CHECK(name.find(std::to_string(getpid())) == std::string::npos);
+    CHECK(has_random_name(name));  // 32 random hex digits: no pid, no counter (the old names)
     struct stat s;
     REQUIRE(lstat((dir.path() + "/" + name).c_str(), &s) == 0);
     CHECK(S_ISREG(s.st_mode));
@@ -326,6 +326,27 @@ TEST_CASE("security: names squatted in a shared directory neither stop nor redir
   second.reset();
   CHECK(read_file(victim) == "victim");
   CHECK(list_dir(dir.path()) == planted);
+}
+
+// Names are random, so no test can plant a link at the next one; the creation they go through
+// must still refuse any existing name, a symlink to another file included.
+TEST_CASE("security: a per-file name that exists, even as a symlink, is never written through") {
+  ScratchDir dir;
+  ScratchDir elsewhere;
+  const std::string victim = elsewhere.path() + "/victim";
+  std::ofstream(victim) << "victim";
+  const std::string link = dir.path() + "/planted";
+  spill_test::fs::create_symlink(victim, link);
+  const std::string plain = dir.path() + "/existing";
+  std::ofstream(plain) << "existing";
+  for (const std::string& path : {link, plain}) {
+    CAPTURE(path);
+    int fd = -1;
+    CHECK(spill::platform::create_new_file(path, &fd) == EEXIST);
+    CHECK(fd == -1);
+  }
+  CHECK(read_file(victim) == "victim");
+  CHECK(read_file(plain) == "existing");
 }
 
 TEST_CASE("security: the per-file stash refuses a file swapped in after it wrote its own") {
