@@ -71,6 +71,8 @@ std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, StashOptions>> vis
 // not yet restored. See Note [The host pool] in src/torch_layer/host_pool.cc.
 struct StashStats {
   std::uint64_t inputs_stored = 0;
+  // Inputs whose bytes reached the arena: writes that completed, including an input backward
+  // took back from memory while its write was in flight (keep_last inputs are never written).
   std::uint64_t inputs_spilled = 0;
   std::uint64_t device_bytes_held = 0;
   std::uint64_t peak_device_bytes_held = 0;

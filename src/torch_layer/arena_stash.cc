@@ -63,6 +63,17 @@ std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
                         "; clone it before changing it, or do not modify layer inputs in place");
 }
 
+// A write that has completed (its region freed, so it is settled): whether it succeeded. A
+// failure was already recorded for the next store() or restore() to raise.
+bool write_succeeded(const Pending& write) {
+  try {
+    write.wait();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena) {
@@ -208,7 +219,11 @@ torch::Tensor Chain::give_back_input(Entry& e) {
   if (e.changed_in_place()) throw_modified(e, "between forward and backward");
   counters_->record_restore(e.prefetched, true, 0);
   if (e.accelerator) counters_->sub_device_bytes(e.bytes);
-  e.region.free();
+  const bool cpu_write_in_flight = !e.accelerator && e.state == State::writing;
+  e.region.free();  // after the write in flight, if any
+  // Written all the same: counted as spilled (the CLI's "wrote N inputs" must match its bytes),
+  // here rather than in finish_cpu_write, which finds the entry restored.
+  if (cpu_write_in_flight && write_succeeded(e.write)) counters_->inputs_spilled.fetch_add(1);
   advance(e, State::restored);
   return std::exchange(e.input, torch::Tensor());
 }
