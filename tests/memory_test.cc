@@ -26,3 +26,33 @@ TEST_CASE("memory: the disk arena's held memory does not grow with depth like th
   CHECK(none_growth >= recompute_growth);           // plus every intermediate
   CHECK(disk_growth <= 0.25 * recompute_growth);    // flat: the inputs are in the file
 }
+
+TEST_CASE("memory: pressure is the tighter of the cgroup's anonymous memory and the system's use") {
+  spill::MemoryLimits m;
+  CHECK(m.pressure() == 0.0);  // nothing known
+  m.mem_total_bytes = 1000;
+  m.mem_available_bytes = 750;
+  CHECK(m.pressure() == doctest::Approx(0.25));
+  m.cgroup_limit_bytes = 400;
+  m.cgroup_anon_bytes = 300;
+  m.cgroup_usage_bytes = 400;  // page cache up to the limit does not count: it is reclaimed
+  CHECK(m.pressure() == doctest::Approx(0.75));
+  m.cgroup_anon_bytes = 900;  // above the limit (v1 counts a moment before the kill): capped
+  CHECK(m.pressure() == 1.0);
+  m.cgroup_limit_bytes = 0;  // no limit: the system's share
+  CHECK(m.pressure() == doctest::Approx(0.25));
+  m.mem_available_bytes = 0;  // MemAvailable unreadable: unknown, not "all used"
+  CHECK(m.pressure() == 0.0);
+}
+
+TEST_CASE("memory: this process's limits are read (Linux)") {
+  const spill::MemoryLimits m = spill::memory_limits();
+#ifdef __linux__
+  CHECK(m.mem_total_bytes > 0);
+  CHECK(m.mem_available_bytes > 0);
+  CHECK(m.mem_available_bytes <= m.mem_total_bytes);
+  if (m.cgroup_version != 0) CHECK(m.cgroup_anon_bytes > 0);  // this test's own heap at least
+#endif
+  CHECK(m.pressure() >= 0.0);
+  CHECK(m.pressure() <= 1.0);
+}

@@ -26,9 +26,15 @@ struct MemoryLimits {
   std::uint64_t cgroup_limit_bytes = 0;    // memory.limit_in_bytes / memory.max; 0: no limit
   std::uint64_t cgroup_usage_bytes = 0;    // memory.usage_in_bytes / memory.current
   std::uint64_t cgroup_peak_bytes = 0;     // memory.max_usage_in_bytes / memory.peak
+  std::uint64_t cgroup_anon_bytes = 0;     // memory.stat: total_rss (v1) / anon (v2)
   std::uint64_t mem_available_bytes = 0;   // MemAvailable of /proc/meminfo
+  std::uint64_t mem_total_bytes = 0;       // physical memory
   // What the process may still take: MemAvailable, capped by the cgroup's limit less its usage.
   std::uint64_t usable_bytes() const;
+  // How close memory is to its ceiling, 0 to 1: the cgroup's anonymous memory over its limit, or
+  // the system's memory in use (total less MemAvailable) over its total, whichever is higher;
+  // 0 where neither is known. Page cache does not count: the kernel reclaims it before it kills.
+  double pressure() const;
 };
 MemoryLimits memory_limits();
 

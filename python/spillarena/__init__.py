@@ -48,6 +48,7 @@ from ._C import (  # noqa: E402
     make_arena_stash,
     make_in_memory_stash,
     make_per_file_stash,
+    memory_limits,
     shared_arena_stash,
 )
 from . import errors  # noqa: E402  (its classes come from _C's table of error types)
@@ -77,6 +78,7 @@ __all__ = [
     "make_in_memory_stash",
     "make_per_file_stash",
     "malloc",
+    "memory_limits",
     "shared_arena_stash",
     *errors.__all__,
 ]

@@ -8,6 +8,7 @@
 #include "binding.h"
 #include "spill/arena.h"
 #include "spill/io.h"
+#include "spill/process_memory.h"
 #include "spill/sizing.h"
 #include "spill/tensor_stash.h"
 
@@ -144,6 +145,21 @@ std::uint64_t layer_inputs_bytes(py::handle layers, py::handle shape,
                                                       "bytes_for_layer_inputs: element size"));
 }
 
+py::dict memory_limits_dict() {
+  const spill::MemoryLimits m = spill::memory_limits();
+  py::dict out;
+  out["cgroup_version"] = m.cgroup_version;
+  out["cgroup_limit_bytes"] = m.cgroup_limit_bytes;
+  out["cgroup_usage_bytes"] = m.cgroup_usage_bytes;
+  out["cgroup_peak_bytes"] = m.cgroup_peak_bytes;
+  out["cgroup_anon_bytes"] = m.cgroup_anon_bytes;
+  out["mem_available_bytes"] = m.mem_available_bytes;
+  out["mem_total_bytes"] = m.mem_total_bytes;
+  out["usable_bytes"] = m.usable_bytes();
+  out["pressure"] = m.pressure();
+  return out;
+}
+
 }  // namespace
 
 void bind_arena(py::module_& m) {
@@ -183,6 +199,9 @@ void bind_arena(py::module_& m) {
   m.attr("MAX_CAPACITY_BYTES") = py::int_(spill::kMaxCapacityBytes);
   m.attr("MAX_STAGING_BYTES") = py::int_(spill::kMaxStagingBytes);
   m.def("default_spill_directory", [] { return path_to_python(spill::default_spill_directory()); });
+  m.def("memory_limits", &memory_limits_dict,
+        "This process's memory ceiling: its memory cgroup (v1 or v2), MemAvailable, MemTotal, "
+        "what it may still take (usable_bytes) and how close it is (pressure, 0 to 1)");
   m.def("_bytes_for_layer_inputs", &layer_inputs_bytes, py::arg("layers"), py::arg("shape"),
         py::arg("element_size_bytes"));
 }

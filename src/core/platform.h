@@ -179,6 +179,7 @@ struct CgroupMemory {
   std::uint64_t limit_bytes = 0;
   std::uint64_t usage_bytes = 0;
   std::uint64_t peak_bytes = 0;
+  std::uint64_t anon_bytes = 0;  // memory.stat: v1 "total_rss", v2 "anon" (0 when unreadable)
 };
 int memory_cgroup(CgroupMemory* out);
 

@@ -354,12 +354,24 @@ struct CgroupFiles {
   const char* limit;
   const char* usage;
   const char* peak;
+  const char* anon_key;  // the line of memory.stat that counts anonymous memory
 };
 constexpr CgroupFiles kCgroupFiles[] = {
     {1, "/sys/fs/cgroup/memory", "memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
-     "memory.max_usage_in_bytes"},
-    {2, "/sys/fs/cgroup", "", "memory.max", "memory.current", "memory.peak"},
+     "memory.max_usage_in_bytes", "total_rss"},
+    {2, "/sys/fs/cgroup", "", "memory.max", "memory.current", "memory.peak", "anon"},
 };
+
+// The value of `key` in a "key value" file such as memory.stat; 0 when absent.
+std::uint64_t stat_field(const std::string& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string name;
+  std::uint64_t value = 0;
+  while (in >> name >> value) {
+    if (name == key) return value;
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -373,6 +385,7 @@ int memory_cgroup(CgroupMemory* out) {
     read_number(dir + "/" + f.limit, &out->limit_bytes);
     read_number(dir + "/" + f.usage, &out->usage_bytes);
     read_number(dir + "/" + f.peak, &out->peak_bytes);
+    out->anon_bytes = stat_field(dir + "/memory.stat", f.anon_key);
     return 0;
   }
   return 0;

@@ -33,6 +33,16 @@ std::uint64_t MemoryLimits::usable_bytes() const {
   return usable;
 }
 
+double MemoryLimits::pressure() const {
+  const auto share = [](std::uint64_t used, std::uint64_t ceiling) {
+    return ceiling == 0 ? 0.0 : std::min(1.0, static_cast<double>(used) / static_cast<double>(ceiling));
+  };
+  const std::uint64_t system_used =
+      mem_available_bytes < mem_total_bytes ? mem_total_bytes - mem_available_bytes : 0;
+  const double system = mem_available_bytes == 0 ? 0.0 : share(system_used, mem_total_bytes);
+  return std::max(share(cgroup_anon_bytes, cgroup_limit_bytes), system);
+}
+
 MemoryLimits memory_limits() {
   platform::CgroupMemory cg;
   platform::memory_cgroup(&cg);
@@ -41,7 +51,9 @@ MemoryLimits memory_limits() {
   m.cgroup_limit_bytes = cg.limit_bytes;
   m.cgroup_usage_bytes = cg.usage_bytes;
   m.cgroup_peak_bytes = cg.peak_bytes;
+  m.cgroup_anon_bytes = cg.anon_bytes;
   m.mem_available_bytes = platform::mem_available_bytes();
+  m.mem_total_bytes = platform::physical_memory_bytes();
   return m;
 }
 

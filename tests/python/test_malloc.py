@@ -17,9 +17,17 @@ _libc.free.argtypes = [ctypes.c_void_p]
 def fresh(monkeypatch):
     """A process that has not put the policy in force yet (the state is process-wide)."""
     monkeypatch.setattr(malloc, "_state", dict(malloc._state, policy=None, active=False, reason=None,
-                                               applications=0, trims=0, trim_seconds=0.0))
+                                               applications=0, trims=0, trim_seconds=0.0, skipped=0,
+                                               pressure=None))
     monkeypatch.delenv(malloc.ENVIRONMENT_VARIABLE, raising=False)
     return monkeypatch
+
+
+@pytest.fixture
+def tight(fresh):
+    """As `fresh`, with memory reported as tight (pressure 0.9): the default policy trims."""
+    fresh.setattr(malloc, "_memory_pressure", lambda: 0.9)
+    return fresh
 
 
 def rss_anon_bytes():
@@ -50,7 +58,7 @@ def test_a_disk_arena_turns_the_policy_on_once(fresh, arena):
     assert malloc.use_for_spilling(arena) is True
     assert malloc.use_for_spilling(spillarena.shared_arena_stash(arena)) is True
     state = malloc.state()
-    assert (state["policy"], state["active"], state["applications"]) == ("return", True, 1)
+    assert (state["policy"], state["active"], state["applications"]) == ("pressure", True, 1)
     assert state["reason"].startswith("glibc ")
 
 
@@ -75,13 +83,13 @@ def test_stashes_that_keep_inputs_in_the_process_do_not_turn_it_on(fresh):
 
 def test_an_unknown_policy_is_refused_with_the_choices(fresh, arena):
     fresh.setenv(malloc.ENVIRONMENT_VARIABLE, "sometimes")
-    with pytest.raises(ValueError, match="'return'.*'keep'"):
+    with pytest.raises(ValueError, match="'pressure'.*'return'.*'keep'"):
         malloc.use_for_spilling(arena)
 
 
 @pytest.mark.skipif("mmap_threshold" in os.environ.get("GLIBC_TUNABLES", ""),
                     reason="a fixed mmap threshold returns the blocks on free: nothing is left to trim")
-def test_layer_done_returns_freed_heap_pages(fresh, arena):
+def test_layer_done_returns_freed_heap_pages(tight, arena):
     keep = leave_freed_heap_memory()
     try:
         held = rss_anon_bytes()
@@ -101,7 +109,7 @@ def test_accelerator_layers_are_not_trimmed(fresh, arena):
     assert malloc.state()["trims"] == 0
 
 
-def test_the_checkpoint_trims_after_each_spilled_layers_forward_and_backward(fresh, arena):
+def test_the_checkpoint_trims_after_each_spilled_layers_forward_and_backward(tight, arena):
     import torch
 
     layers = [torch.nn.Linear(16, 16) for _ in range(3)]
@@ -115,3 +123,82 @@ def test_the_checkpoint_trims_after_each_spilled_layers_forward_and_backward(fre
     in_memory = spillarena.make_in_memory_stash()
     spillarena.checkpoint(layers[0], x, arena=in_memory).sum().backward()
     assert malloc.state()["trims"] == 2 * len(layers) + 2  # the policy is process-wide once on
+
+
+@pytest.mark.skipif("mmap_threshold" in os.environ.get("GLIBC_TUNABLES", ""),
+                    reason="a fixed mmap threshold returns the blocks on free: nothing is left to trim")
+def test_below_the_pressure_threshold_freed_pages_stay_and_the_step_pays_nothing(fresh, arena):
+    fresh.setattr(malloc, "_memory_pressure", lambda: malloc.PRESSURE_THRESHOLD - 0.01)
+    keep = leave_freed_heap_memory()
+    try:
+        held = rss_anon_bytes()
+        malloc.use_for_spilling(arena)
+        malloc.layer_done()
+        assert rss_anon_bytes() > held - (32 << 20)
+        fresh.setattr(malloc, "_memory_pressure", lambda: malloc.PRESSURE_THRESHOLD)
+        malloc.layer_done()
+        assert rss_anon_bytes() < held - (128 << 20)
+    finally:
+        _libc.free(keep)
+    state = malloc.state()
+    assert (state["skipped"], state["trims"], state["pressure"]) == (1, 1, malloc.PRESSURE_THRESHOLD)
+
+
+def test_return_trims_after_every_layer_whatever_the_pressure(fresh, arena):
+    fresh.setenv(malloc.ENVIRONMENT_VARIABLE, "return")
+    fresh.setattr(malloc, "_memory_pressure", lambda: pytest.fail("'return' does not read the pressure"))
+    assert malloc.use_for_spilling(arena) is True
+    malloc.layer_done()
+    malloc.layer_done()
+    assert (malloc.state()["policy"], malloc.state()["trims"], malloc.state()["skipped"]) == ("return", 2, 0)
+
+
+def test_memory_limits_reports_this_process(fresh):
+    limits = spillarena.memory_limits()
+    assert 0 < limits["mem_available_bytes"] <= limits["mem_total_bytes"]
+    assert 0.0 <= limits["pressure"] <= 1.0
+    assert 0 < limits["usable_bytes"] <= limits["mem_available_bytes"]
+    assert malloc._memory_pressure() == pytest.approx(limits["pressure"], abs=0.05)
+
+
+_CGROUP_CHILD = """
+import json, os, sys
+with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as procs:
+    procs.write(str(os.getpid()))
+import spillarena
+print(json.dumps(spillarena.memory_limits()))
+"""
+
+
+def _memory_cgroup_root():
+    for version, root in ((2, "/sys/fs/cgroup"), (1, "/sys/fs/cgroup/memory")):
+        controllers = os.path.join(root, "cgroup.controllers")
+        if version == 2 and not (os.path.exists(controllers) and "memory" in open(controllers).read().split()):
+            continue
+        if os.path.isdir(root) and os.access(root, os.W_OK):
+            return version, root
+    return None, None
+
+
+def test_pressure_inside_a_memory_cgroup_is_its_anonymous_memory_over_its_limit(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    version, root = _memory_cgroup_root()
+    if root is None:
+        pytest.skip("no writable memory cgroup hierarchy here (not root, or no memory controller)")
+    path = os.path.join(root, f"spillarena-test-{os.getpid()}")
+    os.mkdir(path)
+    try:
+        limit = 2 << 30
+        with open(os.path.join(path, "memory.max" if version == 2 else "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+        out = subprocess.run([sys.executable, "-c", _CGROUP_CHILD, path], capture_output=True,
+                             text=True, timeout=120, check=True).stdout
+        limits = json.loads(out.strip().splitlines()[-1])
+        assert (limits["cgroup_version"], limits["cgroup_limit_bytes"]) == (version, limit)
+        assert 0 < limits["cgroup_anon_bytes"] < limit  # the child's Python, torch and spillarena
+        assert limits["pressure"] >= limits["cgroup_anon_bytes"] / limit
+    finally:
+        os.rmdir(path)
