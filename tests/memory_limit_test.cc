@@ -80,6 +80,17 @@ TEST_CASE("memory limit: under a limit below recompute's need, only the disk mod
   spill_test::ScratchDir dir;
   const ModeRun free = train("disk", 0, dir.path());
   REQUIRE(free.child.exit_code == 0);
+  // The saving itself, against the model (Note [The proof's model]), before any limit: without
+  // one, checkpointing in RAM holds at least half of a step's inputs more than the disk path.
+  // The limit below is derived from the disk run's own peak, so this is what fails when the
+  // disk path keeps its inputs in RAM as well.
+  const ModeRun free_recompute = train("recompute", 0, dir.path());
+  REQUIRE(free_recompute.child.exit_code == 0);
+  const auto peak_of = [](const ModeRun& r) {
+    return r.summary["memory"]["peak_rss_anon_bytes"].get<std::uint64_t>();
+  };
+  const auto inputs = free.summary["arena"]["capacity_bytes"].get<std::uint64_t>();
+  CHECK(peak_of(free_recompute) >= peak_of(free) + inputs / 2);
   const std::uint64_t limit = limit_between(free.summary);
   MESSAGE("limit " << spill::human_bytes(limit) << ": the unlimited disk run's peak RssAnon "
                    << spill::human_bytes(free.summary["memory"]["peak_rss_anon_bytes"].get<std::uint64_t>())
