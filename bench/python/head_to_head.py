@@ -2,6 +2,7 @@
 
     python bench/python/head_to_head.py --out docs/bench/head_to_head_cpu.json     # all parts
     python bench/python/head_to_head.py --parts table --repeats 3 --out table.json
+    python bench/python/head_to_head.py --parts lengths --lengths 256,512,1024,2048 --out lengths.json
     python bench/python/head_to_head.py --parts longest --limit-mib 900 --out longest.json
     python bench/python/head_to_head.py --parts batch --batch-limit-mib 1100 --out batch.json
 
@@ -29,6 +30,11 @@ Parts:
            written (/proc/self/io wchar, and the arena's own count), files created in the temp
            directory (inotify; spillarena's O_TMPFILE spill file has no name), and whether every
            parameter's gradient equals no checkpointing's bit for bit (torch.equal).
+  lengths  step time per mode at each of --lengths tokens, on the longest part's model
+           (--search-layers, batch 1), no memory limit (each run still has its cgroup, to
+           measure it); --repeats rounds per length, the mode order rotated; ratios to
+           transformers' checkpointing and to Disco taken within a round. The "step time <= the
+           seed's at every length" check, where no limit makes one mode thrash.
   longest  the largest sequence length that trains per mode under --limit-mib (memory cgroup),
            --search-layers decoder layers: doubling from --start-seq, then bisection to
            --granularity, up to --max-seq; each trial a fresh process in a fresh cgroup (ok, or
@@ -79,7 +85,7 @@ SHAPE = ("arch", "layers", "hidden", "heads", "intermediate", "vocab", "dropout"
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--parts", default="table,longest,batch")
+    p.add_argument("--parts", default="table,lengths,longest,batch")
     p.add_argument("--arch", default="stablelm", choices=("stablelm", "llama"))
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--hidden", type=int, default=64)
@@ -103,6 +109,8 @@ def parse_args(argv):
     p.add_argument("--granularity", type=int, default=256)
     p.add_argument("--max-seq", type=int, default=0, help="longest: the cap (0: 2 x --start-seq)")
     p.add_argument("--search-modes", default="torch,disco,spillarena_buffered,spillarena_direct")
+    p.add_argument("--lengths", default="256,512,1024,2048", help="lengths: the sequence lengths timed")
+    p.add_argument("--length-modes", default="torch,disco,spillarena_buffered,spillarena_direct")
     p.add_argument("--batch-limit-mib", type=int, default=0, help="batch: as --limit-mib, at --start-batch")
     p.add_argument("--batch-layers", type=int, default=8)
     p.add_argument("--batch-hidden", type=int, default=256)
@@ -129,7 +137,13 @@ def parse_args(argv):
     for hidden, heads in (("hidden", "heads"), ("search_hidden", "search_heads"), ("batch_hidden", "batch_heads")):
         if getattr(args, hidden) % getattr(args, heads):
             p.error(f"--{hidden.replace('_', '-')} must be a multiple of --{heads.replace('_', '-')}")
-    for flag in ("modes", "search_modes", "batch_modes"):
+    try:
+        lengths = [int(v) for v in args.lengths.split(",")]
+    except ValueError:
+        p.error(f"--lengths: comma-separated whole numbers, not {args.lengths!r}")
+    if not all(1 <= v <= 1 << 20 for v in lengths):
+        p.error("--lengths: each between 1 and 1048576")
+    for flag in ("modes", "search_modes", "batch_modes", "length_modes"):
         unknown = set(getattr(args, flag).split(",")) - set(MODES)
         if unknown:
             p.error(f"--{flag.replace('_', '-')}: unknown mode(s) {sorted(unknown)}")
@@ -399,35 +413,72 @@ def summarize_mode(runs):
             "losses": ok[0]["losses"], "runs": len(ok)}
 
 
+def run_rounds(runner, modes, seq, batch, repeats, label, overrides=(), reference=None,
+               progress=lambda runs: None):
+    """Every mode `repeats` times at one shape, the order rotated each round; runs[m][i] is mode
+    m in round i."""
+    runs = {m: [] for m in modes}
+    for round_index in range(repeats):
+        order = modes[round_index % len(modes):] + modes[:round_index % len(modes)]
+        for mode in order:
+            r = runner.run(mode, seq, batch, overrides=overrides, reference=reference)
+            runs[mode].append(r)
+            progress(runs)
+            print(f"  {label} round {round_index + 1} {mode:20s} {r['status']:6s} "
+                  f"{statistics.median(r['step_s']) * 1e3 if r.get('step_s') else 0:8.0f} ms", file=sys.stderr, flush=True)
+    return runs
+
+
 def run_table(args, runner, progress=lambda partial: None):
     modes = args.modes.split(",")
     reference = os.path.join(runner.spill_parent, "reference_grads.pt")
     if "none" in modes:  # the reference is written first, so every round can compare
         modes = ["none"] + [m for m in modes if m != "none"]
-    runs = {m: [] for m in modes}
-    for round_index in range(args.repeats):
-        order = modes if round_index == 0 else modes[round_index % len(modes):] + modes[:round_index % len(modes)]
-        for mode in order:
-            r = runner.run(mode, args.seq, args.batch, reference=reference)
-            runs[mode].append(r)
-            progress({"runs": runs})
-            print(f"  table round {round_index + 1} {mode:20s} {r['status']:6s} "
-                  f"{statistics.median(r['step_s']) * 1e3 if r.get('step_s') else 0:8.0f} ms", file=sys.stderr, flush=True)
+    runs = run_rounds(runner, modes, args.seq, args.batch, args.repeats, "table", reference=reference,
+                      progress=lambda runs: progress({"runs": runs}))
     return summarize_table(args, runs)
+
+
+def step_ratios(runs, base):
+    """Per mode: the ratios of its median step to `base`'s, round by round."""
+    return {m: [statistics.median(r["step_s"]) / statistics.median(b["step_s"])
+                for r, b in zip(mode_runs, runs.get(base, [])) if r.get("step_s") and b.get("step_s")]
+            for m, mode_runs in runs.items()}
 
 
 def summarize_table(args, runs):
     """Per mode over the rounds; step-time ratios to torch are taken within each round (runs[m][i]
     is mode m in round i), so a round slowed by the host's other work does not skew them."""
     summary = {m: summarize_mode(r) for m, r in runs.items()}
-    for m, mode_runs in runs.items():
-        ratios = [statistics.median(r["step_s"]) / statistics.median(t["step_s"])
-                  for r, t in zip(mode_runs, runs.get("torch", [])) if r.get("step_s") and t.get("step_s")]
+    for m, ratios in step_ratios(runs, "torch").items():
         if ratios:
             summary[m]["step_vs_torch_median_of_rounds"] = statistics.median(ratios)
             summary[m]["step_vs_torch_rounds"] = ratios
     return {"shape": {"seq": args.seq, "batch": args.batch, "layers": args.layers, "hidden": args.hidden},
             "summary": summary, "runs": runs}
+
+
+def longest_overrides(args):
+    """The model of the longest part (and of the lengths part): a 7B model's depth, small width."""
+    return {"layers": args.search_layers, "hidden": args.search_hidden, "heads": args.search_heads,
+            "intermediate": int(args.search_hidden * 2.6875) // 4 * 4}
+
+
+def run_lengths(args, runner, progress=lambda partial: None):
+    """Step time per mode at each length, no limit; ratios to torch and Disco within a round."""
+    modes, overrides = args.length_modes.split(","), longest_overrides(args)
+    results = {}
+    for seq in (int(v) for v in args.lengths.split(",")):
+        runs = run_rounds(runner, modes, seq, 1, args.repeats, f"seq {seq}", overrides=overrides)
+        summary = {m: summarize_mode(r) for m, r in runs.items()}
+        for base in ("torch", "disco"):
+            for m, ratios in step_ratios(runs, base).items():
+                if ratios:
+                    summary[m][f"step_vs_{base}_median_of_rounds"] = statistics.median(ratios)
+                    summary[m][f"step_vs_{base}_rounds"] = ratios
+        results[str(seq)] = {"summary": summary, "runs": runs}
+        progress({"overrides": overrides, "batch": 1, "lengths": results})
+    return {"overrides": overrides, "batch": 1, "lengths": results}
 
 
 def search(runner, mode, axis, start, granularity, cap, limit_bytes, fixed, overrides, log):
@@ -478,8 +529,7 @@ def run_search(args, runner, part):
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if part == "longest":
         modes, limit = args.search_modes.split(","), args.limit_mib << 20
-        overrides = {"layers": args.search_layers, "hidden": args.search_hidden, "heads": args.search_heads,
-                     "intermediate": int(args.search_hidden * 2.6875) // 4 * 4, "steps": 1}
+        overrides = dict(longest_overrides(args), steps=1)
         axis, start, granularity, cap, fixed = "seq", args.start_seq, args.granularity, args.max_seq, 1
         cap = cap or 2 * start
     else:
@@ -553,6 +603,8 @@ def main(argv):
         for part in args.parts.split(","):
             if part == "table":
                 report[part] = run_table(args, runner, lambda partial: write(args.out, dict(report, table=partial)))
+            elif part == "lengths":
+                report[part] = run_lengths(args, runner, lambda partial: write(args.out, dict(report, lengths=partial)))
             else:
                 report[part] = run_search(args, runner, part)
             write(args.out, report)
@@ -581,6 +633,11 @@ def text_table(report):
             rows.append(f"{mode:20s} {s['step_s_median'] * 1e3:8.0f} {s.get('step_vs_torch_median_of_rounds', 0):8.2f}"
                         f" {s['peak_rss_anon_bytes_max'] / 2**20:11.0f} {(s['cgroup_peak_bytes_max'] or 0) / 2**20:10.0f}"
                         f" {s['bytes_written_per_step'] / 2**20:11.1f} {s['files_created']:6d}  {s['gradients_bitwise_equal']}")
+    if "lengths" in report:
+        for seq, entry in report["lengths"]["lengths"].items():
+            rows.append(f"seq {seq}: " + ", ".join(
+                f"{m} {s['step_s_median'] * 1e3:.0f} ms ({s.get('step_vs_disco_median_of_rounds', 0):.2f}x disco)"
+                for m, s in entry["summary"].items() if "step_s_median" in s))
     for part in ("longest", "batch"):
         if part in report and "results" in report[part]:
             rows.append(f"{part}: largest {report[part]['axis']} under {report[part]['limit_bytes'] >> 20} MiB")

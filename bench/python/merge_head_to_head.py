@@ -1,7 +1,7 @@
 """Merges head_to_head.py reports run part by part (side by side, to fit a time budget) into one.
 
     python bench/python/merge_head_to_head.py docs/bench/head_to_head_cpu.json \
-        table.json batch.json longest.json --regime "2 shared vCPUs, load average 10-23"
+        table.json lengths.json batch.json longest.json --regime "2 shared vCPUs, load average 10-23"
 
 Each part is taken from the first report that has it; the table's summary is recomputed from its
 runs (so a table cut short still gets one), and every part keeps the command that produced it.
@@ -24,7 +24,7 @@ def main(target, *sources, regime=None):
         merged["commands"].append(report["command"])
         merged["environment"] = merged["environment"] or report["environment"]
         merged.setdefault("disco", report.get("disco"))
-        for part in ("table", "batch", "longest"):
+        for part in ("table", "lengths", "batch", "longest"):
             if part in report and part not in merged:
                 merged[part] = report[part]
                 merged[part]["command"] = report["command"]

@@ -4,9 +4,10 @@
     python3 bench/python/plot_head_to_head.py docs/bench/head_to_head_cpu.json docs/bench/head_to_head_cpu.png
     python3 bench/python/plot_head_to_head.py docs/bench/head_to_head_cpu.json --markdown   # the tables
 
-Left: step time per mode relative to transformers' checkpointing (median of the rounds' ratios).
-Middle: peak RssAnon and the cgroup's peak per mode. Right: the largest sequence (and micro-batch)
-that trains under the search's memory limit. Every figure comes from the JSON; nothing is typed in.
+Panels, for the parts the JSON has: step time per mode relative to transformers' checkpointing
+(median of the rounds' ratios); peak RssAnon and the cgroup's peak per mode; step time against
+sequence length per mode (no limit); the largest sequence (and micro-batch) that trains under the
+search's memory limit. Every figure comes from the JSON; nothing is typed in.
 """
 import json
 import sys
@@ -35,7 +36,7 @@ def bars(ax, labels, values, ylabel, title, fmt, prefixes=None):
 
 def main(source, target):
     report = json.loads(Path(source).read_text())
-    parts = [p for p in ("table", "longest", "batch") if p in report and "skipped" not in report[p]]
+    parts = [p for p in ("table", "lengths", "longest", "batch") if p in report and "skipped" not in report[p]]
     fig, axes = plt.subplots(1, len(parts) + ("table" in parts), figsize=(5 * (len(parts) + 1), 4.6))
     axes = list(axes) if hasattr(axes, "__iter__") else [axes]
     if "table" in parts:
@@ -58,6 +59,8 @@ def main(source, target):
         ax.set_title("Host memory in the same run", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend()
+    if "lengths" in parts:
+        lengths_panel(axes.pop(0), report["lengths"])
     for part in ("longest", "batch"):
         if part not in parts:
             continue
@@ -72,6 +75,44 @@ def main(source, target):
     fig.suptitle("spillarena head-to-head on the CPU (" + report["environment"].get("regime", "shared 2-core VM") + ")")
     fig.tight_layout()
     fig.savefig(target, dpi=110)
+
+
+def lengths_panel(ax, part):
+    seqs = sorted(part["lengths"], key=int)
+    modes = list(part["lengths"][seqs[0]]["summary"])
+    for mode in modes:
+        points = [(int(q), part["lengths"][q]["summary"][mode].get("step_s_median")) for q in seqs]
+        points = [(q, t) for q, t in points if t]
+        ax.plot([q for q, _ in points], [t for _, t in points], marker="o", label=mode)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks([int(q) for q in seqs])
+    ax.set_xticklabels(seqs)
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel("step time, median (s)")
+    ax.set_title(f"Step time by length, no memory limit\n({part['overrides']['layers']} layers, hidden "
+                 f"{part['overrides']['hidden']}, batch {part['batch']})", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def lengths_markdown(part):
+    seqs = sorted(part["lengths"], key=int)
+    modes = list(part["lengths"][seqs[0]]["summary"])
+    lines = ["| tokens | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
+    for q in seqs:
+        cells = []
+        for mode in modes:
+            s = part["lengths"][q]["summary"][mode]
+            if "step_s_median" not in s:
+                cells.append(f"{s.get('status')}")
+                continue
+            ratios = [f"{s[k]:.2f}x {name}" for k, name in (("step_vs_torch_median_of_rounds", "torch"),
+                                                             ("step_vs_disco_median_of_rounds", "Disco"))
+                      if k in s and mode not in name.lower()]
+            cells.append(f"{s['step_s_median'] * 1e3:.0f} ms" + (f" ({', '.join(ratios)})" if ratios else ""))
+        lines.append(f"| {q} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def mib(value):
@@ -99,6 +140,8 @@ def markdown(source):
                          f"({min(rounds):.2f}–{max(rounds):.2f}) | {mib(s['peak_rss_anon_bytes_max'])} MiB "
                          f"| {mib(s['cgroup_peak_bytes_max'])} MiB | {s['bytes_written_per_step'] / MIB:.1f} MiB "
                          f"| {s['files_created']} | {grads} |")
+    if "lengths" in report and "lengths" in report["lengths"]:
+        lines += [""] + lengths_markdown(report["lengths"])
     for part in ("batch", "longest"):
         search = report.get(part)
         if not search:
