@@ -37,8 +37,13 @@ def bars(ax, labels, values, ylabel, title, fmt, prefixes=None):
 def main(source, target):
     report = json.loads(Path(source).read_text())
     parts = [p for p in ("table", "lengths", "longest", "batch") if p in report and "skipped" not in report[p]]
-    fig, axes = plt.subplots(1, len(parts) + ("table" in parts), figsize=(5 * (len(parts) + 1), 4.6))
-    axes = list(axes) if hasattr(axes, "__iter__") else [axes]
+    panels = len(parts) + ("table" in parts)
+    rows = 1 if panels <= 3 else 2
+    cols = -(-panels // rows)
+    fig, grid = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.8 * rows), squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for spare in axes[panels:]:
+        spare.set_visible(False)
     if "table" in parts:
         summary = {m: s for m, s in report["table"]["summary"].items() if "step_s_median" in s}
         modes = list(summary)
@@ -136,7 +141,7 @@ def markdown(source):
                                                              f"differ (max {s['max_abs_grad_diff']:.1e})")
             ratio = s.get("step_vs_torch_median_of_rounds")
             rounds = s.get("step_vs_torch_rounds") or [ratio]
-            lines.append(f"| {mode} | {s['step_s_median']:.2f} s ({s['step_s_min']:.2f} s) | {ratio:.2f}x "
+            lines.append(f"| {mode} | {s['step_s_median'] * 1e3:.0f} ms ({s['step_s_min'] * 1e3:.0f} ms) | {ratio:.2f}x "
                          f"({min(rounds):.2f}–{max(rounds):.2f}) | {mib(s['peak_rss_anon_bytes_max'])} MiB "
                          f"| {mib(s['cgroup_peak_bytes_max'])} MiB | {s['bytes_written_per_step'] / MIB:.1f} MiB "
                          f"| {s['files_created']} | {grads} |")
