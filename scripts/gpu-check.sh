@@ -7,8 +7,8 @@
 #      dropout, autocast replay, random queue delays) and the CPU tests of the engine beside them;
 #   3. runs BM_AcceleratorStep (bench/accelerator_benchmark.cc) in every mode, at 16 layers and
 #      again at 8 (host memory added must not grow with the layer count: the host pool bounds it);
-#   4. runs the Python head-to-head (bench/python/head_to_head.py) at Llama-3-8B width, seq 8k,
-#      transformers from the carried wheels (.deps/wheels) on PYTHONPATH, into head_to_head.json;
+#   4. runs the Python head-to-head (bench/python/gpu_head_to_head.py) at Llama-3-8B width, seq 8k and 32k,
+#      transformers from the carried wheels (.deps/wheels) on PYTHONPATH, both runs into head_to_head.json;
 #   5. runs the longest-sequence search (bench/python/longest_sequence.py): the largest sequence
 #      that trains in an emulated 24 GB card per mode (none, recompute, spillarena direct/gds) at
 #      Llama-3-8B width, 16 layers, and whether spilling reaches 1.5x recompute's, into
@@ -16,9 +16,10 @@
 # Everything it reports goes to $OUT (at most 8 files): env.txt, build.log (the Python package's
 # build too), tests.log, accelerator.json, accelerator-8.json, head_to_head.json,
 # longest_sequence.json, bench.log (8).
-# Budget: about 12 minutes on 16 cores for steps 1-4 (the last session's H200 run), plus at most
-# 5 for step 5 — more than one device command may run (10 minutes): run it as two commands,
-# SPILLARENA_GPU_STEPS="1 2 3" and then "4 5" (the build is kept between calls).
+# Budget: about 12 minutes on 16 cores for steps 1-3 and the 8k head-to-head (the last session's
+# H200 run), at most 9 for step 4 (8k and 32k, 270 s each) and 5 for step 5 — more than one device
+# command may run (10 minutes): run it as three commands, SPILLARENA_GPU_STEPS="1 2 3", then "4",
+# then "5" (the build is kept between calls).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/spillarena-gpu-check}
@@ -93,9 +94,13 @@ mkdir -p .deps/py
 for whl in .deps/wheels/*.whl; do "$python" -m zipfile -e "$whl" .deps/py >/dev/null 2>&1; done
 if PYTHONPATH=$PWD/.deps/py "$python" -m pip install -q --no-build-isolation --no-deps --no-index \
      --target .deps/py . >> "$out/build.log" 2>&1; then
-  want 4 && { PYTHONPATH=$PWD/.deps/py timeout 900 "$python" bench/python/head_to_head.py \
+  want 4 && { PYTHONPATH=$PWD/.deps/py timeout 270 "$python" bench/python/gpu_head_to_head.py \
     --device cuda --dtype bfloat16 --hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 \
     --vocab 32000 --layers 8 --seq 8192 --steps 2 --out "$out/head_to_head.json" \
+    >> "$out/bench.log" 2>&1 || status=1; }
+  want 4 && { PYTHONPATH=$PWD/.deps/py timeout 270 "$python" bench/python/gpu_head_to_head.py \
+    --device cuda --dtype bfloat16 --hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 \
+    --vocab 32000 --layers 2 --seq 32768 --steps 1 --out "$out/head_to_head.json" --append \
     >> "$out/bench.log" 2>&1 || status=1; }
   # Recompute and direct only (none and gds do not decide the goal); no trial starts after
   # 270 s, and the JSON is rewritten after every trial.

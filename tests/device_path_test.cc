@@ -5,13 +5,19 @@
 // bytes in flight. Every run of CI exercises what a GPU machine would.
 #include <doctest/doctest.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <atomic>
+#include <set>
+#include <string>
+#include <utility>
 #include <chrono>
 #include <thread>
 
 #include "gpt_test_support.h"
+#include "torch_layer/host_pool.h"
+#include "torch_layer/stash_entry.h"
 #include "io_test_support.h"
 #include "stash_test_support.h"
 #include "test_support.h"
@@ -392,5 +398,60 @@ TEST_CASE("device path: a write that fails in flight is spill::IoError, then exa
       check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
       check_drained(arena);
     }
+  }
+}
+
+// The diagram of Note [Lifecycle of a stashed tensor], arrow by arrow: each arrow it draws is
+// taken, every other move is refused naming both states, and the entry stays where it was.
+TEST_CASE("device path: an entry moves only along the lifecycle's arrows") {
+  using spill::detail::State;
+  const State all[] = {State::held,    State::copying,   State::writing, State::spilled,
+                       State::reading, State::uploading, State::restored};
+  const std::set<std::pair<State, State>> arrows = {
+      {State::held, State::copying},       {State::held, State::writing},
+      {State::held, State::spilled},       {State::held, State::restored},
+      {State::copying, State::writing},    {State::copying, State::restored},
+      {State::writing, State::spilled},    {State::writing, State::restored},
+      {State::spilled, State::reading},    {State::spilled, State::restored},
+      {State::reading, State::uploading},  {State::reading, State::restored},
+      {State::uploading, State::restored}};
+  auto counters = std::make_shared<spill::detail::StashCounters>();
+  spill::detail::Entry e(torch::zeros({4}), counters);
+  for (const State from : all) {
+    for (const State to : all) {
+      CAPTURE(spill::detail::to_string(from));
+      CAPTURE(spill::detail::to_string(to));
+      spill::detail::MutexLock lock(e.mutex);
+      e.state = from;
+      if (arrows.count({from, to})) {
+        spill::detail::advance(e, to);
+        CHECK(e.state == to);
+      } else {
+        const std::string expected = std::string("from ") + spill::detail::to_string(from) +
+                                     " to " + spill::detail::to_string(to);
+        CHECK_THROWS_WITH_AS(spill::detail::advance(e, to), doctest::Contains(expected.c_str()),
+                             std::logic_error);
+        CHECK(e.state == from);
+      }
+    }
+  }
+  spill::detail::MutexLock lock(e.mutex);
+  e.state = State::restored;  // as it would be when freed
+}
+
+// O_DIRECT writes a pool block from where it is only when the block is page-aligned (Note
+// [Writing from an aligned source] in src/core/io_engine.cc); pageable pools are made so too.
+TEST_CASE("device path: every block of a pageable host pool is page-aligned") {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  auto pool = spill::detail::HostPool::make(4 * spill::MiB + 1, c10::DeviceType::CPU);
+  CHECK_FALSE(pool->pinned());
+  CHECK(pool->bytes() == 4 * spill::MiB);  // whole pages of the budget
+  std::vector<spill::detail::HostPool::Lease> leases;
+  for (const std::uint64_t bytes : {std::uint64_t{1}, std::uint64_t{5000}, spill::MiB, spill::MiB + 3}) {
+    auto lease = pool->try_take(bytes);
+    REQUIRE(lease);
+    CHECK(reinterpret_cast<std::uintptr_t>(lease->host().data_ptr()) % page == 0);
+    CHECK(lease->bytes() == bytes);
+    leases.push_back(std::move(*lease));
   }
 }

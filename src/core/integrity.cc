@@ -61,7 +61,8 @@ namespace spill::detail {
 //  - a synchronous buffered write hashes its source on the caller's thread, slice by slice as it
 //    is copied;
 //  - a direct-mode write hashes each slice of its staging copy on the caller's thread, right
-//    after the memcpy into the slot, and keeps the hashes once every piece is on the file;
+//    after the memcpy into the slot (an aligned source, written from where it is: each slice of
+//    the source before it is queued), and keeps the hashes once every piece is on the file;
 //  - a buffered write_async hashes each piece's source once that piece is on the file, on the
 //    thread that completed it (io_uring's reaper or a pool worker): the caller keeps the source
 //    unchanged until the Pending completes anyway, and the training thread, which queued the
@@ -134,7 +135,9 @@ std::uint64_t hash_bytes(const void* data, std::uint64_t bytes) {
 //  - a synchronous write (buffered or RAM) pwrites kHashSliceBytes at a time and hashes each
 //    slice of the source right after the pwrite read it (ArenaCore::write_hashed);
 //  - a direct write hashes each slice of its staging copy right after the memcpy into the slot
-//    (IoEngine::Hooks::staged), on the caller's thread, which did the memcpy anyway;
+//    (IoEngine::Hooks::staged), on the caller's thread, which did the memcpy anyway; an aligned
+//    source (a host pool block just filled by the device -> host copy) is written without a copy
+//    and hashed in that one pass (Note [Writing from an aligned source] in io_engine.cc);
 //  - a resident synchronous read copies from the mapping in slices and checks each slice of the
 //    destination as it lands (ArenaCore::read_resident).
 // A 4 MiB chunk spans 8 slices: XXH3's streaming state carries it from one slice to the next

@@ -44,9 +44,10 @@ class IoEngine {
   // Pending::wait throws.
   //
   // `staged` (direct writes only) runs on the submitting thread for each slice of at most
-  // kStagedSliceBytes right after it was copied into a staging slot, in order, with the staging
-  // copy: work on the bytes while they are in the CPU cache (see Note [Hashing while the bytes
-  // are in cache] in src/core/integrity.cc). Other transfers ignore it.
+  // kStagedSliceBytes, in order: of an aligned source before it is queued, of a staging slot
+  // right after the copy into it — work on the bytes while they are in the CPU cache (see Note
+  // [Hashing while the bytes are in cache] in src/core/integrity.cc and Note [Writing from an
+  // aligned source] in src/core/io_engine.cc). Other transfers ignore it.
   using Piece = std::pair<std::uint64_t, std::uint64_t>;  // file offset, bytes
   struct Hooks {
     std::function<std::exception_ptr(std::uint64_t offset, const char* memory, std::uint64_t bytes)>
@@ -87,6 +88,8 @@ class IoEngine {
   Pending queue_pieces(IoOp op, std::uint64_t offset, char* memory, std::uint64_t bytes,
                        Hooks hooks);
   void write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes,
+                    const TransferPtr& t, const Hooks& hooks, std::vector<Ticket>* parts);
+  void write_staged(std::uint64_t offset, const char* src, std::uint64_t bytes,
                     const TransferPtr& t, const Hooks& hooks, std::vector<Ticket>* parts);
   void read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes, const TransferPtr& t,
                    std::vector<Ticket>* parts);

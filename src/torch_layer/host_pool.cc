@@ -69,11 +69,17 @@ torch::Tensor pinned_bytes(std::uint64_t bytes, c10::DeviceType device) {
   return torch::Tensor();
 }
 
+// Page-aligned like pinned memory (LibTorch's CPU allocator aligns to 64 bytes only), so O_DIRECT
+// writes its blocks from where they are (Note [Writing from an aligned source] in io_engine.cc).
 torch::Tensor pageable_bytes(std::uint64_t bytes) {
   try {
     TORCH_CHECK(!host_pool_refused_by_emulation(), "emulated: host memory refused");
-    return torch::empty({static_cast<std::int64_t>(bytes)},
-                        torch::TensorOptions().dtype(torch::kUInt8));
+    const std::uint64_t page = page_bytes();
+    torch::Tensor memory = torch::empty({static_cast<std::int64_t>(bytes + page)},
+                                        torch::TensorOptions().dtype(torch::kUInt8));
+    const auto address = reinterpret_cast<std::uintptr_t>(memory.data_ptr());
+    const std::uint64_t skip = (page - address % page) % page;
+    return memory.narrow(0, static_cast<std::int64_t>(skip), static_cast<std::int64_t>(bytes));
   } catch (const c10::Error&) {
     throw InsufficientSpaceError("<host pool>", bytes, memory_limits().usable_bytes(),
                                  "spill: the host pool of " + bytes_with_units(bytes) +

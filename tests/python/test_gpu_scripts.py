@@ -1,0 +1,69 @@
+"""The GPU check's Python scripts cannot rot on a machine without a GPU.
+
+scripts/gpu-check.sh runs only where a GPU is lent (rarely), so its argument lines are parsed here
+by the scripts' own parsers, and the GPU head-to-head runs end to end on the CPU at a tiny size.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = ("gpu_head_to_head.py", "longest_sequence.py")
+
+
+def load(script):
+    spec = importlib.util.spec_from_file_location(script[:-3], os.path.join(REPO, "bench", "python", script))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def gpu_check_argument_lines(script):
+    """The arguments gpu-check.sh passes to `script`, one list per call, "$out/..." kept as text."""
+    with open(os.path.join(REPO, "scripts", "gpu-check.sh")) as f:
+        text = f.read().replace("\\\n", " ")
+    calls = []
+    for line in text.splitlines():
+        at = line.find("bench/python/" + script)
+        if at < 0 or line.lstrip().startswith("#"):
+            continue
+        words = shlex.split(line[at:].split(">>")[0].split("||")[0])
+        calls.append(words[1:])
+    return calls
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_gpu_check_passes_arguments_the_script_accepts(script):
+    calls = gpu_check_argument_lines(script)
+    assert calls, f"scripts/gpu-check.sh no longer runs bench/python/{script}"
+    parse_args = load(script).parse_args
+    for argv in calls:
+        parse_args(argv)  # SystemExit (argparse's error) fails the test, naming the flag
+
+
+def test_gpu_head_to_head_runs_on_the_cpu_with_equal_losses(tmp_path, spill_dir):
+    out = tmp_path / "h2h.json"
+    argv = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--intermediate", "128",
+            "--vocab", "128", "--seq", "32", "--steps", "1", "--spill-dir", spill_dir, "--out", str(out)]
+    for extra in ([], ["--append", "--seq", "48", "--modes", "none"]):  # a second length, same file
+        done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "python", "gpu_head_to_head.py"),
+                               *argv, *extra], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["args"]["seq"] for r in runs] == [32, 48]
+    results = {r["mode"]: r for r in runs[0]["results"]}
+    assert set(results) == set(load("gpu_head_to_head.py").MODES)
+    for mode in ("none", "hf_checkpointing", "hf_offload", "spillarena_direct"):
+        assert results[mode]["losses_equal_to_first"] is True, results[mode]
+    assert results["spillarena_direct"]["spilled_bytes_per_step"] > 0
+    gds = results["spillarena_gds"]
+    assert "losses" in gds or re.search("cufile|gds", gds.get("skipped", ""), re.I), gds
+    assert [r["mode"] for r in runs[1]["results"]] == ["none"] and "losses" in runs[1]["results"][0]
+    assert os.listdir(spill_dir) == []  # each run's spill directory went with it
