@@ -150,11 +150,7 @@ class _SpillCheckpoint(torch.autograd.Function):
                 "backward(inputs=...): use loss.backward()"
             )
         if job.stashed is None:
-            raise CheckpointError(
-                "spillarena.checkpoint: backward ran twice through the same checkpointed layer; "
-                "its stashed input was consumed and freed by the first backward. Run forward "
-                "again for a new graph (retain_graph is not supported with spilled inputs)"
-            )
+            raise CheckpointError("spillarena.checkpoint: " + _C._SECOND_BACKWARD_MESSAGE)
         stashed, job.stashed = job.stashed, None
         restored = stashed.restore()  # queues the reads of the layers before it
         stashed.free()

@@ -22,7 +22,10 @@ namespace {
 // (src/torch_layer/forward_state.cc), which the Python front end reaches through
 // _capture_forward_state and _ForwardReplay. _cpp_checkpoint runs the C++ front end on a Python
 // layer, so tests/python/test_conformance.py runs one table of cases (dropout, autocast,
-// extra tensors, frozen inputs, a second backward, preserve_rng_state) against both.
+// extra tensors and several outputs, the RNG stream after backward, frozen inputs, no grad, a
+// forward without backward, a second backward) against both; what only Python has (kwargs,
+// pytrees, preserve_rng_state=False) is in test_checkpoint.py. Both say the same words on a
+// second backward: kSecondBackwardMessage, bound as _SECOND_BACKWARD_MESSAGE.
 
 // A replay as a Python context manager: installs the state on __enter__, puts back the states
 // it found on __exit__.
@@ -70,6 +73,7 @@ void bind_replay(py::module_& m) {
       .def(py::init<std::shared_ptr<const State>>())
       .def("__enter__", [](ReplayScope& s) { s.enter(); })
       .def("__exit__", [](ReplayScope& s, py::args) { s.exit(); });
+  m.attr("_SECOND_BACKWARD_MESSAGE") = spill::detail::kSecondBackwardMessage;
   m.def(
       "_cpp_checkpoint",
       [](const std::shared_ptr<spill::TensorStash>& stash, py::function layer,

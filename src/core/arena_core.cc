@@ -9,6 +9,7 @@
 
 #include "platform.h"
 #include "spill/error.h"
+#include "spill/quote.h"
 
 namespace spill::detail {
 
@@ -90,6 +91,10 @@ void ArenaCore::write(std::uint64_t start, std::uint64_t at, const void* src,
   if (engine_) engine_->written(start + at, bytes);
 }
 
+// The one place a read is decided: resident pages of a buffered file (and host memory) are
+// copied from the mapping — read faults on resident page-cache pages are cheap and mapped 16 at a
+// time (fault-around), which skips pread's per-page lookups; anything else goes through the I/O
+// engine in parallel pieces (Note [Parallel reads from disk] in src/core/io_engine.cc).
 void ArenaCore::read(std::uint64_t start, std::uint64_t at, void* dst, std::uint64_t bytes) {
   owner_.check("a read of a region");
   if (engine_ && (options_.io != IoMode::buffered || !storage_->resident(start + at, bytes))) {
@@ -157,8 +162,8 @@ void ArenaCore::read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op,
   throw_if_shrunk(offset, bytes, op);
   throw IoError(EIO,
                 "spill: reading " + std::to_string(bytes) + " bytes at offset " +
-                    std::to_string(offset) + " of the spill file in " + storage_->info().directory +
-                    " through its mapping failed (SIGBUS): the disk could not read a page of it "
+                    std::to_string(offset) + " of the spill file in " +
+                    quote(storage_->info().directory) + " through its mapping failed (SIGBUS): the disk could not read a page of it "
                     "back; check the disk (dmesg, its SMART log), and move the spill directory to "
                     "a healthy disk if it happens again",
                 op, offset, bytes);
@@ -170,7 +175,7 @@ void ArenaCore::throw_if_shrunk(std::uint64_t offset, std::uint64_t bytes, IoOp 
   if (status.size_bytes >= offset + bytes) return;
   throw IoError(
       EIO,
-      "spill: the spill file in " + storage_->info().directory + " is " +
+      "spill: the spill file in " + quote(storage_->info().directory) + " is " +
           std::to_string(status.size_bytes) + " bytes long, not the " +
           std::to_string(storage_->info().capacity_bytes) +
           " it was made with: something truncated it behind the arena's back (a process writing "

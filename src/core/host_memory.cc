@@ -23,9 +23,6 @@ class HostMemory final : public Storage {
   void write(std::uint64_t offset, const void* src, std::uint64_t bytes) override {
     std::memcpy(base_ + offset, src, bytes);
   }
-  void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const override {
-    std::memcpy(dst, base_ + offset, bytes);
-  }
   void start_writeback(std::uint64_t, std::uint64_t) override {}
   void drop_cached_pages(std::uint64_t, std::uint64_t) override {}
   void read_ahead(std::uint64_t, std::uint64_t) override {}

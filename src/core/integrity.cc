@@ -207,16 +207,16 @@ std::string hex(std::uint64_t hash) {
   return text;
 }
 
-IntegrityError mismatch(std::uint64_t region, std::uint64_t offset_in_region, std::uint64_t bytes,
+IntegrityError mismatch(std::uint64_t start, std::uint64_t offset_in_region, std::uint64_t bytes,
                         std::uint64_t expected, std::uint64_t found) {
   const std::string where = offset_in_region == 0
                                 ? "the " + std::to_string(bytes) +
-                                      " bytes of the region at offset " + std::to_string(region)
+                                      " bytes of the region at offset " + std::to_string(start)
                                 : "the " + std::to_string(bytes) + " bytes at offset " +
                                       std::to_string(offset_in_region) +
-                                      " of the region at offset " + std::to_string(region);
+                                      " of the region at offset " + std::to_string(start);
   return IntegrityError(
-      region, offset_in_region, bytes, expected, found,
+      start, offset_in_region, bytes, expected, found,
       "spill: integrity check failed: " + where + " of the spill file read back with XXH3 hash " +
           hex(found) + ", not " + hex(expected) + " as written; the file or the disk under it " +
           "changed behind the arena's back (a failing disk or controller: check dmesg and the "
@@ -246,9 +246,9 @@ bool inside_any(const Span& span, const std::vector<Span>* spans) {
 
 }  // namespace
 
-void IntegrityLedger::forget(std::uint64_t region, const Span& write) {
+void IntegrityLedger::forget(std::uint64_t start, const Span& write) {
   MutexLock lock(mutex_);
-  auto it = regions_.find(region);
+  auto it = regions_.find(start);
   if (it == regions_.end()) return;
   auto& hashed = it->second;
   hashed.erase(std::remove_if(hashed.begin(), hashed.end(),
@@ -258,7 +258,7 @@ void IntegrityLedger::forget(std::uint64_t region, const Span& write) {
 }
 
 // Hashes outside the lock: other regions' writes and reads go on meanwhile.
-void IntegrityLedger::record(std::uint64_t region, const Span& write, const Span& within,
+void IntegrityLedger::record(std::uint64_t start, const Span& write, const Span& within,
                              const char* memory, const std::vector<Span>* skip) {
   std::vector<Hashed> fresh;
   for (const Span& c : chunks_of(write)) {
@@ -268,15 +268,15 @@ void IntegrityLedger::record(std::uint64_t region, const Span& write, const Span
   }
   if (fresh.empty()) return;
   MutexLock lock(mutex_);
-  auto& hashed = regions_[region];
+  auto& hashed = regions_[start];
   hashed.insert(hashed.end(), fresh.begin(), fresh.end());
 }
 
 std::vector<IntegrityLedger::Hashed> IntegrityLedger::hashed_inside(
-    std::uint64_t region, const Span& within, const std::vector<Span>* skip) const {
+    std::uint64_t start, const Span& within, const std::vector<Span>* skip) const {
   std::vector<Hashed> inside;
   MutexLock lock(mutex_);
-  auto it = regions_.find(region);
+  auto it = regions_.find(start);
   if (it == regions_.end()) return inside;
   for (const Hashed& h : it->second) {
     if (h.span.inside(within) && !inside_any(h.span, skip)) inside.push_back(h);
@@ -284,23 +284,23 @@ std::vector<IntegrityLedger::Hashed> IntegrityLedger::hashed_inside(
   return inside;
 }
 
-std::exception_ptr IntegrityLedger::check(std::uint64_t region, const Span& within,
+std::exception_ptr IntegrityLedger::check(std::uint64_t start, const Span& within,
                                           const char* memory, const std::vector<Span>* skip) {
-  for (const Hashed& h : hashed_inside(region, within, skip)) {
+  for (const Hashed& h : hashed_inside(start, within, skip)) {
     const std::uint64_t found = hash_bytes(memory + (h.span.offset - within.offset), h.span.bytes);
     bytes_hashed_.fetch_add(h.span.bytes, std::memory_order_relaxed);
     if (found != h.hash) {
       failures_.fetch_add(1, std::memory_order_relaxed);
-      return std::make_exception_ptr(mismatch(region, h.span.offset, h.span.bytes, h.hash, found));
+      return std::make_exception_ptr(mismatch(start, h.span.offset, h.span.bytes, h.hash, found));
     }
     bytes_verified_.fetch_add(h.span.bytes, std::memory_order_relaxed);
   }
   return nullptr;
 }
 
-void IntegrityLedger::drop(std::uint64_t region) {
+void IntegrityLedger::drop(std::uint64_t start) {
   MutexLock lock(mutex_);
-  regions_.erase(region);
+  regions_.erase(start);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -309,13 +309,13 @@ void IntegrityLedger::drop(std::uint64_t region) {
 
 WriteHasher::WriteHasher(const Span& write) : write_(write), hasher_(write, chunks_of(write)) {}
 
-void IntegrityLedger::record(std::uint64_t region, const WriteHasher& written) {
+void IntegrityLedger::record(std::uint64_t start, const WriteHasher& written) {
   if (written.hashed().empty()) return;
   std::uint64_t bytes = 0;
   for (const Hashed& h : written.hashed()) bytes += h.span.bytes;
   bytes_hashed_.fetch_add(bytes, std::memory_order_relaxed);
   MutexLock lock(mutex_);
-  auto& hashed = regions_[region];
+  auto& hashed = regions_[start];
   hashed.insert(hashed.end(), written.hashed().begin(), written.hashed().end());
 }
 
@@ -341,15 +341,15 @@ std::vector<Span> spans_of(const std::vector<HashedSpan>& hashed) {
 }
 }  // namespace
 
-IntegrityLedger::ReadCheck::ReadCheck(IntegrityLedger* ledger, std::uint64_t region,
+IntegrityLedger::ReadCheck::ReadCheck(IntegrityLedger* ledger, std::uint64_t start,
                                       const Span& read, std::vector<Hashed> expected)
     : ledger_(ledger),
-      region_(region),
+      start_(start),
       expected_(std::move(expected)),
       hasher_(read, spans_of(expected_)) {}
 
-IntegrityLedger::ReadCheck IntegrityLedger::checker(std::uint64_t region, const Span& read) {
-  return ReadCheck(this, region, read, in_order(hashed_inside(region, read, nullptr)));
+IntegrityLedger::ReadCheck IntegrityLedger::checker(std::uint64_t start, const Span& read) {
+  return ReadCheck(this, start, read, in_order(hashed_inside(start, read, nullptr)));
 }
 
 // No local with a destructor: a SIGBUS while hashing a mapping leaves this frame by siglongjmp
@@ -365,7 +365,7 @@ void IntegrityLedger::ReadCheck::compare(std::size_t i, std::uint64_t found) {
   if (error_) return;
   if (found != h.hash) {
     ledger_->failures_.fetch_add(1, std::memory_order_relaxed);
-    error_ = std::make_exception_ptr(mismatch(region_, h.span.offset, h.span.bytes, h.hash, found));
+    error_ = std::make_exception_ptr(mismatch(start_, h.span.offset, h.span.bytes, h.hash, found));
     return;
   }
   ledger_->bytes_verified_.fetch_add(h.span.bytes, std::memory_order_relaxed);

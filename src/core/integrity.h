@@ -3,13 +3,13 @@
 // thread-safe. See Note [Integrity hashing] in src/core/integrity.cc.
 //
 //   spill::detail::IntegrityLedger ledger;
-//   const spill::detail::Span all{0, bytes};           // region: the region's file offset
+//   const spill::detail::Span all{0, bytes};           // start: the region's file offset
 //   const char* src = ...;                             // the bytes written
-//   ledger.forget(region, all);                        // a write of these bytes is under way
-//   ledger.record(region, all, all, src);              // ... and completed: its hashes are kept
+//   ledger.forget(start, all);                         // a write of these bytes is under way
+//   ledger.record(start, all, all, src);               // ... and completed: its hashes are kept
 //   const char* dst = ...;                             // the same bytes, read back
-//   if (std::exception_ptr e = ledger.check(region, all, dst)) std::rethrow_exception(e);
-//   ledger.drop(region);                               // the region is freed
+//   if (std::exception_ptr e = ledger.check(start, all, dst)) std::rethrow_exception(e);
+//   ledger.drop(start);                                // the region is freed
 #pragma once
 
 #include <atomic>
@@ -95,7 +95,7 @@ struct HashedSpan {
 //
 //   WriteHasher hasher(Span{at, bytes});
 //   for (each slice of the write, in order) { copy it; hasher.update(slice, slice_bytes); }
-//   ledger.record(region, hasher);  // once every byte is on the file
+//   ledger.record(start, hasher);  // once every byte is on the file
 class WriteHasher {
  public:
   explicit WriteHasher(const Span& write);
@@ -117,24 +117,24 @@ class IntegrityLedger {
  public:
   using Hashed = HashedSpan;
 
-  // A write of `write` in the region at file offset `region` is under way: the hashes of earlier
+  // A write of `write` in the region at file offset `start` is under way: the hashes of earlier
   // writes it overlaps no longer describe the file.
-  void forget(std::uint64_t region, const Span& write);
+  void forget(std::uint64_t start, const Span& write);
   // That write's bytes in `within` reached the file; `memory` holds them (from within.offset).
   // Hashes and keeps its chunks inside `within`, except those inside a span of `skip`.
-  void record(std::uint64_t region, const Span& write, const Span& within, const char* memory,
+  void record(std::uint64_t start, const Span& write, const Span& within, const char* memory,
               const std::vector<Span>* skip = nullptr);
   // `memory` holds the bytes `within` of the region as read. Hashes every recorded chunk inside
   // `within` (except those inside a span of `skip`) and compares: a spill::IntegrityError for
   // the first that differs, nullptr when all match.
-  std::exception_ptr check(std::uint64_t region, const Span& within, const char* memory,
+  std::exception_ptr check(std::uint64_t start, const Span& within, const char* memory,
                            const std::vector<Span>* skip = nullptr);
   // The region was freed: its hashes go with it.
-  void drop(std::uint64_t region);
+  void drop(std::uint64_t start);
 
   // A write that hashed its bytes as they passed (see Note [Hashing while the bytes are in
   // cache]) reached the file: its hashes are kept.
-  void record(std::uint64_t region, const WriteHasher& written);
+  void record(std::uint64_t start, const WriteHasher& written);
 
   // For a read that checks its bytes as they pass: feed the read's bytes in order through
   // ReadCheck::update, which compares each recorded chunk inside it once its last byte passed.
@@ -147,23 +147,23 @@ class IntegrityLedger {
 
    private:
     friend class IntegrityLedger;
-    ReadCheck(IntegrityLedger* ledger, std::uint64_t region, const Span& read,
+    ReadCheck(IntegrityLedger* ledger, std::uint64_t start, const Span& read,
               std::vector<Hashed> expected);
     void compare(std::size_t i, std::uint64_t found);
     IntegrityLedger* ledger_;
-    std::uint64_t region_;
+    std::uint64_t start_;
     std::vector<Hashed> expected_;
     SpanHasher hasher_;
     std::exception_ptr error_;
   };
-  ReadCheck checker(std::uint64_t region, const Span& read);
+  ReadCheck checker(std::uint64_t start, const Span& read);
 
   std::uint64_t bytes_hashed() const { return bytes_hashed_.load(std::memory_order_relaxed); }
   std::uint64_t bytes_verified() const { return bytes_verified_.load(std::memory_order_relaxed); }
   std::uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
 
  private:
-  std::vector<Hashed> hashed_inside(std::uint64_t region, const Span& within,
+  std::vector<Hashed> hashed_inside(std::uint64_t start, const Span& within,
                                     const std::vector<Span>* skip) const;
 
   mutable Mutex mutex_;

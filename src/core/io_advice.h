@@ -1,7 +1,9 @@
-// What a failed I/O says, written once: the fix for its errno (the spill file, the I/O queue and
-// the per-file stash; the CLI rewords capacity_bytes into --capacity, see Note [The library's
+// What a failed I/O of the spill file says, written once: the fix for its errno (the spill file
+// and the I/O queue; the CLI rewords capacity_bytes into --capacity, see Note [The library's
 // advice in the CLI's words] in tools/cli/failures.cc), and the one text of a failed transfer of
-// spill-file bytes (the synchronous path and the queue).
+// spill-file bytes (the synchronous path and the queue). The per-file stash words its own
+// (src/torch_layer/per_file_stash.cc): its files are not the spill file, have no capacity to
+// lower and are removed when a write fails, so neither fix applies there.
 //
 //   throw transfer_error("queued write", IoOp::write, EIO, bytes, offset);
 //   // "spill: queued write of 4096 bytes at offset 8192 of the spill file failed: ...; check ..."

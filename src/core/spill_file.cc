@@ -89,18 +89,6 @@ class SpillFile final : public Storage {
   void write(std::uint64_t offset, const void* src, std::uint64_t bytes) override {
     if (int e = platform::write_at(fd_, src, bytes, offset); e != 0) fail("write", e, bytes, offset);
   }
-  // Reads have no such trap: read faults on resident page-cache pages are cheap and mapped 16 at a
-  // time (fault-around), so resident ranges are copied from the mapping, skipping pread's per-page
-  // lookups. Non-resident reads go through the I/O engine
-  // (see Note [Parallel reads from disk] in src/core/io_engine.cc); this single-stream pread is its
-  // fallback.
-  void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const override {
-    if (resident(offset, bytes)) {
-      std::memcpy(dst, base() + offset, bytes);
-      return;
-    }
-    if (int e = platform::read_at(fd_, dst, bytes, offset); e != 0) fail("read", e, bytes, offset);
-  }
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) override {
     platform::start_writeback(fd_, offset, bytes);
   }

@@ -21,9 +21,9 @@ class Storage {
   virtual ~Storage() = default;
   virtual char* base() const = 0;
   virtual const StorageInfo& info() const = 0;
-  // Bulk copies; throw spill::IoError on failure.
+  // A synchronous bulk write; throws spill::IoError on failure. (Reads go through the I/O engine,
+  // or are copied from base() where resident: ArenaCore decides, in one place.)
   virtual void write(std::uint64_t offset, const void* src, std::uint64_t bytes) = 0;
-  virtual void read(std::uint64_t offset, void* dst, std::uint64_t bytes) const = 0;
   // Page-cache hints; no-ops where meaningless (host memory). Never throw.
   virtual void start_writeback(std::uint64_t offset, std::uint64_t bytes) = 0;
   virtual void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) = 0;

@@ -201,7 +201,7 @@ torch::Tensor Chain::restore(const EntryPtr& e) {
   } else {
     queue_cpu_read(entry);
     const bool ready = !entry.region.valid() ||
-                       (arena_.io_mode() == IoMode::buffered && arena_.backing() == Backing::disk
+                       (reads_through_mapping() && arena_.backing() == Backing::disk
                             ? resident(entry.region)
                             : entry.read.ready());
     lock.unlock();
@@ -361,9 +361,8 @@ torch::Tensor Chain::aligned_host_buffer(const Entry& e) const {
 
 void Chain::queue_cpu_read(Entry& e) {
   if (e.state != State::spilled || !e.region.valid()) return;
-  const bool zero_copy = arena_.io_mode() == IoMode::buffered;
-  if (zero_copy) {
-    read_ahead(e.region);  // readahead; restore_cpu() views the mapping
+  if (reads_through_mapping()) {
+    read_ahead(e.region);  // readahead; restore_cpu() reads through the mapping
   } else {
     e.host = aligned_host_buffer(e);
     e.read = e.region.read_async(e.host.data_ptr(), e.bytes);
@@ -391,7 +390,7 @@ torch::Tensor Chain::restore_cpu(Entry& e) {
   }
   queue_cpu_read(e);
   advance(e, State::restored);
-  if (arena_.io_mode() == IoMode::buffered) {
+  if (reads_through_mapping()) {
     e.write.wait();
     if (arena_.backing() == Backing::disk) {
       torch::Tensor copy = torch::empty(e.sizes, e.options);

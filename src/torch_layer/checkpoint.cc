@@ -41,10 +41,7 @@ StatePtr state_of(AutogradContext* ctx) {
 }
 
 [[noreturn]] void throw_second_backward() {
-  throw CheckpointError(
-      "spill::checkpoint: backward ran twice through the same checkpointed layer; its stashed "
-      "input was consumed and freed by the first backward. Run forward again for a new graph "
-      "(retain_graph is not supported with spilled inputs)");
+  throw CheckpointError(std::string("spill::checkpoint: ") + detail::kSecondBackwardMessage);
 }
 
 class SpillCheckpointFunction : public torch::autograd::Function<SpillCheckpointFunction> {

@@ -25,8 +25,15 @@ struct ForwardState {
 // The CPU generator's state, the state of every other device among `inputs` (unless `with_rng`
 // is false: Python's preserve_rng_state=False), and autocast. One implementation for both front
 // ends: spill::checkpoint and, through _C, spillarena.checkpoint (Note [One replay, two front
-// ends] in python/src/stash_binding.cc).
+// ends] in python/src/replay_binding.cc).
 ForwardState capture_forward_state(const std::vector<torch::Tensor>& inputs, bool with_rng = true);
+
+// What both front ends say when backward runs twice through one checkpointed layer, after their
+// own name ("spill::checkpoint: ", "spillarena.checkpoint: "): the stash consumed the input.
+constexpr const char* kSecondBackwardMessage =
+    "backward ran twice through the same checkpointed layer; its stashed input was consumed and "
+    "freed by the first backward. Run forward again for a new graph (retain_graph is not "
+    "supported with spilled inputs)";
 
 // Installs a captured state for its lifetime, and puts back the states it found on destruction,
 // so the recomputation does not disturb the random stream of the rest of the backward pass.

@@ -67,6 +67,10 @@ class Chain {
   void spill_cpu(const EntryPtr& e) REQUIRES(e->mutex);
   void wait_for_room(std::uint64_t bytes) EXCLUDES(mutex_);
   void finish_cpu_write(const EntryPtr& e) EXCLUDES(e->mutex);
+  // The one test of how a CPU input comes back: buffered I/O reads it through the mapping (the
+  // file's or the RAM arena's), with readahead while queued; direct I/O reads it into an aligned
+  // host buffer through the engine (Note [Restoring from the mapping] in arena_stash.cc).
+  bool reads_through_mapping() const { return arena_.io_mode() == IoMode::buffered; }
   void queue_cpu_read(Entry& e) REQUIRES(e.mutex);
   torch::Tensor restore_cpu(Entry& e) REQUIRES(e.mutex);
   torch::Tensor aligned_host_buffer(const Entry& e) const;
