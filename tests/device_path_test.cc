@@ -5,22 +5,22 @@
 // bytes in flight. Every run of CI exercises what a GPU machine would.
 #include <doctest/doctest.h>
 #include <sys/resource.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <set>
 #include <string>
-#include <utility>
-#include <chrono>
 #include <thread>
+#include <utility>
 
 #include "gpt_test_support.h"
-#include "torch_layer/host_pool.h"
-#include "torch_layer/stash_entry.h"
 #include "io_test_support.h"
 #include "stash_test_support.h"
 #include "test_support.h"
+#include "torch_layer/host_pool.h"
+#include "torch_layer/stash_entry.h"
 
 // LibTorch's logging header defines its own CHECK, which aborts the process at the first failure
 // instead of reporting it; the checks below are doctest's.
@@ -401,7 +401,7 @@ TEST_CASE("device path: a write that fails in flight is spill::IoError, then exa
   }
 }
 
-// The diagram of Note [Lifecycle of a stashed tensor], arrow by arrow: each arrow it draws is
+// Note [Lifecycle of a stashed tensor], arrow by arrow: each move its diagram and text allow is
 // taken, every other move is refused naming both states, and the entry stays where it was.
 TEST_CASE("device path: an entry moves only along the lifecycle's arrows") {
   using spill::detail::State;
@@ -447,7 +447,8 @@ TEST_CASE("device path: every block of a pageable host pool is page-aligned") {
   CHECK_FALSE(pool->pinned());
   CHECK(pool->bytes() == 4 * spill::MiB);  // whole pages of the budget
   std::vector<spill::detail::HostPool::Lease> leases;
-  for (const std::uint64_t bytes : {std::uint64_t{1}, std::uint64_t{5000}, spill::MiB, spill::MiB + 3}) {
+  for (const std::uint64_t bytes :
+       {std::uint64_t{1}, std::uint64_t{5000}, spill::MiB, spill::MiB + 3}) {
     auto lease = pool->try_take(bytes);
     REQUIRE(lease);
     CHECK(reinterpret_cast<std::uintptr_t>(lease->host().data_ptr()) % page == 0);

@@ -126,14 +126,15 @@ TEST_CASE("io engine: an aligned source is written from where it is, only its ta
                                          backend, kStagingBytes));
       REQUIRE(arena.options().verify_integrity);
       const std::uint64_t bytes = 16 * spill::MiB + 100;  // 4 staging slots' worth and a tail
-      const auto src = pattern(bytes + 4096, 5);
+      const std::uint64_t room = (bytes / 4096 + 2) * 4096;  // aligned_alloc: a multiple
+      const auto src = pattern(room, 5);
       struct Free {
         void operator()(unsigned char* p) const { std::free(p); }
       };
       std::unique_ptr<unsigned char, Free> aligned(
-          static_cast<unsigned char*>(std::aligned_alloc(4096, bytes + 4096)));
+          static_cast<unsigned char*>(std::aligned_alloc(4096, room)));
       REQUIRE(aligned != nullptr);
-      std::memcpy(aligned.get(), src.data(), bytes + 4096);
+      std::memcpy(aligned.get(), src.data(), room);
       for (const std::uint64_t skew : {std::uint64_t{0}, std::uint64_t{1}}) {
         CAPTURE(skew);
         const std::uint64_t waits_before = arena.stats().staging_waits;

@@ -144,6 +144,32 @@ def run_mode(mode, argv):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def child_arguments(argv, spill):
+    """The parent's arguments without those only it uses (--out FILE, --append, --spill-dir DIR)."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--out", "--spill-dir"):
+            skip = True
+        elif a != "--append" and not a.startswith(("--out=", "--spill-dir=")):
+            kept.append(a)
+    return kept + ["--spill-dir", spill]
+
+
+def write_report(args, previous_runs, results):
+    """Rewritten after every mode, so a run cut short by a timeout keeps what it measured."""
+    reference = next((r["losses"] for r in results if "losses" in r), None)
+    for r in results:
+        if "losses" in r:
+            r["losses_equal_to_first"] = r["losses"] == reference
+    if args.out:
+        runs = previous_runs + [{"args": vars(args), "results": results}]
+        with open(args.out + ".tmp", "w") as out:
+            out.write(json.dumps({"runs": runs}, indent=1) + "\n")
+        os.replace(args.out + ".tmp", args.out)
+
+
 def main(argv):
     args = parse_args(argv)
     if args.child:
@@ -151,24 +177,16 @@ def main(argv):
         return 0
     import spillarena  # only for the default spill directory (never tmpfs)
 
-    parent = args.spill_dir or spillarena.default_spill_directory()
-    with tempfile.TemporaryDirectory(prefix="spillarena-h2h-", dir=parent) as spill:
-        child_argv = [a for a in argv if a not in ("--out", "--append") and not a.endswith(".json")]
-        child_argv += ["--spill-dir", spill]
-        results = [run_mode(m, child_argv) for m in args.modes.split(",")]
-    reference = next((r["losses"] for r in results if "losses" in r), None)
-    for r in results:
-        if "losses" in r:
-            r["losses_equal_to_first"] = r["losses"] == reference
-    runs = []
+    previous_runs = []
     if args.append and args.out and os.path.exists(args.out):
         with open(args.out) as previous:
-            runs = json.load(previous)["runs"]
-    runs.append({"args": vars(args), "results": results})
-    if args.out:
-        with open(args.out + ".tmp", "w") as out:
-            out.write(json.dumps({"runs": runs}, indent=1) + "\n")
-        os.replace(args.out + ".tmp", args.out)
+            previous_runs = json.load(previous)["runs"]
+    parent = args.spill_dir or spillarena.default_spill_directory()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="spillarena-h2h-", dir=parent) as spill:
+        for mode in args.modes.split(","):
+            results.append(run_mode(mode, child_arguments(argv, spill)))
+            write_report(args, previous_runs, results)
     for r in results:
         if "step_s" in r:
             print(f"{r['mode']:18s} step {r['step_s'] * 1e3:8.1f} ms  host peak {r['host_peak_rss_bytes'] / 2**20:8.1f} MiB"

@@ -143,6 +143,9 @@ def parse_args(argv):
         p.error(f"--lengths: comma-separated whole numbers, not {args.lengths!r}")
     if not all(1 <= v <= 1 << 20 for v in lengths):
         p.error("--lengths: each between 1 and 1048576")
+    unknown_parts = set(args.parts.split(",")) - {"table", "lengths", "longest", "batch"}
+    if unknown_parts:
+        p.error(f"--parts: unknown part(s) {sorted(unknown_parts)}; choose from table,lengths,longest,batch")
     for flag in ("modes", "search_modes", "batch_modes", "length_modes"):
         unknown = set(getattr(args, flag).split(",")) - set(MODES)
         if unknown:

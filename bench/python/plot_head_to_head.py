@@ -112,10 +112,11 @@ def lengths_markdown(part):
             if "step_s_median" not in s:
                 cells.append(f"{s.get('status')}")
                 continue
-            ratios = [f"{s[k]:.2f}x {name}" for k, name in (("step_vs_torch_median_of_rounds", "torch"),
-                                                             ("step_vs_disco_median_of_rounds", "Disco"))
-                      if k in s and mode not in name.lower()]
-            cells.append(f"{s['step_s_median'] * 1e3:.0f} ms" + (f" ({', '.join(ratios)})" if ratios else ""))
+            ratios = [f"{s[f'step_vs_{key}_median_of_rounds']:.2f}x {name} "
+                      f"[{min(s[f'step_vs_{key}_rounds']):.2f}–{max(s[f'step_vs_{key}_rounds']):.2f}]"
+                      for key, name in (("torch", "torch"), ("disco", "Disco"))
+                      if f"step_vs_{key}_median_of_rounds" in s and mode != key]
+            cells.append(f"{s['step_s_median'] * 1e3:.0f} ms" + (f": {'; '.join(ratios)}" if ratios else ""))
         lines.append(f"| {q} | " + " | ".join(cells) + " |")
     return lines
 

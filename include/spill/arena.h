@@ -196,13 +196,14 @@ class Region {
   // src/core/integrity.cc); `dst` must not be used then.
   void write(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
   void read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0) const;
-  // Queued copies: they return before the bytes moved. `src`/`dst` must stay valid until the
-  // Pending completes (in direct mode a write has copied `src` into staging on return, but the
-  // contract is the same for both modes). A failure surfaces at Pending::wait, and at every
-  // write or read of the arena (synchronous and in place too) until this region is freed; a
-  // read's integrity check, done before the Pending is ready, fails its Pending::wait with
-  // spill::IntegrityError (on a RAM arena, read_async checks and throws at once). A direct-mode read lands in `dst`
-  // without a copy when `dst` is aligned to SpillArena::io_alignment().
+  // Queued copies: they return before the bytes moved. `src`/`dst` must stay valid and `src`
+  // unchanged until the Pending completes, in every mode (a direct-mode write from memory
+  // aligned to SpillArena::io_alignment() is written from where it is, without a staging
+  // copy). A failure surfaces at Pending::wait, and at every write or read of the arena
+  // (synchronous and in place too) until this region is freed; a read's integrity check, done
+  // before the Pending is ready, fails its Pending::wait with spill::IntegrityError (on a RAM
+  // arena, read_async checks and throws at once). A direct-mode read lands in `dst` without a
+  // copy when `dst` is so aligned.
   // `offset_in_region` moves a piece of the region (page-aligned in direct mode).
   Pending write_async(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
   Pending read_async(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
@@ -255,7 +256,7 @@ class SpillArena {
   ArenaStats stats() const;
   const ArenaOptions& options() const;  // as resolved: directory, io mode, rounded sizes
   IoMode io_mode() const;               // resolved: buffered or direct
-  std::uint64_t io_alignment() const;   // alignment a direct read needs to skip staging
+  std::uint64_t io_alignment() const;   // alignment a direct read or write needs to skip staging
   Backing backing() const;
   const std::string& directory() const;         // "" for the RAM backing
   const std::string& file_system_type() const;  // "ext4", ... or "ram"

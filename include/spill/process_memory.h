@@ -23,7 +23,8 @@ void return_freed_memory_promptly(std::uint64_t threshold_bytes = 128 * 1024);
 // MemAvailable. Fields are 0 where unknown (no cgroup limit, unreadable files).
 struct MemoryLimits {
   int cgroup_version = 0;                  // 1, 2, or 0 when no memory cgroup was found
-  std::uint64_t cgroup_limit_bytes = 0;    // memory.limit_in_bytes / memory.max; 0: no limit
+  std::uint64_t cgroup_limit_bytes = 0;    // the lowest memory.limit_in_bytes / memory.max of
+                                           // the cgroup and its ancestors; 0: no limit
   std::uint64_t cgroup_usage_bytes = 0;    // memory.usage_in_bytes / memory.current
   std::uint64_t cgroup_peak_bytes = 0;     // memory.max_usage_in_bytes / memory.peak
   std::uint64_t cgroup_anon_bytes = 0;     // memory.stat: total_rss (v1) / anon (v2)
@@ -33,7 +34,8 @@ struct MemoryLimits {
   std::uint64_t usable_bytes() const;
   // How close memory is to its ceiling, 0 to 1: the cgroup's anonymous memory over its limit, or
   // the system's memory in use (total less MemAvailable) over its total, whichever is higher;
-  // 0 where neither is known. Page cache does not count: the kernel reclaims it before it kills.
+  // 0 where neither is known. Page cache does not count: the kernel writes it back and reclaims
+  // it before it kills (dirty pages slow writers down first).
   double pressure() const;
 };
 MemoryLimits memory_limits();

@@ -32,10 +32,12 @@ A trim is not free: madvise over the freed working set and the faults that bring
 ~0.2 ms per MiB each (measured 2026-12-02, 2 cores: 8 layers, hidden 256, seq 128, batch 8 —
 each trim returned 20-45 MiB in 5-11 ms, and trimming after every layer made the step 1.2x
 slower). So by default ("pressure") a layer trims only when memory is tight: when
-spillarena.memory_limits()["pressure"] — the memory cgroup's anonymous memory over its limit, or
-the system's memory in use over its total, whichever is higher — is at least PRESSURE_THRESHOLD
-(one half). Below it, even a heap whose free holes equal everything in use fits under the
-ceiling, and the step runs at glibc's speed; above it, every layer gives its working set back,
+spillarena.memory_limits()["pressure"] — the memory cgroup's anonymous memory over its limit
+(the lowest of its own and its ancestors'), or the system's memory in use over its total,
+whichever is higher — is at least PRESSURE_THRESHOLD (one half), read as each layer ends. Below
+it, a heap whose free holes equal everything in use still fits under the ceiling, and the step
+runs at glibc's speed (one layer's growth past the threshold is trimmed when that layer ends);
+above it, every layer gives its working set back,
 which is what lets a spilled run train 2x the batch of in-RAM checkpointing under one limit
 (docs/head_to_head.md). Reading the pressure costs ~0.1 ms a layer (a few small /proc and cgroup
 files). "return" trims after every layer whatever the pressure (the earlier default).
@@ -134,14 +136,16 @@ def layer_done(device_type="cpu"):
         return
     if _state["policy"] == "pressure":
         pressure = _memory_pressure()
-        _state["pressure"] = pressure
-        if pressure < PRESSURE_THRESHOLD:
-            _state["skipped"] += 1
-            return
+        with _lock:  # layers may end on several threads at once: the counters stay exact
+            _state["pressure"] = pressure
+            if pressure < PRESSURE_THRESHOLD:
+                _state["skipped"] += 1
+                return
     start = time.perf_counter()
     _malloc_trim(0)
-    _state["trims"] += 1
-    _state["trim_seconds"] += time.perf_counter() - start
+    with _lock:
+        _state["trims"] += 1
+        _state["trim_seconds"] += time.perf_counter() - start
 
 
 def state() -> dict:

@@ -163,7 +163,8 @@ void ArenaCore::read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op,
   throw IoError(EIO,
                 "spill: reading " + std::to_string(bytes) + " bytes at offset " +
                     std::to_string(offset) + " of the spill file in " +
-                    quote(storage_->info().directory) + " through its mapping failed (SIGBUS): the disk could not read a page of it "
+                    quote(storage_->info().directory) +
+                    " through its mapping failed (SIGBUS): the disk could not read a page of it "
                     "back; check the disk (dmesg, its SMART log), and move the spill directory to "
                     "a healthy disk if it happens again",
                 op, offset, bytes);
@@ -208,7 +209,7 @@ IoEngine::Hooks ArenaCore::hash_written(std::uint64_t start, std::uint64_t at, c
   const Span written{at, bytes};
   ledger_->forget(start, written);
   IoEngine::Hooks hooks;
-  if (options_.io == IoMode::direct) {  // hashed as it is copied into staging, recorded once on file
+  if (options_.io == IoMode::direct) {  // hashed in the submitting pass, recorded once on file
     auto hasher = std::make_shared<WriteHasher>(written);
     hooks.staged = [hasher](const char* memory, std::uint64_t n) { hasher->update(memory, n); };
     hooks.after = [ledger = ledger_.get(), start, hasher](bool all_succeeded,

@@ -23,12 +23,13 @@ std::uint64_t round_up(std::uint64_t bytes, std::uint64_t unit) {
 // after writeback, and which a container's memory limit counts. With O_DIRECT the bytes go from
 // user memory to the disk. O_DIRECT needs buffers, offsets and lengths aligned to the device's
 // logical block (regions are page aligned; the alignment is the larger of the page and the
-// file's direct-I/O alignment), and tensors are not: a write is copied into slots of a staging
-// pool, preallocated once (ArenaOptions::staging_bytes), and each slot goes back to the pool
-// when its write completed. Host memory the spill uses is then the staging budget, whatever the
-// model's size. Reads land directly in an aligned destination (the stash allocates one); an
-// unaligned tail goes through one slot. The mapping stays, untouched in direct mode, so the
-// buffered mode keeps its zero-copy restore.
+// file's direct-I/O alignment), and most tensors are not: a write from unaligned memory is
+// copied into slots of a staging pool, preallocated once (ArenaOptions::staging_bytes), and each
+// slot goes back to the pool when its write completed; an aligned source, such as a host pool
+// block, is written from where it is (Note [Writing from an aligned source]). Host memory the
+// spill uses is then the staging budget, whatever the model's size. Reads land directly in an
+// aligned destination (the stash allocates one); an unaligned tail goes through one slot. The
+// mapping stays, untouched in direct mode; buffered mode reads resident pages through it.
 
 // Page-cache hints need writeback control (platform::Capabilities); without it they are skipped.
 IoEngine::IoEngine(Storage& storage, const ArenaOptions& options, IoMode mode)
@@ -195,33 +196,31 @@ Pending IoEngine::write(std::uint64_t offset, const void* src, std::uint64_t byt
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // O_DIRECT needs the memory, the offset and the length aligned to the device's block. A source
 // that is aligned (a host pool block: page-aligned, Note [The host pool]) is written from where
-// it is, its whole blocks in kPieceBytes pieces queued together as reads are — no second host
-// copy — and only a tail shorter than a block goes through a staging slot, zero-padded. Other
-// sources (most CPU tensors: malloc aligns to 16 or 64 bytes) are copied into staging slots on
-// the calling thread (memcpy is several times faster than the disk); a slot returns to the pool
-// when its write completed. Either way the source stays valid until the Pending completes (the
-// engine's contract), and a `staged` hook sees every byte once, in order, in slices of
-// kStagedSliceBytes: of the source before its pieces are queued, of the slot right after the
-// copy (see Note [Hashing while the bytes are in cache] in src/core/integrity.cc).
+// it is in kPieceBytes pieces — no second host copy — and only a tail shorter than a block goes
+// through a staging slot, zero-padded. Other sources (most CPU tensors: malloc aligns to 16 or
+// 64 bytes) are copied into staging slots on the calling thread (memcpy is several times faster
+// than the disk); a slot returns to the pool when its write completed. Either way the source
+// stays valid and unchanged until the Pending completes (the engine's contract), and a `staged`
+// hook sees every byte once, in order, in slices of kStagedSliceBytes: each aligned piece right
+// after it was queued (the disk reads it while the hash does), each slot right after the copy
+// into it. The transfer's `after` hook, which keeps the hashes, runs only once submission ended
+// (Transfer::count_down), so it never sees a hash still being taken.
 void IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes,
                             const TransferPtr& t, const Hooks& hooks,
                             std::vector<Ticket>* parts) {
   const bool aligned = reinterpret_cast<std::uintptr_t>(src) % alignment_ == 0;
   const std::uint64_t direct_bytes = aligned ? bytes / alignment_ * alignment_ : 0;
-  if (hooks.staged) {
-    for (std::uint64_t done = 0; done < direct_bytes; done += kStagedSliceBytes) {
-      hooks.staged(src + done, std::min(kStagedSliceBytes, direct_bytes - done));
-    }
-  }
-  std::vector<IoRequest> pieces;
   for (std::uint64_t at = 0; at < direct_bytes; at += kPieceBytes) {
     const std::uint64_t n = std::min(kPieceBytes, direct_bytes - at);
     // The engine never writes through `memory` on a write: the cast only fills IoRequest.
     char* from = const_cast<char*>(src + at);
-    pieces.push_back(tracked(IoRequest{IoOp::write, storage_.direct_fd(), from, n, offset + at, {}},
-                             t, src + at, n));
+    parts->push_back(
+        submit(IoRequest{IoOp::write, storage_.direct_fd(), from, n, offset + at, {}}, t, from, n));
+    if (!hooks.staged) continue;
+    for (std::uint64_t done = 0; done < n; done += kStagedSliceBytes) {
+      hooks.staged(from + done, std::min(kStagedSliceBytes, n - done));
+    }
   }
-  for (Ticket& ticket : queue_->submit_all(std::move(pieces))) parts->push_back(std::move(ticket));
   for (std::uint64_t at = direct_bytes; at < bytes; at += staging_->slot_bytes()) {
     write_staged(offset + at, src + at, std::min(staging_->slot_bytes(), bytes - at), t, hooks,
                  parts);

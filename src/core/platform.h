@@ -172,8 +172,9 @@ std::string temp_directory();
 // [Linux] MemAvailable of /proc/meminfo in bytes (0 when unreadable).
 std::uint64_t mem_available_bytes();
 
-// [Linux] The memory cgroup this process belongs to. A limit of "max" (v2) or the v1
-// "unlimited" sentinel (>= 2^62) reads as 0. version = 0 when none was found; always returns 0.
+// [Linux] The memory cgroup this process belongs to. limit_bytes is the lowest limit on the way
+// to the root (its own or an ancestor's); "max" (v2) or the v1 "unlimited" sentinel (>= 2^62)
+// reads as 0. version = 0 when none was found; always returns 0.
 struct CgroupMemory {
   int version = 0;
   std::uint64_t limit_bytes = 0;

@@ -373,6 +373,34 @@ std::uint64_t stat_field(const std::string& file, const std::string& key) {
   return 0;
 }
 
+// The smaller of two limits, 0 meaning none.
+std::uint64_t tighter(std::uint64_t a, std::uint64_t b) {
+  if (a == 0) return b;
+  return b == 0 ? a : std::min(a, b);
+}
+
+// The limit that binds this cgroup: its own or an ancestor's, whichever is lower (a systemd
+// slice's MemoryMax, a Kubernetes pod's limit sit above the container's own cgroup). v1 says it
+// in memory.stat (hierarchical_memory_limit); v2 has each level's memory.max up to the mount.
+std::uint64_t tightest_limit(const CgroupFiles& f, const std::string& dir) {
+  std::uint64_t limit = 0;
+  read_number(dir + "/" + f.limit, &limit);
+  if (f.version == 1) {
+    std::uint64_t hierarchical = stat_field(dir + "/memory.stat", "hierarchical_memory_limit");
+    if (hierarchical >= (1ull << 62)) hierarchical = 0;  // "unlimited", as read_number reads it
+    return tighter(limit, hierarchical);
+  }
+  const std::string root = f.root;
+  for (std::string d = dir; d.size() > root.size() && d.compare(0, root.size(), root) == 0;) {
+    d = d.substr(0, d.find_last_of('/'));
+    std::uint64_t above = 0;
+    if (d.size() > root.size() && read_number(d + "/" + f.limit, &above)) {
+      limit = tighter(limit, above);
+    }
+  }
+  return limit;
+}
+
 }  // namespace
 
 int memory_cgroup(CgroupMemory* out) {
@@ -382,7 +410,7 @@ int memory_cgroup(CgroupMemory* out) {
     std::string dir;
     if (path.empty() || !cgroup_dir(f.root, path, f.limit, &dir)) continue;
     out->version = f.version;
-    read_number(dir + "/" + f.limit, &out->limit_bytes);
+    out->limit_bytes = tightest_limit(f, dir);
     read_number(dir + "/" + f.usage, &out->usage_bytes);
     read_number(dir + "/" + f.peak, &out->peak_bytes);
     out->anon_bytes = stat_field(dir + "/memory.stat", f.anon_key);

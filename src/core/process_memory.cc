@@ -35,7 +35,8 @@ std::uint64_t MemoryLimits::usable_bytes() const {
 
 double MemoryLimits::pressure() const {
   const auto share = [](std::uint64_t used, std::uint64_t ceiling) {
-    return ceiling == 0 ? 0.0 : std::min(1.0, static_cast<double>(used) / static_cast<double>(ceiling));
+    if (ceiling == 0) return 0.0;
+    return std::min(1.0, static_cast<double>(used) / static_cast<double>(ceiling));
   };
   const std::uint64_t system_used =
       mem_available_bytes < mem_total_bytes ? mem_total_bytes - mem_available_bytes : 0;

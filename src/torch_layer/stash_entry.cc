@@ -18,6 +18,8 @@ namespace spill::detail {
 //     └──── CPU input ──────┘            │           └──────── CPU input ───────┘
 //                                        └── a 0-byte input: nothing to write
 //
+// spilled goes straight to restored where a restore reads nothing into the pool: a 0-byte input,
+// and io = gds (cuFile reads into the new device tensor, synchronously).
 // copying and writing may also end in restored: backward reached a tensor whose bytes are still
 // in memory (the input itself), so it is given back as it is; the copy or write finishes on its
 // own and its pool block goes back then. An accelerator input in writing is no longer in memory

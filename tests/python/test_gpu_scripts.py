@@ -49,6 +49,7 @@ def test_gpu_check_passes_arguments_the_script_accepts(script):
 
 
 def test_gpu_head_to_head_runs_on_the_cpu_with_equal_losses(tmp_path, spill_dir):
+    pytest.importorskip("transformers")
     out = tmp_path / "h2h.json"
     argv = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--intermediate", "128",
             "--vocab", "128", "--seq", "32", "--steps", "1", "--spill-dir", spill_dir, "--out", str(out)]
