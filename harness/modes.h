@@ -1,7 +1,9 @@
 // Modes by name: where a training step keeps its checkpointed layer inputs, as the CLI, the
 // benchmarks and the memory probe spell them (mode_names() is the one list):
 //   none       no checkpointing
-//   recompute  checkpointing with the inputs kept in RAM (the usual gradient checkpointing)
+//   recompute  checkpointing with the inputs kept in RAM (the usual gradient checkpointing):
+//              the stash is spill::make_in_memory_stash(), named for what it does; the mode
+//              keeps the name users know from torch and transformers
 //   ram        inputs in a RAM SpillArena (Backing::ram)
 //   disk       inputs in a disk SpillArena (the point of spillarena)
 //   per_file   one torch::save file per input (the approach spillarena replaces)
