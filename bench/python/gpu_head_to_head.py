@@ -29,6 +29,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import h2h_support  # noqa: E402  (VmHWM, as the CPU head-to-head reads it)
+
 MODES = ("none", "hf_checkpointing", "hf_offload", "spillarena_direct", "spillarena_gds")
 
 
@@ -61,14 +64,6 @@ def parse_args(argv):
     if unknown:
         p.error(f"unknown mode(s) {sorted(unknown)}; choose from {','.join(MODES)}")
     return args
-
-
-def peak_rss_bytes():
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return -1
 
 
 def build_model(args, torch):
@@ -127,7 +122,7 @@ def run_child(args):
         losses.append(loss.item())
         model.zero_grad(set_to_none=True)
     result = {"mode": mode, "step_s": statistics.median(times), "losses": losses,
-              "host_peak_rss_bytes": peak_rss_bytes(),
+              "host_peak_rss_bytes": h2h_support.status_bytes("VmHWM"),
               "device_peak_bytes": torch.cuda.max_memory_allocated() if cuda else None}
     if arena:
         result["spilled_bytes_per_step"] = (arena.stats()["bytes_written"] - written) / args.steps

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -362,15 +363,20 @@ constexpr CgroupFiles kCgroupFiles[] = {
     {2, "/sys/fs/cgroup", "", "memory.max", "memory.current", "memory.peak", "anon"},
 };
 
-// The value of `key` in a "key value" file such as memory.stat; 0 when absent.
-std::uint64_t stat_field(const std::string& file, const std::string& key) {
+// The "key value" lines of a file such as memory.stat; empty when unreadable.
+std::map<std::string, std::uint64_t> stat_fields(const std::string& file) {
+  std::map<std::string, std::uint64_t> fields;
   std::ifstream in(file);
   std::string name;
   std::uint64_t value = 0;
-  while (in >> name >> value) {
-    if (name == key) return value;
-  }
-  return 0;
+  while (in >> name >> value) fields[name] = value;
+  return fields;
+}
+
+std::uint64_t field_or_zero(const std::map<std::string, std::uint64_t>& fields,
+                            const std::string& key) {
+  const auto it = fields.find(key);
+  return it == fields.end() ? 0 : it->second;
 }
 
 // The smaller of two limits, 0 meaning none.
@@ -382,11 +388,12 @@ std::uint64_t tighter(std::uint64_t a, std::uint64_t b) {
 // The limit that binds this cgroup: its own or an ancestor's, whichever is lower (a systemd
 // slice's MemoryMax, a Kubernetes pod's limit sit above the container's own cgroup). v1 says it
 // in memory.stat (hierarchical_memory_limit); v2 has each level's memory.max up to the mount.
-std::uint64_t tightest_limit(const CgroupFiles& f, const std::string& dir) {
+std::uint64_t tightest_limit(const CgroupFiles& f, const std::string& dir,
+                             const std::map<std::string, std::uint64_t>& stat) {
   std::uint64_t limit = 0;
   read_number(dir + "/" + f.limit, &limit);
   if (f.version == 1) {
-    std::uint64_t hierarchical = stat_field(dir + "/memory.stat", "hierarchical_memory_limit");
+    std::uint64_t hierarchical = field_or_zero(stat, "hierarchical_memory_limit");
     if (hierarchical >= (1ull << 62)) hierarchical = 0;  // "unlimited", as read_number reads it
     return tighter(limit, hierarchical);
   }
@@ -409,11 +416,12 @@ int memory_cgroup(CgroupMemory* out) {
     const std::string path = cgroup_path(f.controller);
     std::string dir;
     if (path.empty() || !cgroup_dir(f.root, path, f.limit, &dir)) continue;
+    const auto stat = stat_fields(dir + "/memory.stat");  // read once: anon, v1's limit
     out->version = f.version;
-    out->limit_bytes = tightest_limit(f, dir);
+    out->limit_bytes = tightest_limit(f, dir, stat);
     read_number(dir + "/" + f.usage, &out->usage_bytes);
     read_number(dir + "/" + f.peak, &out->peak_bytes);
-    out->anon_bytes = stat_field(dir + "/memory.stat", f.anon_key);
+    out->anon_bytes = field_or_zero(stat, f.anon_key);
     return 0;
   }
   return 0;

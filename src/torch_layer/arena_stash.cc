@@ -348,15 +348,11 @@ void Chain::finish_cpu_write(const EntryPtr& e) {
   room_.notify_all();
 }
 
-// Direct reads skip the staging pool when the destination is aligned: allocate with slack and
-// view the aligned part.
+// Direct reads skip the staging pool when the destination is aligned.
 torch::Tensor Chain::aligned_host_buffer(const Entry& e) const {
-  const auto align = static_cast<std::int64_t>(arena_.io_alignment());
-  const auto bytes = static_cast<std::int64_t>(e.bytes);
-  torch::Tensor raw = torch::empty({bytes + align}, torch::TensorOptions().dtype(torch::kUInt8));
-  const auto address = reinterpret_cast<std::uintptr_t>(raw.data_ptr());
-  const auto pad = static_cast<std::int64_t>((align - address % align) % align);
-  return raw.narrow(0, pad, bytes).view(e.options.dtype().toScalarType()).view(e.sizes);
+  return aligned_host_bytes(e.bytes, arena_.io_alignment())
+      .view(e.options.dtype().toScalarType())
+      .view(e.sizes);
 }
 
 void Chain::queue_cpu_read(Entry& e) {

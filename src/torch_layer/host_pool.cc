@@ -69,17 +69,11 @@ torch::Tensor pinned_bytes(std::uint64_t bytes, c10::DeviceType device) {
   return torch::Tensor();
 }
 
-// Page-aligned like pinned memory (LibTorch's CPU allocator aligns to 64 bytes only), so O_DIRECT
-// writes its blocks from where they are (Note [Writing from an aligned source] in io_engine.cc).
+// Page-aligned like pinned memory, so O_DIRECT writes its blocks from where they are.
 torch::Tensor pageable_bytes(std::uint64_t bytes) {
   try {
     TORCH_CHECK(!host_pool_refused_by_emulation(), "emulated: host memory refused");
-    const std::uint64_t page = page_bytes();
-    torch::Tensor memory = torch::empty({static_cast<std::int64_t>(bytes + page)},
-                                        torch::TensorOptions().dtype(torch::kUInt8));
-    const auto address = reinterpret_cast<std::uintptr_t>(memory.data_ptr());
-    const std::uint64_t skip = (page - address % page) % page;
-    return memory.narrow(0, static_cast<std::int64_t>(skip), static_cast<std::int64_t>(bytes));
+    return aligned_host_bytes(bytes, page_bytes());
   } catch (const c10::Error&) {
     throw InsufficientSpaceError("<host pool>", bytes, memory_limits().usable_bytes(),
                                  "spill: the host pool of " + bytes_with_units(bytes) +
@@ -106,6 +100,14 @@ std::uint64_t largest_piece_of(std::uint64_t bytes) {
 }
 
 }  // namespace
+
+torch::Tensor aligned_host_bytes(std::uint64_t bytes, std::uint64_t alignment) {
+  torch::Tensor raw = torch::empty({static_cast<std::int64_t>(bytes + alignment)},
+                                   torch::TensorOptions().dtype(torch::kUInt8));
+  const auto address = reinterpret_cast<std::uintptr_t>(raw.data_ptr());
+  const std::uint64_t skip = (alignment - address % alignment) % alignment;
+  return raw.narrow(0, static_cast<std::int64_t>(skip), static_cast<std::int64_t>(bytes));
+}
 
 std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t inputs) {
   std::uint64_t bytes = std::max(kMinAutomaticBytes, input_bytes * inputs);

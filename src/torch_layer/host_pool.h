@@ -90,4 +90,9 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
 // still use and RLIMIT_MEMLOCK.
 std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t inputs);
 
+// A uint8 CPU tensor of `bytes` whose data starts at a multiple of `alignment` (LibTorch's CPU
+// allocator aligns to 64 bytes only): O_DIRECT reads land in it and writes leave from it without
+// a staging copy (Note [Writing from an aligned source] in src/core/io_engine.cc).
+torch::Tensor aligned_host_bytes(std::uint64_t bytes, std::uint64_t alignment);
+
 }  // namespace spill::detail
