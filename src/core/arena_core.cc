@@ -106,24 +106,70 @@ void ArenaCore::read(std::uint64_t start, std::uint64_t at, void* dst, std::uint
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
-// The copy and its hash take turns slice by slice, so the hash reads what the copy just left in
-// the CPU cache. See Note [Hashing while the bytes are in cache] in src/core/integrity.cc.
+// Hashes of the 4 MiB chunks of a write or a read, filled by unit (chunk) on any thread, and how
+// many bytes of the transfer each needs before it can be hashed.
+struct ArenaCore::ChunkUnits {
+  std::vector<HashedSpan> chunks;
+  std::vector<std::uint64_t> ready;
+  ChunkUnits(std::vector<HashedSpan> spans, std::uint64_t at) : chunks(std::move(spans)) {
+    for (const HashedSpan& c : chunks) ready.push_back(c.span.offset + c.span.bytes - at);
+  }
+};
+
+namespace {
+void rethrow_first(const std::vector<std::exception_ptr>& errors) {
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+std::vector<HashedSpan> unhashed(const std::vector<Span>& spans) {
+  std::vector<HashedSpan> chunks;
+  for (const Span& s : spans) chunks.push_back(HashedSpan{s, 0});
+  return chunks;
+}
+}  // namespace
+
+// The copy moves slices while the pipeline's thread hashes the chunks it finished (Note
+// [Hashing beside the copy] in src/core/hash_pipeline.cc); alone, the copy and the hash take
+// turns slice by slice (Note [Hashing while the bytes are in cache] in src/core/integrity.cc).
 void ArenaCore::write_hashed(std::uint64_t start, std::uint64_t at, const char* src,
                              std::uint64_t bytes) {
-  WriteHasher hasher(Span{at, bytes});
-  ledger_->forget(start, hasher.write());
+  const Span write{at, bytes};
+  ledger_->forget(start, write);
+  std::exception_ptr failure;
+  auto copy = [&](std::uint64_t done, std::uint64_t n) {
+    try {
+      storage_->write(start + at + done, src + done, n);
+      return true;
+    } catch (...) {
+      failure = std::current_exception();
+      return false;
+    }
+  };
+  ChunkUnits units(unhashed(hash_chunks(write)), at);
+  auto hash = [&](std::size_t i) {
+    HashedSpan& c = units.chunks[i];
+    c.hash = hash_bytes(src + (c.span.offset - at), c.span.bytes);
+  };
+  if (hash_pipeline_.run(bytes, kHashSliceBytes, units.ready, copy, hash)) {
+    if (failure) std::rethrow_exception(failure);
+    return ledger_->record(start, units.chunks);
+  }
+  WriteHasher hasher(write);
   for (std::uint64_t done = 0; done < bytes; done += kHashSliceBytes) {
     const std::uint64_t n = std::min(kHashSliceBytes, bytes - done);
-    storage_->write(start + at + done, src + done, n);
+    if (!copy(done, n)) std::rethrow_exception(failure);
     hasher.update(src + done, n);
   }
   ledger_->record(start, hasher);
 }
 
-// Resident pages (or host memory), copied from the mapping as SpillFile::read does, in slices
-// that the integrity check hashes as they land (it skips bytes no recorded chunk covers).
+// Resident pages (or host memory), copied from the mapping as SpillFile::read does, in slices;
+// each recorded chunk is checked once its bytes landed (bytes no chunk covers are not).
 void ArenaCore::read_resident(std::uint64_t start, std::uint64_t at, char* dst,
                               std::uint64_t bytes) {
+  if (ledger_ && read_checked_beside(start, at, dst, bytes)) return;
   std::optional<IntegrityLedger::ReadCheck> check;
   if (ledger_) check.emplace(ledger_->checker(start, Span{at, bytes}));
   const char* from = storage_->base() + start + at;
@@ -137,6 +183,29 @@ void ArenaCore::read_resident(std::uint64_t start, std::uint64_t at, char* dst,
   };
   read_mapping(start + at, bytes, IoOp::read, copy);
   if (mismatch) std::rethrow_exception(mismatch);
+}
+
+// read_resident with the pipeline's thread checking the chunks that landed (false: it could not
+// run beside, nothing done). Each slice is copied under a SIGBUS guard of its own: a fault must
+// not jump out of the pipeline's run.
+bool ArenaCore::read_checked_beside(std::uint64_t start, std::uint64_t at, char* dst,
+                                    std::uint64_t bytes) {
+  ChunkUnits units(ledger_->expected(start, Span{at, bytes}), at);
+  std::vector<std::exception_ptr> mismatch(units.chunks.size());
+  bool faulted = false;
+  auto copy = [&](std::uint64_t done, std::uint64_t n) {
+    faulted = !copy_mapped(start + at + done, dst + done, n);
+    return !faulted;
+  };
+  auto check = [&](std::size_t i) {
+    const HashedSpan& c = units.chunks[i];
+    mismatch[i] = ledger_->compare(start, c, hash_bytes(dst + (c.span.offset - at), c.span.bytes));
+  };
+  if (storage_->fd() >= 0) throw_if_shrunk(start + at, bytes, IoOp::read);
+  if (!hash_pipeline_.run(bytes, kHashSliceBytes, units.ready, copy, check)) return false;
+  if (faulted) throw_unreadable(start + at, bytes, IoOp::read);
+  rethrow_first(mismatch);
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -159,6 +228,28 @@ void ArenaCore::read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op,
   if (storage_->fd() < 0) return read();
   throw_if_shrunk(offset, bytes, op);
   if (platform::read_mapped(storage_->base() + offset, bytes, &run<Read>, &read) == 0) return;
+  throw_unreadable(offset, bytes, op);
+}
+
+// Runs `read` of [at, at + bytes) of the mapping under a SIGBUS guard (this thread's); false
+// when it faulted. Host memory has no file and cannot fault.
+template <class Read>
+bool ArenaCore::mapped(const char* at, std::uint64_t bytes, Read& read) const {
+  if (storage_->fd() < 0) {
+    read();
+    return true;
+  }
+  return platform::read_mapped(at, bytes, &run<Read>, &read) == 0;
+}
+
+bool ArenaCore::copy_mapped(std::uint64_t offset, char* dst, std::uint64_t bytes) const {
+  const char* from = storage_->base() + offset;
+  auto copy = [&] { std::memcpy(dst, from, bytes); };
+  return mapped(from, bytes, copy);
+}
+
+// A read of the mapping faulted: the file shrank meanwhile, or the disk failed to read a page in.
+void ArenaCore::throw_unreadable(std::uint64_t offset, std::uint64_t bytes, IoOp op) const {
   throw_if_shrunk(offset, bytes, op);
   throw IoError(EIO,
                 "spill: reading " + std::to_string(bytes) + " bytes at offset " +
@@ -286,6 +377,7 @@ const void* ArenaCore::read_in_place(std::uint64_t start, std::uint64_t bytes) c
   storage_->read_ahead(start, bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
   const char* in_place = storage_->base() + start;
+  if (ledger_ && checked_in_place_beside(start, in_place, bytes)) return in_place;
   std::optional<IntegrityLedger::ReadCheck> check;
   if (ledger_) check.emplace(ledger_->checker(start, Span{0, bytes}));
   std::exception_ptr mismatch;
@@ -295,6 +387,30 @@ const void* ArenaCore::read_in_place(std::uint64_t start, std::uint64_t bytes) c
   read_mapping(start, bytes, IoOp::read, hash);  // the size checked even with nothing to hash
   if (mismatch) std::rethrow_exception(mismatch);
   return in_place;
+}
+
+// The chunks of a region checked where they are, by the caller and the pipeline's thread
+// together (Note [Hashing beside the copy] in src/core/hash_pipeline.cc), each under a SIGBUS
+// guard of its own (a guard is per thread). False: it could not run beside, nothing done.
+bool ArenaCore::checked_in_place_beside(std::uint64_t start, const char* memory,
+                                        std::uint64_t bytes) const {
+  ChunkUnits units(ledger_->expected(start, Span{0, bytes}), 0);
+  std::fill(units.ready.begin(), units.ready.end(), 0);  // nothing to copy: all ready
+  std::vector<std::exception_ptr> mismatch(units.chunks.size());
+  std::atomic<bool> faulted{false};
+  auto check = [&](std::size_t i) {
+    const HashedSpan& c = units.chunks[i];
+    std::uint64_t found = 0;
+    auto hash = [&] { found = hash_bytes(memory + c.span.offset, c.span.bytes); };
+    if (!mapped(memory + c.span.offset, c.span.bytes, hash)) return faulted.store(true);
+    mismatch[i] = ledger_->compare(start, c, found);
+  };
+  auto nothing_to_copy = [](std::uint64_t, std::uint64_t) { return true; };
+  if (storage_->fd() >= 0) throw_if_shrunk(start, bytes, IoOp::read);
+  if (!hash_pipeline_.run(0, bytes, units.ready, nothing_to_copy, check)) return false;
+  if (faulted.load()) throw_unreadable(start, bytes, IoOp::read);
+  rethrow_first(mismatch);
+  return true;
 }
 
 void ArenaCore::read_ahead(std::uint64_t offset, std::uint64_t bytes) const {

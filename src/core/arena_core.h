@@ -10,6 +10,7 @@
 
 #include "fork_guard.h"
 #include "gds.h"
+#include "hash_pipeline.h"
 #include "integrity.h"
 #include "io_engine.h"
 #include "mutex.h"
@@ -82,7 +83,14 @@ class ArenaCore {
   void read_resident(std::uint64_t start, std::uint64_t at, char* dst, std::uint64_t bytes);
   template <class Read>
   void read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op, Read& read) const;
+  struct ChunkUnits;
+  bool read_checked_beside(std::uint64_t start, std::uint64_t at, char* dst, std::uint64_t bytes);
+  bool checked_in_place_beside(std::uint64_t start, const char* memory, std::uint64_t bytes) const;
+  template <class Read>
+  bool mapped(const char* at, std::uint64_t bytes, Read& read) const;
+  bool copy_mapped(std::uint64_t offset, char* dst, std::uint64_t bytes) const;
   void throw_if_shrunk(std::uint64_t offset, std::uint64_t bytes, IoOp op) const;
+  [[noreturn]] void throw_unreadable(std::uint64_t offset, std::uint64_t bytes, IoOp op) const;
 
   const ProcessOwner owner_;
   const ArenaOptions options_;
@@ -94,6 +102,7 @@ class ArenaCore {
   mutable std::atomic<std::uint64_t> bytes_read_{0};
   std::unique_ptr<IntegrityLedger> ledger_;  // verify_integrity only; outlives the engine
   std::unique_ptr<GdsFile> gds_;             // io = gds only
+  mutable HashPipeline hash_pipeline_;  // verify_integrity: hashes beside synchronous copies
   Mutex attachment_mutex_;
   std::shared_ptr<void> attachment_ GUARDED_BY(attachment_mutex_);
   std::unique_ptr<IoEngine> engine_;         // disk only; last member: drained first

@@ -153,9 +153,13 @@ std::uint64_t hash_bytes(const void* data, std::uint64_t bytes) {
 // read_in_place copies nothing: its check is the one pass over the mapping left, off the cache
 // when the region is larger than it, and it takes the page faults that the caller's first reads
 // would otherwise take. For every path the hash itself is XXH3's AVX2 loop where the CPU has it,
-// 2-3x the baseline SSE2 build from the cache. This reaches 0.7-0.8 of the unhashed round trip,
-// not 0.9: a hash that follows its copy on the same core still adds about a quarter of the copy's
-// time. Figures: docs/benchmarks.md, "Hashing at memory speed".
+// 2-3x the baseline SSE2 build from the cache. On one core this reaches 0.7-0.8 of the unhashed
+// round trip, not 0.9: a hash that follows its copy on the same core still adds about a quarter
+// of the copy's time. Where a second CPU is free, the synchronous paths of more than one chunk
+// (write, a resident read, read_in_place) hash beside the copy instead, on the arena's pipeline
+// thread (Note [Hashing beside the copy] in hash_pipeline.cc); this slice-by-slice path is what
+// runs alone. Figures: docs/benchmarks.md, "Hashing at memory speed" and "Hashing beside the
+// copy".
 
 struct SpanHasher::State {
   XXH3_state_t xxh3;
@@ -199,6 +203,18 @@ std::uint64_t SpanHasher::step(const char* memory, std::uint64_t bytes, std::uin
   return n;
 }
 
+// The chunks of `write`: its bytes split at the region's multiples of kHashChunkBytes.
+std::vector<Span> hash_chunks(const Span& write) {
+  std::vector<Span> chunks;
+  for (std::uint64_t at = write.offset; at < write.offset + write.bytes;) {
+    const std::uint64_t end =
+        std::min(write.offset + write.bytes, (at / kHashChunkBytes + 1) * kHashChunkBytes);
+    chunks.push_back(Span{at, end - at});
+    at = end;
+  }
+  return chunks;
+}
+
 namespace {
 
 std::string hex(std::uint64_t hash) {
@@ -227,18 +243,6 @@ IntegrityError mismatch(std::uint64_t start, std::uint64_t offset_in_region, std
           "step, and move the spill directory to a healthy disk if it happens again");
 }
 
-// The chunks of `write`: its bytes split at the region's multiples of kHashChunkBytes.
-std::vector<Span> chunks_of(const Span& write) {
-  std::vector<Span> chunks;
-  for (std::uint64_t at = write.offset; at < write.offset + write.bytes;) {
-    const std::uint64_t end =
-        std::min(write.offset + write.bytes, (at / kHashChunkBytes + 1) * kHashChunkBytes);
-    chunks.push_back(Span{at, end - at});
-    at = end;
-  }
-  return chunks;
-}
-
 bool inside_any(const Span& span, const std::vector<Span>* spans) {
   if (spans == nullptr) return false;
   return std::any_of(spans->begin(), spans->end(), [&](const Span& s) { return span.inside(s); });
@@ -261,7 +265,7 @@ void IntegrityLedger::forget(std::uint64_t start, const Span& write) {
 void IntegrityLedger::record(std::uint64_t start, const Span& write, const Span& within,
                              const char* memory, const std::vector<Span>* skip) {
   std::vector<Hashed> fresh;
-  for (const Span& c : chunks_of(write)) {
+  for (const Span& c : hash_chunks(write)) {
     if (!c.inside(within) || inside_any(c, skip)) continue;
     fresh.push_back(Hashed{c, hash_bytes(memory + (c.offset - within.offset), c.bytes)});
     bytes_hashed_.fetch_add(c.bytes, std::memory_order_relaxed);
@@ -307,16 +311,20 @@ void IntegrityLedger::drop(std::uint64_t start) {
 // Hashing and checking in the pass that copies
 // ---------------------------------------------------------------------------------------------
 
-WriteHasher::WriteHasher(const Span& write) : write_(write), hasher_(write, chunks_of(write)) {}
+WriteHasher::WriteHasher(const Span& write) : write_(write), hasher_(write, hash_chunks(write)) {}
 
 void IntegrityLedger::record(std::uint64_t start, const WriteHasher& written) {
-  if (written.hashed().empty()) return;
+  record(start, written.hashed());
+}
+
+void IntegrityLedger::record(std::uint64_t start, const std::vector<Hashed>& fresh) {
+  if (fresh.empty()) return;
   std::uint64_t bytes = 0;
-  for (const Hashed& h : written.hashed()) bytes += h.span.bytes;
+  for (const Hashed& h : fresh) bytes += h.span.bytes;
   bytes_hashed_.fetch_add(bytes, std::memory_order_relaxed);
   MutexLock lock(mutex_);
   auto& hashed = regions_[start];
-  hashed.insert(hashed.end(), written.hashed().begin(), written.hashed().end());
+  hashed.insert(hashed.end(), fresh.begin(), fresh.end());
 }
 
 namespace {
@@ -349,7 +357,23 @@ IntegrityLedger::ReadCheck::ReadCheck(IntegrityLedger* ledger, std::uint64_t sta
       hasher_(read, spans_of(expected_)) {}
 
 IntegrityLedger::ReadCheck IntegrityLedger::checker(std::uint64_t start, const Span& read) {
-  return ReadCheck(this, start, read, in_order(hashed_inside(start, read, nullptr)));
+  return ReadCheck(this, start, read, expected(start, read));
+}
+
+std::vector<HashedSpan> IntegrityLedger::expected(std::uint64_t start, const Span& read) const {
+  return in_order(hashed_inside(start, read, nullptr));
+}
+
+std::exception_ptr IntegrityLedger::compare(std::uint64_t start, const Hashed& expected,
+                                            std::uint64_t found) {
+  bytes_hashed_.fetch_add(expected.span.bytes, std::memory_order_relaxed);
+  if (found != expected.hash) {
+    failures_.fetch_add(1, std::memory_order_relaxed);
+    return std::make_exception_ptr(
+        mismatch(start, expected.span.offset, expected.span.bytes, expected.hash, found));
+  }
+  bytes_verified_.fetch_add(expected.span.bytes, std::memory_order_relaxed);
+  return nullptr;
 }
 
 // No local with a destructor: a SIGBUS while hashing a mapping leaves this frame by siglongjmp

@@ -47,6 +47,10 @@ std::uint64_t hash_bytes(const void* data, std::uint64_t bytes);
 // CPU cache. See Note [Hashing while the bytes are in cache] in src/core/integrity.cc.
 constexpr std::uint64_t kHashSliceBytes = 512ull << 10;
 
+// The chunks a write of `write` hashes: its bytes split at the region's multiples of
+// kHashChunkBytes.
+std::vector<Span> hash_chunks(const Span& write);
+
 // XXH3-64 of some spans (sorted, disjoint) of a range, fed with the range's bytes in order and
 // in slices of any size: bytes outside the spans are skipped, a span cut between slices is
 // hashed with XXH3's streaming state, and each finished span is handed to `done`. The hashes are
@@ -135,6 +139,14 @@ class IntegrityLedger {
   // A write that hashed its bytes as they passed (see Note [Hashing while the bytes are in
   // cache]) reached the file: its hashes are kept.
   void record(std::uint64_t start, const WriteHasher& written);
+  // The same for hashes of whole chunks (hash_chunks of the write), computed on any thread.
+  void record(std::uint64_t start, const std::vector<Hashed>& hashed);
+
+  // For a read that checks chunk by chunk, on any thread: the recorded chunks inside `read`, in
+  // offset order; then, for each, the hash of its bytes as read: a spill::IntegrityError when
+  // they differ, nullptr when they match.
+  std::vector<Hashed> expected(std::uint64_t start, const Span& read) const;
+  std::exception_ptr compare(std::uint64_t start, const Hashed& expected, std::uint64_t found);
 
   // For a read that checks its bytes as they pass: feed the read's bytes in order through
   // ReadCheck::update, which compares each recorded chunk inside it once its last byte passed.

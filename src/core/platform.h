@@ -38,6 +38,7 @@ struct Capabilities {
   bool unnamed_files = false;      // O_TMPFILE: files made without a name (else mkostemp + unlink)
   bool writeback_control = false;  // sync_file_range, posix_fadvise: page-cache hints on a range
   bool direct_io = false;          // O_DIRECT: transfers that bypass the page cache
+  std::uint32_t cpus = 0;          // CPUs this process may run on (its affinity mask); >= 1
 };
 const Capabilities& capabilities();
 

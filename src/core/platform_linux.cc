@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <malloc.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -36,6 +37,8 @@ Capabilities os::capabilities() {
   c.unnamed_files = true;      // O_TMPFILE since 3.11; the file system may still refuse it
   c.writeback_control = true;  // sync_file_range, posix_fadvise
   c.direct_io = true;          // O_DIRECT; the file system may still refuse it
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) c.cpus = static_cast<std::uint32_t>(CPU_COUNT(&set));
   return c;
 }
 

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "platform.h"
@@ -34,6 +35,7 @@ const Capabilities& capabilities() {
   static const Capabilities filled = [] {
     Capabilities c = os::capabilities();
     c.page_size_bytes = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+    if (c.cpus == 0) c.cpus = static_cast<std::uint32_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
     return c;
   }();
   return filled;

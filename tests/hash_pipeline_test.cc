@@ -1,0 +1,161 @@
+// HashPipeline (src/core/hash_pipeline.h): every unit hashed once, never before its bytes are
+// copied, some on the pipeline's thread; a copy that stops early; a second run while one holds
+// the pipeline goes alone; and the arena's synchronous paths through it (a RAM arena's write,
+// read and read_in_place of many chunks), changed bytes still caught. See Note [Hashing beside
+// the copy].
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/hash_pipeline.h"
+#include "core/integrity.h"
+#include "core/platform.h"
+#include "spill/core.h"
+#include "test_support.h"
+
+using spill::detail::HashPipeline;
+using spill::detail::hash_bytes;
+
+namespace {
+
+constexpr std::uint64_t kSlice = 64 << 10;
+constexpr std::uint64_t kUnit = 4 * kSlice;
+
+bool two_cpus() { return spill::platform::capabilities().cpus >= 2; }
+
+// A copy of `units` units of kUnit bytes in kSlice slices, each slice taking `slice_time`; each
+// unit's hash records how many bytes were copied when it ran.
+struct Transfer {
+  explicit Transfer(std::size_t units, std::chrono::microseconds slice_time = {})
+      : src(spill_test::pattern(units * kUnit, 11)),
+        dst(src.size()),
+        hashes(units, 0),
+        times_hashed(units),
+        copied_when_hashed(units),
+        slice_time(slice_time) {
+    for (std::size_t i = 0; i < units; ++i) ready.push_back((i + 1) * kUnit);
+  }
+
+  bool run(HashPipeline& pipeline, std::uint64_t stop_after = ~0ull) {
+    auto copy = [&](std::uint64_t done, std::uint64_t n) {
+      std::memcpy(dst.data() + done, src.data() + done, n);
+      if (slice_time.count() > 0) std::this_thread::sleep_for(slice_time);
+      copied.store(done + n);
+      return done + n < stop_after;
+    };
+    auto hash = [&](std::size_t i) {
+      copied_when_hashed[i] = copied.load();
+      hashes[i] = hash_bytes(dst.data() + i * kUnit, kUnit);
+      times_hashed[i].fetch_add(1);
+    };
+    return pipeline.run(src.size(), kSlice, ready, copy, hash);
+  }
+
+  std::vector<unsigned char> src, dst;
+  std::vector<std::uint64_t> ready, hashes;
+  std::vector<std::atomic<int>> times_hashed;
+  std::vector<std::uint64_t> copied_when_hashed;
+  std::atomic<std::uint64_t> copied{0};
+  std::chrono::microseconds slice_time;
+};
+
+}  // namespace
+
+TEST_CASE("hash pipeline: every unit once, after its bytes, with the one-thread hashes") {
+  HashPipeline pipeline;
+  Transfer t(24, std::chrono::microseconds(200));
+  const bool beside = t.run(pipeline);
+  CHECK(beside == two_cpus());
+  if (!beside) return;
+  CHECK(t.dst == t.src);
+  for (std::size_t i = 0; i < t.hashes.size(); ++i) {
+    CHECK(t.times_hashed[i].load() == 1);
+    CHECK(t.copied_when_hashed[i] >= t.ready[i]);
+    CHECK(t.hashes[i] == hash_bytes(t.src.data() + i * kUnit, kUnit));
+  }
+  // The copy sleeps 200 us a slice: the thread, woken for each finished unit, takes most.
+  CHECK(pipeline.units_beside() > 0);
+}
+
+TEST_CASE("hash pipeline: a copy that stops early hashes only the units it finished") {
+  if (!two_cpus()) return;
+  HashPipeline pipeline;
+  Transfer t(8, std::chrono::microseconds(200));
+  REQUIRE(t.run(pipeline, 3 * kUnit + kSlice));  // stops inside the fourth unit
+  for (std::size_t i = 0; i < 8; ++i) CHECK(t.times_hashed[i].load() == (i < 3 ? 1 : 0));
+  // The pipeline is usable again: beside (every unit once) or, if the thread got no CPU during
+  // the first run, alone (nothing done: the caller's own path).
+  Transfer again(8, std::chrono::microseconds(200));
+  const bool beside = again.run(pipeline);
+  for (std::size_t i = 0; i < 8; ++i) CHECK(again.times_hashed[i].load() == (beside ? 1 : 0));
+}
+
+TEST_CASE("hash pipeline: one unit, or a pipeline held by another run, goes alone") {
+  HashPipeline pipeline;
+  Transfer one(1);
+  CHECK_FALSE(one.run(pipeline));
+  CHECK(one.times_hashed[0].load() == 0);  // nothing done: the caller's own path
+  if (!two_cpus()) return;
+  Transfer holder(16, std::chrono::microseconds(500));
+  std::atomic<bool> second_tried{false};
+  bool second_beside = true;
+  std::thread other([&] {
+    while (holder.copied.load() == 0) std::this_thread::yield();  // the holder is in its run
+    Transfer second(4);
+    second_beside = second.run(pipeline);
+    second_tried = true;
+  });
+  CHECK(holder.run(pipeline));
+  other.join();
+  CHECK(second_tried.load());
+  CHECK_FALSE(second_beside);
+  for (std::size_t i = 0; i < 16; ++i) CHECK(holder.times_hashed[i].load() == 1);
+}
+
+TEST_CASE("hash pipeline: many short runs in a row leave nothing behind") {
+  HashPipeline pipeline;
+  for (int round = 0; round < 200; ++round) {
+    Transfer t(3);
+    if (!t.run(pipeline)) continue;  // one CPU, or resting after runs the thread missed
+    for (std::size_t i = 0; i < 3; ++i) REQUIRE(t.times_hashed[i].load() == 1);
+  }
+}
+
+TEST_CASE("hash pipeline: a RAM arena's many-chunk write, read and read_in_place verify") {
+  spill::ArenaOptions o;
+  o.backing = spill::Backing::ram;
+  o.capacity_bytes = 64 * spill::MiB;
+  spill::SpillArena arena(o);
+  const std::size_t n = 20 * spill::MiB + 12345;  // six chunks, the last one short
+  const auto src = spill_test::pattern(n, 7);
+  spill::Region r = arena.allocate(n);
+  r.write(src.data(), n);
+  std::vector<unsigned char> dst(n);
+  r.read(dst.data(), n);
+  CHECK(dst == src);
+  CHECK(std::memcmp(r.read_in_place(n), src.data(), n) == 0);
+  const auto s = arena.stats();
+  CHECK(s.bytes_verified >= 2 * n);
+
+  // One byte changed in the fifth chunk: both reads name it, whichever thread checked it.
+  const std::uint64_t changed = 17 * spill::MiB + 3;
+  static_cast<unsigned char*>(const_cast<void*>(r.read_in_place(n)))[changed] ^= 1;
+  for (int path = 0; path < 2; ++path) {
+    try {
+      if (path == 0) {
+        r.read(dst.data(), n);
+      } else {
+        (void)r.read_in_place(n);
+      }
+      FAIL("the changed byte was not caught");
+    } catch (const spill::IntegrityError& e) {
+      CHECK(e.offset_in_region() == 16 * spill::MiB);
+      CHECK(e.bytes() == 4 * spill::MiB);
+    }
+  }
+}
