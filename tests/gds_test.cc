@@ -11,6 +11,7 @@
 #include <deque>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,9 @@ struct FakeCuFile {
   std::deque<std::int64_t> answers;  // what the next transfers return; empty: every byte
   int errno_on_failure = 0;
   std::vector<char> file = std::vector<char>(64 * kPage);
+  unsigned int cache_kib = 128 * 1024;  // max_device_cache_size
+  unsigned int per_buffer_kib = 1024;   // per_buffer_cache_size
+  std::vector<std::size_t> cache_limits_kib;
 };
 
 FakeCuFile* fake = nullptr;
@@ -128,6 +132,13 @@ CuFileApi fake_api() {
   api.driver_get_properties = [](CuFileDriverProperties* p) {
     p->nvfs.major_version = fake->nvfs_major_version;
     p->nvfs.dstatusflags = fake->nvfs_status_flags;
+    p->max_device_cache_size = fake->cache_kib;
+    p->per_buffer_cache_size = fake->per_buffer_kib;
+    return status_of(0);
+  };
+  api.driver_set_max_cache_size = [](std::size_t kib) {
+    fake->cache_limits_kib.push_back(kib);
+    fake->cache_kib = static_cast<unsigned int>(kib);
     return status_of(0);
   };
   api.get_parameter_bool = [](int parameter, bool* value) {
@@ -357,6 +368,73 @@ TEST_CASE("gds: a pointer inside a registered buffer is passed as the buffer and
   CHECK(f.state.transfers[1].base_offset == 0);
 }
 
+TEST_CASE("gds: a registration of one's own lives as long as its object") {
+  FakeScope f;
+  std::vector<char> staging(2 * kPage);
+  {
+    spill::detail::GdsRegistration r(f.driver(), staging.data(), staging.size());
+    REQUIRE(f.state.buf_registers.size() == 1);
+    CHECK(f.state.buf_registers[0].first == staging.data());
+    CHECK(f.state.buf_deregisters.empty());
+  }
+  CHECK(f.state.buf_deregisters == std::vector<const void*>{staging.data()});
+  f.state.buf_register_status = 5036;
+  CHECK_THROWS_AS(spill::detail::GdsRegistration(f.driver(), staging.data(), kPage),
+                  spill::IoError);
+  CHECK(f.state.buf_deregisters.size() == 1);  // nothing to deregister
+}
+
+// ---------------------------------------------------------------------------------------------
+// cuFile's bounce buffers (Note [cuFile's bounce buffers] in gds.cc)
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("gds: bounce buffers count as host memory in compatibility mode only") {
+  FakeScope f;
+  CHECK(f.driver()->bounce_bytes() == 0);  // nvidia-fs: they are device memory
+  f.state.nvfs_major_version = 0;
+  CHECK(f.driver()->bounce_bytes() == 128 * spill::MiB);
+}
+
+TEST_CASE("gds: bounce buffers are capped in whole buffers, never raised, and read back") {
+  FakeScope f;
+  f.state.nvfs_major_version = 0;
+  std::shared_ptr<GdsDriver> driver = f.driver();
+  CHECK(driver->limit_bounce_bytes(10 * spill::MiB + 5000) == 10 * spill::MiB);
+  CHECK(f.state.cache_limits_kib == std::vector<std::size_t>{10 * 1024});
+  CHECK(driver->limit_bounce_bytes(64 * spill::MiB) == 10 * spill::MiB);  // not raised
+  CHECK(driver->limit_bounce_bytes(1000) == spill::MiB);  // at least one buffer
+  CHECK(f.state.cache_limits_kib.size() == 2);
+  CHECK(driver->bounce_bytes() == spill::MiB);
+}
+
+TEST_CASE("gds: a cuFile without the cache limit reports the bounce buffers it keeps") {
+  FakeScope f;
+  f.state.nvfs_major_version = 0;
+  CuFileApi api = fake_api();
+  api.driver_set_max_cache_size = nullptr;
+  GdsDriver driver(api, "fake");
+  CHECK(driver.limit_bounce_bytes(spill::MiB) == 128 * spill::MiB);
+  CHECK(f.state.cache_limits_kib.empty());
+}
+
+TEST_CASE("gds: a test's cuFile table stands in for libcufile, then the library is back") {
+  EnvScope env("SPILLARENA_CUFILE_LIBRARY", kMissingLibrary);
+  FakeScope f;
+  const CuFileApi api = fake_api();
+  spill::detail::set_cufile_api_for_testing(&api);
+  CHECK(&spill::detail::cufile_library() == &api);
+  {
+    std::shared_ptr<GdsDriver> driver = GdsDriver::shared();
+    CHECK(driver->library() == spill::detail::kTestingCuFileLibrary);
+    CHECK(GdsDriver::shared() == driver);  // one session while it lives
+    CHECK(f.state.driver_opens == 1);
+  }
+  CHECK(f.state.driver_closes == 1);
+  spill::detail::set_cufile_api_for_testing(nullptr);
+  CHECK_THROWS_AS(spill::detail::cufile_library(), spill::GdsUnavailableError);
+  CHECK_THROWS_AS(GdsDriver::shared(), spill::GdsUnavailableError);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Transfers
 // ---------------------------------------------------------------------------------------------
@@ -473,10 +551,17 @@ TEST_CASE("gds: the real libcufile loads, and without a GPU its driver is a type
   o.capacity_bytes = 4 * spill::MiB;
   o.staging_bytes = spill::MiB;
   o.io = spill::IoMode::gds;
-  {
+  try {
     spill::SpillArena arena(o);  // the library loads; the engine runs as direct
     CHECK(arena.stats().io_mode == spill::IoMode::direct);
-    CHECK(arena.stats().io_note.find("io = gds") != std::string::npos);
+    CHECK(arena.stats().io_note.find("cuFile mode: ") != std::string::npos);
+  } catch (const spill::GdsUnavailableError& e) {
+    // The arena opens cuFile's driver when it is made: without a GPU that is refused, typed.
+    std::cout << "the arena was refused, as expected without a GPU: " << e.what() << "\n";
+    CHECK(e.cufile_status() != 0);
+    std::set<std::string> left = spill_test::list_dir(dir.path());
+    left.erase("cufile.log");
+    CHECK(left.empty());  // no spill file left on disk
   }
 
   const std::string path = dir.path() + "/direct";

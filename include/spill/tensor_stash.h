@@ -55,6 +55,11 @@ struct StashOptions {
   // The inputs of the last layers stored are kept where they are, not spilled: their backward
   // comes first, so spilling them would only cost time.
   std::uint32_t keep_last = 1;
+  // io = gds: the device staging buffer registered with cuFile once, through which every
+  // transfer goes (larger inputs piece by piece), rounded up to 4 KiB. One per arena, made at
+  // its first device input by the stash storing it. See Note [One registered staging buffer] in
+  // src/torch_layer/device_spill.cc.
+  std::uint64_t gds_buffer_bytes = 16ull << 20;
 };
 
 // Calls visit(name, field) for each field of `options` (const or not), in declaration order.
@@ -64,6 +69,7 @@ std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, StashOptions>> vis
   visit("asynchronous", options.asynchronous);
   visit("prefetch_depth", options.prefetch_depth);
   visit("keep_last", options.keep_last);
+  visit("gds_buffer_bytes", options.gds_buffer_bytes);
 }
 
 // What the arena stashes of one arena did and hold (zeros for the other stashes). Device bytes are those of
@@ -91,6 +97,16 @@ struct StashStats {
   std::uint64_t restore_wait_ns = 0;
   std::uint64_t prefetches = 0;       // reads queued ahead of backward
   std::uint64_t prefetch_hits = 0;    // ... whose tensor was ready when backward asked
+  // io = gds (zeros and "" until the first device input): the registered device staging buffer
+  // (device memory besides the inputs), cuFile's mode, the host memory its bounce buffers may
+  // take (compatibility mode; part of the host budget: Note [cuFile's bounce buffers] in
+  // src/core/gds.cc) and the bytes moved through cuFile (the sub-4 KiB tails go the host path).
+  std::uint64_t gds_buffer_bytes = 0;
+  bool gds_buffer_registered = false;
+  std::string cufile_mode;
+  std::uint64_t cufile_bounce_bytes = 0;
+  std::uint64_t cufile_bytes_written = 0;
+  std::uint64_t cufile_bytes_read = 0;
 };
 
 // Calls visit(name, value) for each field of `stats`: the one list reports are made from.
@@ -115,6 +131,12 @@ void visit_fields(const StashStats& s, Visit&& visit) {
   visit("restore_wait_ns", s.restore_wait_ns);
   visit("prefetches", s.prefetches);
   visit("prefetch_hits", s.prefetch_hits);
+  visit("gds_buffer_bytes", s.gds_buffer_bytes);
+  visit("gds_buffer_registered", s.gds_buffer_registered);
+  visit("cufile_mode", s.cufile_mode);
+  visit("cufile_bounce_bytes", s.cufile_bounce_bytes);
+  visit("cufile_bytes_written", s.cufile_bytes_written);
+  visit("cufile_bytes_read", s.cufile_bytes_read);
 }
 
 class TensorStash {

@@ -90,7 +90,8 @@ void bind_stash(py::module_& m) {
       },
       py::arg("arena"),
       "A stash of its own in the regions of `arena` (it keeps the arena alive). Keywords as in "
-      "spill::StashOptions (asynchronous, prefetch_depth, keep_last); by default the arena's.");
+      "spill::StashOptions (asynchronous, prefetch_depth, keep_last, gds_buffer_bytes); by "
+      "default the arena's.");
   m.def(
       "shared_arena_stash",
       [](const spill::SpillArena& arena) { return spill::shared_arena_stash(arena); },

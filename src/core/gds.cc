@@ -1,6 +1,7 @@
 #include "gds.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -15,9 +16,13 @@ namespace spill::detail {
 // Note [GPUDirect Storage]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // With io = gds the stash moves device inputs between GPU memory and the spill file through
-// cuFile (cuFileWrite/cuFileRead on the file's O_DIRECT descriptor): no device-to-host copy and
-// no pinned staging of spillarena's own. Host-side I/O of the arena (CPU tensors, tails) runs as
-// IoMode::direct, so the file is opened O_DIRECT and has a staging pool either way.
+// cuFile (cuFileWrite/cuFileRead on the file's O_DIRECT descriptor), by way of one registered
+// device staging buffer per arena (Note [One registered staging buffer] in
+// src/torch_layer/device_spill.cc): no device-to-host copy and no pinned host staging of
+// spillarena's own. Which inputs take it is the stash's call (accelerator inputs; CPU tensors
+// under the copy seam's emulation too); CPU inputs take the CPU path. Host-side I/O of the arena
+// (CPU tensors, tails) runs as IoMode::direct, so the file is opened O_DIRECT and has a staging
+// pool either way.
 //
 // Loaded at run time: libcufile (CUDA Toolkit's GDS package, or the nvidia-cufile wheels) is
 // dlopen'ed through the platform seam on first use ($SPILLARENA_CUFILE_LIBRARY, else
@@ -36,7 +41,9 @@ namespace spill::detail {
 // Registration once: the file handle is registered when a GdsFile is made and each device
 // buffer once (cuFileBufRegister pins its BAR1 mapping, expensive); a pointer inside a
 // registered buffer is passed as the buffer's base plus an offset, as cuFile looks buffers up by
-// base. Unregistered memory works too, through cuFile's own bounce buffers.
+// base. Unregistered memory works too, through cuFile's own bounce buffers. The stash registers
+// one staging buffer per arena, kept for the arena's life (GdsRegistration; Note [One registered
+// staging buffer] in src/torch_layer/device_spill.cc), never a tensor of the caching allocator.
 //
 // Alignment: the file offset and the byte count of every transfer are multiples of 4 KiB
 // (checked before any cuFile call, InvalidArgumentError): unaligned transfers would silently go
@@ -47,6 +54,25 @@ namespace spill::detail {
 // or -CUfileOpError; a call moving nothing is EIO, never an endless loop. Failures are
 // spill::IoError {op, offset, bytes, errno}, errno mapped from cuFile's status, its CU_FILE_
 // name and code in the message.
+//
+// Tests: set_cufile_api_for_testing puts a table of fakes where libcufile would be loaded, so
+// the stash's whole io = gds path runs in CI on the CPU (tests/gds_stash_test.cc: the fake moves
+// the bytes with pread/pwrite on the descriptor cuFile was given).
+
+// Note [cuFile's bounce buffers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Memory cuFile registered buffers do not cover goes through bounce buffers of cuFile's own:
+// per_buffer_cache_size each, up to max_device_cache_size (both KiB in CUfileDrvProps_t;
+// defaults 1 MiB and 128 MiB). With nvidia-fs they are device memory; in compatibility mode
+// cuFile stages through host memory, which counts against the host budget the stash keeps (the
+// arena's host_pool_bytes), although spillarena never allocates it. So GdsDriver reports that
+// cache as bounce_bytes() in compatibility mode (0 in gds mode), and limit_bounce_bytes() asks
+// cuFileDriverSetMaxCacheSize to fit it into the budget in whole buffers, then reads the
+// properties back: the stats report what cuFile keeps, not what was asked. Where cuFile does not
+// lower it (no such entry point; versions that take it only before cuFileDriverOpen, which the
+// arena calls when it is made) the stats show the excess; properties.max_device_cache_size_kb in
+// cufile.json lowers it there. cuFile's POSIX pool (posix_pool_slab_*), which newer versions use
+// in compatibility mode, is not in the properties and not counted.
 
 namespace {
 
@@ -170,6 +196,7 @@ CuFileApi resolve_api(void* library, const std::string& name) {
   }
   std::string optional;
   resolve(library, "cuFileGetParameterBool", &api.get_parameter_bool, &optional);
+  resolve(library, "cuFileDriverSetMaxCacheSize", &api.driver_set_max_cache_size, &optional);
   return api;
 }
 
@@ -186,7 +213,28 @@ LoadedLibrary& loaded_library() {
   return *loaded;
 }
 
+std::atomic<const CuFileApi*> testing_api{nullptr};
+
+// The name of the library the process's sessions are made over (a test's table, or libcufile).
+std::string active_library_name() {
+  return testing_api.load() != nullptr ? kTestingCuFileLibrary : cufile_library_name();
+}
+
+// Registers [base, base + bytes); throws IoError naming cuFile's status.
+void register_or_throw(const CuFileApi& api, const void* base, std::uint64_t bytes) {
+  const CuFileStatus status = api.buf_register(base, bytes, 0);
+  if (status.err != kCuFileSuccess) {
+    throw IoError(cufile_status_errno(status.err),
+                  "spill: io = gds: cuFileBufRegister of " + std::to_string(bytes) +
+                      " bytes of device memory failed with " + describe(status) +
+                      "; transfers from it go through cuFile's bounce buffers",
+                  IoOp::write, 0, bytes);
+  }
+}
+
 }  // namespace
+
+void set_cufile_api_for_testing(const CuFileApi* api) { testing_api.store(api); }
 
 std::string cufile_library_name() {
   const char* configured = std::getenv("SPILLARENA_CUFILE_LIBRARY");
@@ -195,6 +243,7 @@ std::string cufile_library_name() {
 }
 
 const CuFileApi& cufile_library() {
+  if (const CuFileApi* testing = testing_api.load()) return *testing;
   const std::string wanted = cufile_library_name();
   LoadedLibrary& loaded = loaded_library();
   MutexLock lock(loaded.mutex);
@@ -236,8 +285,8 @@ std::shared_ptr<GdsDriver> GdsDriver::shared() {
   const CuFileApi& api = cufile_library();
   MutexLock lock(*mutex);
   std::shared_ptr<GdsDriver> driver = current->lock();
-  if (!driver || driver->library() != cufile_library_name()) {
-    driver = std::make_shared<GdsDriver>(api, cufile_library_name());
+  if (!driver || driver->library() != active_library_name()) {
+    driver = std::make_shared<GdsDriver>(api, active_library_name());
     *current = driver;
   }
   return driver;
@@ -261,7 +310,45 @@ GdsDriver::GdsDriver(const CuFileApi& api, std::string library)
                      api_.driver_get_properties(&properties).err == kCuFileSuccess;
   const bool p2pdma = (properties.nvfs.dstatusflags >> kCuFileNvmeP2pSupportedBit) & 1u;
   compatibility_ = forced || !known || (properties.nvfs.major_version == 0 && !p2pdma);
+  MutexLock lock(mutex_);
+  read_cache_sizes();
 }
+
+void GdsDriver::read_cache_sizes() {
+  CuFileDriverProperties properties{};
+  if (api_.driver_get_properties == nullptr ||
+      api_.driver_get_properties(&properties).err != kCuFileSuccess) {
+    return;  // unknown: the sizes read before stay
+  }
+  cache_bytes_ = std::uint64_t{properties.max_device_cache_size} * 1024;
+  per_buffer_bytes_ = std::uint64_t{properties.per_buffer_cache_size} * 1024;
+}
+
+std::uint64_t GdsDriver::bounce_bytes() const {
+  MutexLock lock(mutex_);
+  return compatibility_ ? cache_bytes_ : 0;
+}
+
+std::uint64_t GdsDriver::limit_bounce_bytes(std::uint64_t bytes) {
+  {
+    MutexLock lock(mutex_);
+    if (compatibility_ && cache_bytes_ > bytes && api_.driver_set_max_cache_size != nullptr) {
+      const std::uint64_t buffer = std::max<std::uint64_t>(per_buffer_bytes_, 1024);
+      const std::uint64_t limit = std::max<std::uint64_t>(bytes / buffer, 1) * buffer;
+      api_.driver_set_max_cache_size(limit / 1024);  // the properties say what it did
+      read_cache_sizes();
+    }
+  }
+  return bounce_bytes();
+}
+
+GdsRegistration::GdsRegistration(std::shared_ptr<GdsDriver> driver, const void* device_ptr,
+                                 std::uint64_t bytes)
+    : driver_(std::move(driver)), base_(device_ptr) {
+  register_or_throw(driver_->api(), base_, bytes);
+}
+
+GdsRegistration::~GdsRegistration() { driver_->api().buf_deregister(base_); }
 
 GdsDriver::~GdsDriver() { api_.driver_close(); }
 
@@ -313,14 +400,7 @@ void GdsFile::register_buffer(void* device_ptr, std::uint64_t bytes) {
     api.buf_deregister(base);
     buffers_.erase(it);
   }
-  const CuFileStatus status = api.buf_register(base, bytes, 0);
-  if (status.err != kCuFileSuccess) {
-    throw IoError(cufile_status_errno(status.err),
-                  "spill: io = gds: cuFileBufRegister of " + std::to_string(bytes) +
-                      " bytes of device memory failed with " + describe(status) +
-                      "; transfers from it go through cuFile's bounce buffers",
-                  IoOp::write, 0, bytes);
-  }
+  register_or_throw(api, base, bytes);
   buffers_.emplace(base, bytes);
 }
 

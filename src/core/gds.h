@@ -14,6 +14,11 @@
 //   ...                                             // the tail (< 4 KiB): the host path
 //   gds->read(device_ptr, body, region.offset());   // synchronous: bytes are there on return
 //   gds.reset();  // deregisters the buffers, then the file; before the device memory is freed
+//
+//   // A buffer of one's own, registered for as long as it lives (the stash's staging buffer):
+//   spill::detail::GdsRegistration staging(spill::detail::GdsDriver::shared(), base, bytes);
+//   // Tests: the process's cuFile is a table of fakes instead of libcufile.
+//   spill::detail::set_cufile_api_for_testing(&fake_api);  // nullptr: libcufile again
 #pragma once
 
 #include <cstddef>
@@ -90,6 +95,8 @@ struct CuFileApi {
                        std::int64_t base_offset);
   std::int64_t (*write)(void* handle, const void* base, std::size_t bytes,
                         std::int64_t file_offset, std::int64_t base_offset);
+  // cuFileDriverSetMaxCacheSize, in KiB; null where the library has none.
+  CuFileStatus (*driver_set_max_cache_size)(std::size_t max_cache_kib);
 };
 
 // The library searched: $SPILLARENA_CUFILE_LIBRARY when set and non-empty (a path, or a file
@@ -101,6 +108,12 @@ std::string cufile_library_name();
 // Throws GdsUnavailableError naming the library, dlerror()'s text and how to install it, or the
 // entry point missing from it.
 const CuFileApi& cufile_library();
+
+// Tests: from now on cufile_library() returns `api` (the caller keeps it alive) and
+// GdsDriver::shared() opens its sessions over it, named kTestingCuFileLibrary, instead of
+// loading libcufile; nullptr goes back to the library. Lets CI run io = gds over a fake cuFile.
+void set_cufile_api_for_testing(const CuFileApi* api);
+constexpr const char* kTestingCuFileLibrary = "cuFile set by set_cufile_api_for_testing";
 
 // CU_FILE_... name of a cuFile status ("CU_FILE_DRIVER_NOT_INITIALIZED"), "CU_FILE_UNKNOWN_<n>"
 // for codes this file does not know, and the errno an IoError carries for it.
@@ -133,10 +146,41 @@ class GdsDriver {
   // "gds" or "compatibility (POSIX through cuFile's bounce buffers)", for stats and logs.
   const char* mode() const;
 
+  // Host memory cuFile's bounce buffers may take, as its properties report it: in compatibility
+  // mode its cache (max_device_cache_size), 0 in gds mode (they are device memory then). See
+  // Note [cuFile's bounce buffers] in gds.cc.
+  std::uint64_t bounce_bytes() const EXCLUDES(mutex_);
+  // Asks cuFile to keep that cache within `bytes` (whole per_buffer_cache_size buffers, at
+  // least one; cuFileDriverSetMaxCacheSize, never raising it) and returns bounce_bytes() as the
+  // properties then report it: more than `bytes` where cuFile would not lower it.
+  std::uint64_t limit_bounce_bytes(std::uint64_t bytes) EXCLUDES(mutex_);
+
  private:
+  void read_cache_sizes() REQUIRES(mutex_);
+
   const CuFileApi api_;
   const std::string library_;
   bool compatibility_ = true;
+  mutable Mutex mutex_;
+  std::uint64_t cache_bytes_ GUARDED_BY(mutex_) = 0;       // max_device_cache_size
+  std::uint64_t per_buffer_bytes_ GUARDED_BY(mutex_) = 0;  // per_buffer_cache_size
+};
+
+// A device buffer registered with cuFile (cuFileBufRegister) for as long as this lives, for
+// memory that outlives every transfer from it (the stash's staging buffer, kept for its arena's
+// life; never a tensor the caching allocator may free). Destroyed before the memory is freed.
+class GdsRegistration {
+ public:
+  // Throws spill::IoError naming cuFile's status; the memory then still moves, unregistered,
+  // through cuFile's bounce buffers.
+  GdsRegistration(std::shared_ptr<GdsDriver> driver, const void* device_ptr, std::uint64_t bytes);
+  ~GdsRegistration();
+  GdsRegistration(const GdsRegistration&) = delete;
+  GdsRegistration& operator=(const GdsRegistration&) = delete;
+
+ private:
+  const std::shared_ptr<GdsDriver> driver_;
+  const void* const base_;
 };
 
 // The spill file registered with cuFile once, and the device buffers registered with it.

@@ -118,6 +118,16 @@ StashStats ArenaShared::stats() {
     s.pool_waits += pool->waits();
     s.pool_wait_ns += pool->wait_ns();
   }
+  if (gds_staging) {
+    s.gds_buffer_bytes = gds_staging->bytes();
+    s.gds_buffer_registered = gds_staging->registered();
+  }
+  if (cufile) {  // live: a later arena of the process may have lowered the limit since
+    s.cufile_mode = cufile->mode();
+    s.cufile_bounce_bytes = cufile->bounce_bytes();
+  }
+  s.cufile_bytes_written = c.cufile_bytes_written;
+  s.cufile_bytes_read = c.cufile_bytes_read;
   return s;
 }
 
@@ -181,21 +191,23 @@ torch::Tensor Chain::restore(const EntryPtr& e) {
   if (entry.accelerator) {
     const bool ready = entry.state == State::uploading ||
                        (entry.state == State::reading && entry.piece.io.ready());
-    if (entry.state == State::writing) {  // its device bytes are gone: wait, then read back
-      entry.piece.io.settle();
-      finish_device_write_locked(entry);
-    }
     if (through_gds(entry) && entry.region.valid()) {
-      result = restore_gds(entry);
-    } else if (entry.state == State::spilled && entry.region.valid() &&
-               entry.bytes > pool_for(entry).largest_piece()) {
-      result = restore_in_pieces(entry, pool_for(entry));
+      result = restore_gds(entry);  // its writes completed under the entry's mutex, or failed
     } else {
-      queue_device_read(entry, true);  // first its own bytes, then the predecessors'
-      lock.unlock();
-      prefetch_predecessors(entry);
-      lock.lock();
-      result = finish_device_restore(entry);
+      if (entry.state == State::writing) {  // its device bytes are gone: wait, then read back
+        entry.piece.io.settle();
+        finish_device_write_locked(entry);
+      }
+      if (entry.state == State::spilled && entry.region.valid() &&
+          entry.bytes > pool_for(entry).largest_piece()) {
+        result = restore_in_pieces(entry, pool_for(entry));
+      } else {
+        queue_device_read(entry, true);  // first its own bytes, then the predecessors'
+        lock.unlock();
+        prefetch_predecessors(entry);
+        lock.lock();
+        result = finish_device_restore(entry);
+      }
     }
     counters_->record_restore(was_prefetched, ready, elapsed_ns(start));
   } else {

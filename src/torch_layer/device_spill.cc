@@ -3,6 +3,8 @@
 // of a stashed tensor] in stash_entry.cc.
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <exception>
 #include <utility>
 
 #include "spill/error.h"
@@ -11,6 +13,14 @@
 namespace spill::detail {
 namespace {
 constexpr std::uint64_t kGdsAlignmentBytes = 4096;  // cuFile's unit (GdsFile::kAlignmentBytes)
+
+// `bytes` of `allocation` (at least one page longer) starting at a multiple of 4 KiB.
+torch::Tensor aligned_part(const torch::Tensor& allocation, std::uint64_t bytes) {
+  const auto address = reinterpret_cast<std::uintptr_t>(allocation.data_ptr());
+  const std::uint64_t skip =
+      (kGdsAlignmentBytes - address % kGdsAlignmentBytes) % kGdsAlignmentBytes;
+  return allocation.narrow(0, static_cast<std::int64_t>(skip), static_cast<std::int64_t>(bytes));
+}
 }  // namespace
 
 // take() gave up: a failure of the progress thread, rethrown here (or, if another thread took
@@ -22,16 +32,17 @@ void Chain::throw_abandoned_wait() {
                 "already reported by another call; free the step's graph and run again");
 }
 
+// The arena's host_pool_bytes, or room for prefetch_depth + 2 inputs like `e`.
+std::uint64_t Chain::host_budget(const Entry& e) const {
+  return arena_options_.host_pool_bytes != kAutomaticHostPool
+             ? arena_options_.host_pool_bytes
+             : automatic_host_pool_bytes(e.bytes, options_.prefetch_depth + 2ull);
+}
+
 HostPool& Chain::pool_for(const Entry& e) {
   MutexLock lock(shared_->mutex);
   std::shared_ptr<HostPool>& pool = shared_->pool;
-  if (!pool) {
-    const std::uint64_t budget =
-        arena_options_.host_pool_bytes != kAutomaticHostPool
-            ? arena_options_.host_pool_bytes
-            : automatic_host_pool_bytes(e.bytes, options_.prefetch_depth + 2ull);
-    pool = HostPool::make(budget, e.options.device().type());
-  }
+  if (!pool) pool = HostPool::make(host_budget(e), e.options.device().type());
   return *pool;
 }
 
@@ -247,10 +258,76 @@ torch::Tensor Chain::restore_in_pieces(Entry& e, HostPool& pool) {
 // io = gds: see Note [GPUDirect Storage] in src/core/gds.cc
 // ---------------------------------------------------------------------------------------------
 
-// cuFile reads device memory outside any stream, so the write waits (on the progress thread)
-// for the work queued so far on the current stream: then the input is complete. The 4 KiB-
-// aligned body goes through cuFile, a tail of fewer bytes through host memory.
+// Note [One registered staging buffer]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// cuFile moves registered device memory directly (cuFileBufRegister pins its BAR1 mapping once,
+// at a cost of milliseconds); other memory goes through bounce buffers of cuFile's own (Note
+// [cuFile's bounce buffers] in src/core/gds.cc). Layer inputs are blocks of the caching
+// allocator, which hands a block to the next tensor, or cudaFrees it, once the stash lets go:
+// registering inputs would pin memory the stash does not own, once per input. So each arena has
+// one staging buffer in device memory (StashOptions::gds_buffer_bytes, 4 KiB aligned), made on
+// the first input's device at the first io = gds spill, registered then, reused by every step
+// of every stash of the arena, and deregistered before it is freed with the arena (GdsStaging;
+// its registration is its last member). A registration cuFile refuses leaves it unregistered:
+// transfers still work, through cuFile's bounce buffers (gds_buffer_registered says which).
+//
+// Every transfer goes through it, one at a time (its mutex, held from the first copy to the last
+// cuFile call): a spill copies a piece of the input into it (device to device, through the copy
+// seam: to_host with the buffer as the destination) and writes it with cuFileWrite; a restore
+// reads a piece into it with cuFileRead and copies it into the new tensor (to_device). Inputs
+// larger than the buffer go piece by piece. The host waits for each copy before cuFile touches
+// the buffer, so cuFile, which ignores streams, never races a copy. The input is released as
+// soon as the copy of its last piece completed, before that piece is written, as the host pool's
+// path releases it when its device -> host copy completed: device memory beyond the inputs is
+// the buffer, bounded and reported (gds_buffer_bytes). A write that fails after that keeps its
+// failure in the entry (gds_write_failure): restore() throws it rather than read the region.
+// The tail of fewer than 4 KiB goes through host memory (tails and cuFile's unit: Note
+// [GPUDirect Storage]).
+//
+// The buffer is made with the stash's host budget known, so cuFile's bounce buffers are capped
+// to it then (GdsDriver::limit_bounce_bytes): in io = gds the host pool is never made (no input
+// goes through it), so they and the sub-page tails are what the host budget holds.
+
+GdsStaging::GdsStaging(CopyEngine& engine, const torch::Device& device, std::uint64_t bytes,
+                       std::shared_ptr<GdsDriver> driver)
+    : allocation_(engine.empty({static_cast<std::int64_t>(bytes + kGdsAlignmentBytes)},
+                               torch::TensorOptions().dtype(torch::kUInt8).device(device))),
+      memory_(aligned_part(allocation_, bytes)) {
+  try {
+    registration_ = std::make_unique<GdsRegistration>(std::move(driver), data(), bytes);
+  } catch (const IoError&) {
+    // Unregistered: cuFile bounces the transfers (see the Note above).
+  }
+}
+
+torch::Tensor GdsStaging::first(std::uint64_t bytes) const {
+  return memory_.narrow(0, 0, static_cast<std::int64_t>(bytes));
+}
+
+// Made once per arena, on the training thread at its first io = gds spill, on that input's
+// device; cuFile's bounce buffers are capped to the host budget then.
+GdsStaging& Chain::staging_for(const Entry& e) {
+  MutexLock lock(shared_->mutex);
+  if (!shared_->gds_staging) {
+    std::shared_ptr<GdsDriver> driver = GdsDriver::shared();  // the arena's session
+    const std::uint64_t pages =
+        std::max<std::uint64_t>((options_.gds_buffer_bytes + kGdsAlignmentBytes - 1) /
+                                    kGdsAlignmentBytes,
+                                1);
+    shared_->gds_staging = std::make_shared<GdsStaging>(
+        *e.engine, e.options.device(), pages * kGdsAlignmentBytes, driver);
+    driver->limit_bounce_bytes(host_budget(e));
+    shared_->cufile = std::move(driver);
+  }
+  return *shared_->gds_staging;
+}
+
+// cuFile reads device memory outside any stream, and the copy into the staging buffer is queued
+// on the progress thread, whose current stream is not the training thread's: so the progress
+// thread first waits for the work queued so far on this thread's current stream (then the input
+// is complete).
 void Chain::spill_gds(const EntryPtr& e) {
+  staging_for(*e);  // made, and cuFile's bounce buffers capped, at the arena's first gds spill
   e->piece.copy = e->engine->marker(e->input.device());
   advance(*e, State::copying);
   if (options_.asynchronous) {
@@ -265,30 +342,62 @@ void Chain::finish_gds_write_locked(const EntryPtr& e) {
     e->piece = Piece();
     return;
   }
-  advance(*e, State::writing);
-  const std::uint64_t body = e->bytes / kGdsAlignmentBytes * kGdsAlignmentBytes;
-  if (body > 0) e->region.write_from_device(e->input.data_ptr(), body, 0);
-  if (body < e->bytes) {  // a small pageable buffer: this thread never waits for the pool
-    torch::Tensor tail = torch::empty({static_cast<std::int64_t>(e->bytes - body)},
-                                      torch::TensorOptions().dtype(torch::kUInt8));
-    e->engine->to_host(e->input, body, e->bytes - body, tail)->synchronize();
-    e->region.write_async(tail.data_ptr(), e->bytes - body, body).wait();
-  }
-  e->input = torch::Tensor();
-  counters_->sub_device_bytes(e->bytes);
   e->piece = Piece();
+  advance(*e, State::writing);
+  try {
+    write_through_staging(*e);
+  } catch (...) {
+    if (!e->input.defined()) e->gds_write_failure = std::current_exception();
+    throw;  // asynchronous: kept for the training thread's next store() or restore()
+  }
   advance(*e, State::spilled);
   counters_->inputs_spilled.fetch_add(1);
 }
 
-// Synchronous: cuFile writes device memory outside any stream, so nothing queued may still use
-// the new tensor's memory when it starts (the caching allocator may hand out a block whose last
-// kernels are still queued).
-torch::Tensor Chain::restore_gds(Entry& e) {
-  torch::Tensor result = device_tensor(e);
-  e.engine->marker(result.device())->synchronize();
+// The tail first (a small pageable buffer: this thread never waits for the pool), then the body
+// piece by piece; the input goes once its last piece is in the staging buffer.
+void Chain::write_through_staging(Entry& e) {
   const std::uint64_t body = e.bytes / kGdsAlignmentBytes * kGdsAlignmentBytes;
-  if (body > 0) e.region.read_to_device(result.data_ptr(), body, 0);
+  if (body < e.bytes) {
+    torch::Tensor tail = torch::empty({static_cast<std::int64_t>(e.bytes - body)},
+                                      torch::TensorOptions().dtype(torch::kUInt8));
+    e.engine->to_host(e.input, body, e.bytes - body, tail)->synchronize();
+    e.region.write_async(tail.data_ptr(), e.bytes - body, body).wait();
+  }
+  if (body == 0) return release_input(e);
+  GdsStaging& staging = staging_for(e);
+  MutexLock lock(staging.mutex);
+  for (std::uint64_t offset = 0; offset < body; offset += staging.bytes()) {
+    const std::uint64_t n = std::min(staging.bytes(), body - offset);
+    e.engine->to_host(e.input, offset, n, staging.first(n))->synchronize();
+    if (offset + n == body) release_input(e);
+    e.region.write_from_device(staging.data(), n, offset);
+    counters_->cufile_bytes_written.fetch_add(n);
+  }
+}
+
+void Chain::release_input(Entry& e) {
+  e.input = torch::Tensor();
+  counters_->sub_device_bytes(e.bytes);
+}
+
+// cuFile reads into the staging buffer, which only copies the host waited for touch; each piece
+// is then copied into the new tensor, ordered after the current stream (where the tensor was
+// allocated), and waited for before the buffer takes the next.
+torch::Tensor Chain::restore_gds(Entry& e) {
+  if (e.gds_write_failure) std::rethrow_exception(e.gds_write_failure);
+  torch::Tensor result = device_tensor(e);
+  const std::uint64_t body = e.bytes / kGdsAlignmentBytes * kGdsAlignmentBytes;
+  if (body > 0) {
+    GdsStaging& staging = staging_for(e);
+    MutexLock lock(staging.mutex);
+    for (std::uint64_t offset = 0; offset < body; offset += staging.bytes()) {
+      const std::uint64_t n = std::min(staging.bytes(), body - offset);
+      e.region.read_to_device(staging.data(), n, offset);
+      counters_->cufile_bytes_read.fetch_add(n);
+      e.engine->to_device(staging.first(n), result, offset)->synchronize();
+    }
+  }
   if (body < e.bytes) {
     torch::Tensor tail = torch::empty({static_cast<std::int64_t>(e.bytes - body)},
                                       torch::TensorOptions().dtype(torch::kUInt8));

@@ -14,12 +14,38 @@
 #include <memory>
 #include <optional>
 
+#include "core/gds.h"
 #include "core/mutex.h"
 #include "serial_worker.h"
 #include "spill/tensor_stash.h"
 #include "stash_entry.h"
 
 namespace spill::detail {
+
+// io = gds: the device buffer every cuFile transfer of an arena's stashes goes through, one at a
+// time, registered with cuFile once. See Note [One registered staging buffer] in
+// device_spill.cc.
+class GdsStaging {
+ public:
+  // `bytes` (a multiple of 4 KiB) on `device`, through `engine`'s allocator; throws
+  // c10::OutOfMemoryError. A registration cuFile refuses leaves it unregistered.
+  GdsStaging(CopyEngine& engine, const torch::Device& device, std::uint64_t bytes,
+             std::shared_ptr<GdsDriver> driver);
+  GdsStaging(const GdsStaging&) = delete;
+  GdsStaging& operator=(const GdsStaging&) = delete;
+
+  Mutex mutex;  // held for a whole transfer: copies and cuFile calls
+  std::uint64_t bytes() const { return static_cast<std::uint64_t>(memory_.numel()); }
+  bool registered() const { return registration_ != nullptr; }
+  // The first `bytes` of the buffer (uint8) and its address, 4 KiB aligned.
+  torch::Tensor first(std::uint64_t bytes) const;
+  void* data() const { return memory_.data_ptr(); }
+
+ private:
+  const torch::Tensor allocation_;  // one page more than memory_, for the alignment
+  const torch::Tensor memory_;
+  std::unique_ptr<GdsRegistration> registration_;  // last: deregistered before the memory goes
+};
 
 // What every stash of one arena shares, kept with the arena (spill::detail::attachment): the host
 // pool — made at the first accelerator input, then reused by every step's stash (the shared
@@ -30,6 +56,10 @@ struct ArenaShared {
   StashOptions options GUARDED_BY(mutex);  // set_stash_options
   // shared_arena_stash, while a graph holds it.
   std::weak_ptr<TensorStash> shared_stash GUARDED_BY(mutex);
+  // io = gds, from the first device input spilled on: the staging buffer, and the cuFile
+  // session (its mode and bounce buffers, capped to the host budget then, for the stats).
+  std::shared_ptr<GdsStaging> gds_staging GUARDED_BY(mutex);
+  std::shared_ptr<GdsDriver> cufile GUARDED_BY(mutex);
   const std::shared_ptr<StashCounters> counters = std::make_shared<StashCounters>();
   StashStats stats();
 };
@@ -92,10 +122,16 @@ class Chain {
   torch::Tensor device_tensor(const Entry& e) const;
   torch::Tensor restore_in_pieces(Entry& e, HostPool& pool) REQUIRES(e.mutex);
 
-  // --- io = gds (device_spill.cc): device memory straight to the file through cuFile
-  bool through_gds(const Entry& e) const { return gds_ && !e.options.device().is_cpu(); }
+  // --- io = gds (device_spill.cc): device memory to the file through cuFile, by way of the
+  // arena's registered staging buffer. Keyed on the entry, not its device: accelerator inputs
+  // (CPU tensors too under the copy seam's emulation) take it, CPU inputs the CPU path.
+  bool through_gds(const Entry& e) const { return gds_ && e.accelerator; }
+  std::uint64_t host_budget(const Entry& e) const;
+  GdsStaging& staging_for(const Entry& e);
   void spill_gds(const EntryPtr& e) REQUIRES(e->mutex);
   void finish_gds_write_locked(const EntryPtr& e) REQUIRES(e->mutex);
+  void write_through_staging(Entry& e) REQUIRES(e.mutex);
+  void release_input(Entry& e) REQUIRES(e.mutex);
   torch::Tensor restore_gds(Entry& e) REQUIRES(e.mutex);
 
   SpillArena arena_;

@@ -19,14 +19,19 @@ namespace spill::detail {
 //                                        └── a 0-byte input: nothing to write
 //
 // spilled goes straight to restored where a restore reads nothing into the pool: a 0-byte input,
-// and io = gds (cuFile reads into the new device tensor, synchronously).
+// and io = gds (cuFile reads into the arena's staging buffer, copied into the new device tensor
+// piece by piece, synchronously: Note [One registered staging buffer] in device_spill.cc). An
+// io = gds input is copying until the progress thread takes it, then writing only while it holds
+// the entry's mutex; one left in writing failed (its failure kept for restore(), unless the input
+// was still there to give back).
 // copying and writing may also end in restored: backward reached a tensor whose bytes are still
 // in memory (the input itself), so it is given back as it is; the copy or write finishes on its
 // own and its pool block goes back then. An accelerator input in writing is no longer in memory
 // (its device bytes were released when the copy finished): restore() waits for the write and
 // reads it back. Where each state's memory lives:
 //   held, copying      the input (device or CPU memory), counted in device_bytes_held
-//   writing            accelerator: a pool block; CPU: the input, counted in host_bytes_in_flight
+//   writing            accelerator: a pool block (io = gds: the staging buffer); CPU: the input,
+//                      counted in host_bytes_in_flight
 //   spilled            the region only
 //   reading            accelerator: a pool block; CPU: a host buffer or the page cache
 //   uploading          a pool block and the new device tensor (device_bytes_held)

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -50,6 +51,8 @@ struct StashCounters {
   std::atomic<std::uint64_t> restore_wait_ns{0};
   std::atomic<std::uint64_t> prefetches{0};
   std::atomic<std::uint64_t> prefetch_hits{0};
+  std::atomic<std::uint64_t> cufile_bytes_written{0};  // io = gds: through cuFile
+  std::atomic<std::uint64_t> cufile_bytes_read{0};
 
   // A stashed tensor was given back; `was_ready` when its I/O had completed, `waited_ns` spent
   // waiting for it; `prefetched` when its read was queued ahead.
@@ -102,6 +105,9 @@ struct Entry {
   // back on its own).
   torch::Tensor result GUARDED_BY(mutex);
   CopyPtr upload GUARDED_BY(mutex);
+  // io = gds: the failure of a write that had released the input already (it stays in writing);
+  // restore() throws it again instead of reading what never reached the region.
+  std::exception_ptr gds_write_failure GUARDED_BY(mutex);
   // Stored just before; set once by Chain::stored (under the chain's mutex, before any other
   // thread sees this entry), then only read.
   std::weak_ptr<Entry> previous;

@@ -35,8 +35,15 @@ def test_options_map_to_arena_options(spill_dir):
     assert tuple(options) == spillarena.ARENA_OPTIONS
     # The arena's keywords, then its stash's (spill::StashOptions, kept with the arena).
     assert spillarena.ARENA_OPTIONS[-len(spillarena.STASH_OPTIONS):] == spillarena.STASH_OPTIONS
-    assert spillarena.STASH_OPTIONS == ("asynchronous", "prefetch_depth", "keep_last")
+    assert spillarena.STASH_OPTIONS == ("asynchronous", "prefetch_depth", "keep_last",
+                                        "gds_buffer_bytes")
     assert tuple(arena.stash_stats()) == spillarena.STASH_STATS
+    # io = gds's stats (Note [One registered staging buffer]): empty until a device input.
+    gds_stats = ("gds_buffer_bytes", "gds_buffer_registered", "cufile_mode",
+                 "cufile_bounce_bytes", "cufile_bytes_written", "cufile_bytes_read")
+    assert spillarena.STASH_STATS[-len(gds_stats):] == gds_stats
+    assert arena.stash_stats()["cufile_mode"] == ""
+    assert arena.stash_stats()["cufile_bounce_bytes"] == 0
     assert not set(spillarena.STASH_STATS) & set(spillarena.ARENA_STATS)
     assert options["start_writeback_after_write"] is False
     assert options["page_cache_limit_bytes"] == 1 << 20
