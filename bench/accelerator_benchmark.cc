@@ -6,6 +6,9 @@
 //          ram          inputs in a RAM arena, through pinned host memory, overlapped
 //          disk_async   inputs in a disk arena, buffered I/O, overlapped
 //          disk_direct  inputs in a disk arena, direct I/O through the staging pool, overlapped
+//          disk_gds     disk_direct's settings with io = gds: device memory to the file through
+//                       cuFile; where libcufile does not load, "skipped: " and the library's
+//                       GdsUnavailableError (what was searched, how to install it)
 //          per_file     one torch::save file per input (the approach spillarena replaces)
 // Counters: step_ms; vs_none and vs_recompute (step time / that mode's, both measured earlier in
 // this run); gpu_peak_bytes (the caching allocator's peak of allocated bytes during the timed
@@ -20,7 +23,8 @@
 // + 1 inputs — the goal for gpu_peak_bytes.
 // Without a CUDA device each case reports "skipped: no CUDA device". SPILLARENA_BENCH_SMOKE=1
 // (CI) runs a tiny stack on the CPU instead, through the accelerator path's emulation
-// (spill::testing::set_accelerator_emulation), so the code path is proven to run everywhere;
+// (spill::testing::set_accelerator_emulation, pinning refused: the CPU cannot pin, so the pool
+// is pageable as it says), so the code path is proven to run everywhere;
 // SPILLARENA_BENCH_ACCEL_SHAPE=batch,seq,hidden,heads,layers overrides the shape.
 #include <ATen/DeviceAccelerator.h>
 #include <benchmark/benchmark.h>
@@ -32,11 +36,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "bench_common.h"
+#include "core/gds.h"
 #include "direct_io.h"
 #include "spill/spill.h"
 #include "spill/testing.h"
@@ -72,7 +78,11 @@ AccelShape accel_shape() {
 std::optional<torch::Device> bench_device() {
   if (smoke()) {
     static const bool emulated = [] {
-      spill::testing::set_accelerator_emulation({true, 200, 1});
+      spill::testing::AcceleratorEmulation e;
+      e.enabled = true;
+      e.max_delay_us = 200;
+      e.pinning_refused = true;
+      spill::testing::set_accelerator_emulation(e);
       return true;
     }();
     (void)emulated;
@@ -163,6 +173,27 @@ std::uint64_t capacity_for(const AccelShape& s, torch::Dtype dtype) {
   return static_cast<std::uint64_t>(s.layers) * input_bytes(s, dtype) + 64 * spill::MiB;
 }
 
+// A mode of make_step_mode, or disk_gds: disk_direct's arena and stash settings with io = gds.
+// Throws GdsUnavailableError where libcufile does not load (checked first: the arena would say
+// the same, after its file was made).
+spill::harness::ModeSetup make_accelerator_mode(const std::string& mode, std::uint64_t capacity) {
+  if (mode != "disk_gds") return make_step_mode(mode, capacity);
+  spill::detail::cufile_library();
+  spill::ArenaOptions o;
+  o.directory = spill_dir();
+  o.capacity_bytes = capacity;
+  o.io = spill::IoMode::gds;
+  spill::StashOptions s;
+  s.asynchronous = true;
+  s.keep_last = 1;
+  s.prefetch_depth = 2;
+  spill::harness::ModeSetup m;
+  m.mode = mode;
+  m.arena = std::make_unique<spill::SpillArena>(o);
+  m.stash = spill::make_arena_stash(*m.arena, s);
+  return m;
+}
+
 // Step times of the modes measured so far in this run, for the ratios.
 std::map<std::string, double>& step_ms_by_mode() {
   static std::map<std::string, double> times;
@@ -248,7 +279,10 @@ void accelerator_step(benchmark::State& state, const std::string& mode_name) {
   const torch::Dtype dtype = device->is_cuda() ? torch::kBFloat16 : torch::kFloat;
   try {  // a bad shape, or an arena this machine refuses: reported, never a crash
     s = accel_shape();
-    mode = make_step_mode(mode_name, capacity_for(s, dtype));
+    mode = make_accelerator_mode(mode_name, capacity_for(s, dtype));
+  } catch (const spill::GdsUnavailableError& e) {
+    state.SkipWithError((std::string("skipped: ") + e.what()).c_str());
+    return;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
     return;
@@ -308,7 +342,7 @@ int run_accelerator_child(int argc, char** argv) {
   const torch::Dtype dtype = device->is_cuda() ? torch::kBFloat16 : torch::kFloat;
   torch::nn::Sequential& blocks = shared_blocks(s, *device);
   const double before_mode = status_bytes("VmRSS:");
-  spill::harness::ModeSetup mode = make_step_mode(argv[2], capacity_for(s, dtype));
+  spill::harness::ModeSetup mode = make_accelerator_mode(argv[2], capacity_for(s, dtype));
   torch::manual_seed(1);
   const torch::Tensor x0 = torch::randn({s.batch, s.seq, s.hidden}).to(*device, dtype);
   step(blocks, mode, x0, *device);
@@ -321,7 +355,7 @@ int run_accelerator_child(int argc, char** argv) {
 
 void register_accelerator_benchmarks() {
   for (const std::string mode :
-       {"none", "recompute", "ram", "disk_async", "disk_direct", "per_file"}) {
+       {"none", "recompute", "ram", "disk_async", "disk_direct", "disk_gds", "per_file"}) {
     auto* b = benchmark::RegisterBenchmark(
         ("BM_AcceleratorStep/" + mode).c_str(),
         [mode](benchmark::State& state) { accelerator_step(state, mode); });

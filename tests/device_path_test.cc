@@ -1,8 +1,9 @@
 // The arena stash's accelerator path on the CPU, through the copy seam's emulation
 // (spill::testing::set_accelerator_emulation): the host pool's budget, back-pressure, release of
 // device memory when the device -> host copy completes, inputs larger than the pool, keep on
-// device, bounded restores, in-place changes, bitwise gradients — and the CPU path's bounded
-// bytes in flight. Every run of CI exercises what a GPU machine would.
+// device, bounded restores, in-place changes, bitwise gradients, pinning refused (the same pool,
+// pageable, one warning), host memory flat in the depth — and the CPU path's bounded bytes in
+// flight. Every run of CI exercises what a GPU machine would.
 #include <doctest/doctest.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
@@ -10,13 +11,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "gpt_test_support.h"
 #include "io_test_support.h"
+#include "spill/process_memory.h"
+#include "spill/units.h"
 #include "stash_test_support.h"
 #include "test_support.h"
 #include "torch_layer/host_pool.h"
@@ -93,7 +98,7 @@ TEST_CASE("device path: gradients are bit-identical through the host pool in eve
             if (!asynchronous) CHECK(s.inputs_spilled == 4 - keep_last);
             CHECK(s.inputs_spilled <= 4 - keep_last);
             CHECK(s.host_pool_bytes > 0);  // automatic (64 MiB, or RLIMIT_MEMLOCK below it)
-            CHECK_FALSE(s.host_pool_pinned);               // the CPU cannot pin: pageable
+            CHECK(s.host_pool_pinned);  // as the emulated device pins (a power of two)
             CHECK(s.device_bytes_held == 0);
             CHECK(arena.stats().bytes_in_use == 0);
           }
@@ -346,25 +351,95 @@ TEST_CASE("device path: out of device memory while restoring is LibTorch's OOM e
   }
 }
 
+// keep_last 2: the pool is made mid-forward, at the third input, with two inputs held.
 TEST_CASE("host pool: memory refused when the pool is made is a typed error, then exact") {
   ScratchDir dir;
-  GptReference g(3, 32, {2, 16, 64});
-  auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::thread_pool);
-  o.host_pool_bytes = spill::MiB;
-  spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
-  {
-    Emulation faults(with_faults(0, true));
-    CHECK_THROWS_WITH_AS(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0),
-                         doctest::Contains("could not be allocated; lower"),
-                         spill::InsufficientSpaceError);
+  GptReference g(4, 32, {2, 16, 64});
+  for (std::uint32_t keep_last : {0u, 2u}) {
+    SUBCASE(subcase_name("keep_last " + std::to_string(keep_last)).c_str()) {
+      auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::thread_pool);
+      o.host_pool_bytes = spill::MiB;
+      spill::SpillArena arena = stash_arena(o, stash_settings(true, keep_last));
+      {
+        Emulation faults(with_faults(0, true));
+        const std::string named = "the host pool of " + spill::bytes_with_units(spill::MiB) +
+                                  " could not be allocated; lower ArenaOptions::host_pool_bytes";
+        CHECK_THROWS_WITH_AS(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0),
+                             doctest::Contains(named.c_str()), spill::InsufficientSpaceError);
+      }
+      check_drained(arena);
+      CHECK(spill::stash_stats(arena).host_pool_bytes == 0);  // not made: tried again next time
+      CHECK(spill_test::list_dir(dir.path()).empty());
+      Emulation emulation(50);
+      check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+      CHECK(spill::stash_stats(arena).host_pool_bytes == spill::MiB);
+      check_drained(arena);
+    }
   }
-  check_drained(arena);
-  CHECK(spill::stash_stats(arena).host_pool_bytes == 0);  // not made: tried again next time
-  CHECK(spill_test::list_dir(dir.path()).empty());
-  Emulation emulation(50);
-  check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
-  CHECK(spill::stash_stats(arena).host_pool_bytes == spill::MiB);
-  check_drained(arena);
+}
+
+namespace {
+
+// The LibTorch warnings (TORCH_WARN) raised on this thread while it lives.
+class CapturedWarnings final : public c10::WarningHandler {
+ public:
+  CapturedWarnings() : previous_(c10::WarningUtils::get_warning_handler()) {
+    c10::WarningUtils::set_warning_handler(this);
+  }
+  ~CapturedWarnings() override { c10::WarningUtils::set_warning_handler(previous_); }
+  CapturedWarnings(const CapturedWarnings&) = delete;
+  CapturedWarnings& operator=(const CapturedWarnings&) = delete;
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+
+ private:
+  c10::WarningHandler* previous_;
+};
+
+}  // namespace
+
+// A container's or WSL's memlock cap refuses pinned memory while pageable memory is still had.
+TEST_CASE("host pool: pinning refused makes the same pool pageable, with one warning") {
+  ScratchDir dir;
+  GptReference g(8, 41, {2, 32, 64});
+  // The first write of each step waits 150 ms; the progress thread finishes writes in order, so
+  // the pool fills behind it (its budget is held, not only sized), however slow the machine.
+  auto hold_first = std::make_shared<std::atomic<bool>>(true);
+  HookScope slow([hold_first](spill::IoOp op) {
+    if (op == spill::IoOp::write && hold_first->exchange(false)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    }
+    return 0;
+  });
+  auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::thread_pool);
+  o.host_pool_bytes = 3 * kInputBytes;  // pinned: 2 inputs (a power of two); pageable: all 3
+  for (bool refused : {false, true}) {
+    SUBCASE(refused ? "pinning refused" : "pinned") {
+      CapturedWarnings warnings;
+      spill::testing::AcceleratorEmulation e = with_faults(0, false);
+      e.pinning_refused = refused;
+      Emulation emulation(e);
+      for (int steps : {2, 1}) {  // two arenas, two pools, one warning
+        spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
+        auto stash = spill::make_arena_stash(arena);
+        for (int step = 0; step < steps; ++step) {
+          hold_first->store(true);
+          check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+        }
+        const spill::StashStats s = stash->stats();
+        CHECK(s.host_pool_pinned == !refused);
+        CHECK(s.host_pool_bytes == (refused ? 3 : 2) * kInputBytes);
+        CHECK(s.peak_host_pool_bytes_in_use <= s.host_pool_bytes);
+        CHECK(s.pool_waits > 0);
+        check_drained(arena);
+        CHECK(spill_test::list_dir(dir.path()).empty());
+      }
+      REQUIRE(warnings.messages.size() == (refused ? 1u : 0u));
+      if (refused) {
+        CHECK(warnings.messages[0].find("the host pool is pageable") != std::string::npos);
+      }
+    }
+  }
 }
 
 TEST_CASE("device path: a write that fails in flight is spill::IoError, then exact") {
@@ -454,5 +529,105 @@ TEST_CASE("device path: every block of a pageable host pool is page-aligned") {
     CHECK(reinterpret_cast<std::uintptr_t>(lease->host().data_ptr()) % page == 0);
     CHECK(lease->bytes() == bytes);
     leases.push_back(std::move(*lease));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host memory of spilling at two depths: the pool and the staging pool, nothing per layer.
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// False under a sanitizer: its allocator keeps freed memory (a quarantine), so resident memory
+// says nothing about what is live.
+constexpr bool resident_memory_follows_live_memory() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return false;
+#else
+  return true;
+#endif
+#else
+  return true;
+#endif
+}
+
+constexpr std::uint64_t kWideInputBytes = 128 * 32 * 64 * sizeof(float);  // 1 MiB
+
+struct DepthRun {
+  spill::StashStats stash;
+  std::uint64_t staging_bytes = 0;
+  std::uint64_t spilled_bytes = 0;
+  std::uint64_t held_bytes = 0;  // RssAnon after forward (every write done) less before the arena
+};
+
+// One checkpointed step of `layers` blocks on 1 MiB inputs through a pool of one input (all of
+// it touched by the first copy, whatever the timing); gradients bit-identical to the step
+// without checkpointing.
+DepthRun step_at_depth(int layers, const std::string& dir) {
+  GptReference g(layers, 51, {128, 32, 64});  // the reference step warms LibTorch up
+  for (auto& p : g.blocks->parameters()) p.mutable_grad() = torch::Tensor();
+  auto o = engine_options(dir, spill::IoMode::direct, spill::IoBackend::thread_pool);
+  o.capacity_bytes = static_cast<std::uint64_t>(layers + 2) * kWideInputBytes;
+  o.host_pool_bytes = kWideInputBytes;
+  DepthRun run;
+  const std::uint64_t before = spill::resident_anonymous_bytes();
+  spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
+  auto stash = spill::make_arena_stash(arena);
+  torch::manual_seed(1234);  // as gpt_step
+  torch::Tensor x = g.x0.detach().clone().requires_grad_(true);
+  torch::Tensor y = spill::models::run_blocks(g.blocks, stash, x);
+  REQUIRE(eventually([&] {
+    const spill::StashStats s = stash->stats();
+    return s.inputs_spilled == static_cast<std::uint64_t>(layers) && s.device_bytes_held == 0;
+  }));
+  const std::uint64_t after_forward = spill::resident_anonymous_bytes();
+  run.held_bytes = after_forward > before ? after_forward - before : 0;
+  torch::Tensor loss = (y * y).mean() + torch::dropout(y, 0.2, true).sum() * 1e-3;
+  loss.backward();
+  Grads grads{x.grad().clone(), {}, loss.detach()};
+  for (auto& p : g.blocks->parameters()) grads.params.push_back(p.grad().clone());
+  check_identical(g.reference, grads);
+  run.stash = stash->stats();
+  run.staging_bytes = arena.stats().staging_bytes;
+  run.spilled_bytes = arena.stats().bytes_written;
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("device path: host memory of spilling is the pool and staging, whatever the depth") {
+  spill::return_freed_memory_promptly();  // RssAnon follows live memory
+  ScratchDir dir;
+  Emulation emulation(0);
+  const DepthRun shallow = step_at_depth(4, dir.path());
+  const DepthRun deep = step_at_depth(12, dir.path());
+  for (const DepthRun* run : {&shallow, &deep}) {
+    const spill::StashStats& s = run->stash;
+    CAPTURE(s.host_pool_bytes);
+    CAPTURE(run->held_bytes);
+    CHECK(s.host_pool_bytes == kWideInputBytes);
+    CHECK(s.peak_host_pool_bytes_in_use + s.peak_host_bytes_in_flight + run->staging_bytes <=
+          s.host_pool_bytes + run->staging_bytes);
+    CHECK(run->spilled_bytes > s.host_pool_bytes + run->staging_bytes);  // the bound binds
+    if (resident_memory_follows_live_memory()) {
+      // The pool, the staging pool, x and y (the step's input and output), and 1 MiB for the
+      // threads and the arena's, the stash's and autograd's bookkeeping (0.3 MiB at most when
+      // measured): 4 and 12 MiB more had the inputs stayed in memory.
+      CHECK(run->held_bytes <=
+            s.host_pool_bytes + run->staging_bytes + 2 * kWideInputBytes + spill::MiB);
+    }
+  }
+  CHECK(deep.spilled_bytes == 3 * shallow.spilled_bytes);
+  CHECK(deep.stash.peak_host_pool_bytes_in_use <= shallow.stash.host_pool_bytes);
+  if (resident_memory_follows_live_memory()) {
+    MESSAGE("held after forward: 4 layers " << spill::human_bytes(shallow.held_bytes)
+                                            << ", 12 layers "
+                                            << spill::human_bytes(deep.held_bytes));
+    // Eight more inputs spilled (8 MiB); held memory grew by less than two of them (RssAnon
+    // moves by up to a MiB between runs: glibc trims its heaps when it will).
+    CHECK(deep.held_bytes <= shallow.held_bytes + 2 * kWideInputBytes);
   }
 }

@@ -15,8 +15,10 @@ optimizer state), so what is left of the budget is what activations may use.
 
 Modes: none (no checkpointing), recompute (transformers' gradient checkpointing: every layer's
 input stays on the device), spillarena_direct (spillarena.enable with an O_DIRECT arena: layer
-inputs go to disk), spillarena_gds (io="gds"; where the arena cannot be made, e.g. no libcufile,
-the mode is reported as skipped with the reason, not as a failure).
+inputs go to disk), spillarena_gds (io="gds"; where libcufile does not load, the mode is skipped
+before any trial, with spillarena.GdsUnavailableError's message: the library searched and how to
+install it; where cuFile loads but the arena still cannot be made, the first trial skips it).
+Skipped is not a failure.
 
 A trial is one fresh process that builds the model and runs --steps (2) training steps (forward,
 loss, backward; gradients kept) at one sequence length: ok, oom (torch.OutOfMemoryError), error
@@ -300,10 +302,28 @@ def parse_child(done, seq):
     return {"seq": seq, "status": "crash", "message": f"exit {done.returncode}: {tail[0][:400]}"}
 
 
+def new_state(skipped=None):
+    return {"largest_ok_seq": None, "capped": False, "incomplete": False, "skipped": skipped, "trials": []}
+
+
+def gds_unavailable(spill_dir):
+    """Why io="gds" cannot run here (GdsUnavailableError's first line), or None. Asked once in the
+    parent with a 1 MiB arena, so that no trial builds a model to find out."""
+    import spillarena
+
+    try:
+        spillarena.SpillArena(1 << 20, spill_dir, io="gds")
+    except spillarena.GdsUnavailableError as e:
+        return first_line(e)
+    except spillarena.Error:
+        return None  # not cuFile's doing: the trials report it
+    return None
+
+
 def search(mode, runner, on_trial):
     """Doubling from --start-seq to the first failure, then bisection to --granularity."""
     args = runner.args
-    state = {"largest_ok_seq": None, "capped": False, "incomplete": False, "skipped": None, "trials": []}
+    state = new_state()
 
     def attempt(seq):
         if runner.time_left() <= 0:
@@ -408,6 +428,12 @@ def run_searches(args, runner):
         h2h_support.write_report(args.out, summarize(args, runner, dict(results)))
 
     for mode in args.modes.split(","):
+        reason = gds_unavailable(runner.spill_dir) if mode == "spillarena_gds" else None
+        if reason:
+            print(f"  {mode:18s} skipped: {reason}", file=sys.stderr, flush=True)
+            results[mode] = new_state(skipped=reason)
+            h2h_support.write_report(args.out, summarize(args, runner, dict(results)))
+            continue
         results[mode] = search(mode, runner, on_trial)
     return summarize(args, runner, results)
 

@@ -53,7 +53,10 @@ void set_io_test_hook(std::function<int(IoOp op)> hook);
 // accelerator inputs — through the host pool, with device <-> host copies made on a thread of
 // their own after a random delay of min_delay_us to max_delay_us each — so tests check the accelerator
 // path's budget, back-pressure, release timing and gradients without a GPU. Entries stored
-// meanwhile keep that engine until they are restored. See Note [Accelerator copies] in
+// meanwhile keep that engine until they are restored. The emulated device pins host memory as a
+// GPU's host allocator does (a power-of-two pool, page-aligned host memory standing in for
+// pinned, StashStats::host_pool_pinned true) unless pinning_refused. Each call is a fresh device:
+// the host pool's once-per-process warning may be given again. See Note [Accelerator copies] in
 // src/torch_layer/device_copy.cc.
 //
 //   spill::testing::set_accelerator_emulation({true, 200, 7});  // up to 200 us, seed 7
@@ -68,8 +71,11 @@ struct AcceleratorEmulation {
   // LibTorch fails when the device is out of memory (c10::OutOfMemoryError) ...
   std::uint32_t device_allocations_to_fail = 0;
   // ... and the host pool cannot be allocated, pinned or pageable (the memory was gone by the
-  // time the first input was stored).
+  // time the first input was stored) ...
   bool host_pool_refused = false;
+  // ... or it cannot be pinned (a container's or WSL's memlock cap) while pageable memory is
+  // still had: the same pool is then pageable, with one warning (TORCH_WARN).
+  bool pinning_refused = false;
 };
 void set_accelerator_emulation(const AcceleratorEmulation& emulation);
 

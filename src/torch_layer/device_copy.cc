@@ -32,7 +32,9 @@ namespace {
 //
 // Without a GPU the same path runs under emulation: CPU tensors, one copy thread, a random delay
 // before each copy, and order_current_stream() waits on the host (a CPU "stream" is the calling
-// thread). The stash cannot tell the difference, which is the point.
+// thread). The stash cannot tell the difference, which is the point. The emulated device pins
+// too: its host pool is page-aligned host memory reported as pinned, or, with pinning_refused,
+// the pageable fallback a memlock cap forces on a real device (Note [The host pool]).
 
 torch::Tensor bytes_of(const torch::Tensor& t, std::uint64_t offset, std::uint64_t bytes) {
   return t.reshape({-1}).view(torch::kUInt8).narrow(0, static_cast<std::int64_t>(offset),
@@ -185,7 +187,14 @@ class EmulatedEngine final : public CopyEngine {
 Mutex emulation_mutex;
 std::shared_ptr<CopyEngine> emulated GUARDED_BY(emulation_mutex);
 std::atomic<bool> emulating{false};
-std::atomic<bool> host_pool_refused{false};
+std::atomic<EmulatedHostMemory> host_memory{EmulatedHostMemory::off};
+std::atomic<std::uint64_t> epoch{0};
+
+EmulatedHostMemory host_memory_of(const testing::AcceleratorEmulation& e) {
+  if (!e.enabled) return EmulatedHostMemory::off;
+  if (e.host_pool_refused) return EmulatedHostMemory::refused;
+  return e.pinning_refused ? EmulatedHostMemory::pinning_refused : EmulatedHostMemory::pinned;
+}
 
 }  // namespace
 
@@ -198,7 +207,9 @@ std::shared_ptr<CopyEngine> CopyEngine::for_inputs() {
   return real;
 }
 
-bool host_pool_refused_by_emulation() { return host_pool_refused.load(); }
+EmulatedHostMemory emulated_host_memory() { return host_memory.load(); }
+
+std::uint64_t emulation_epoch() { return epoch.load(); }
 
 bool CopyEngine::is_accelerator_input(const torch::Tensor& t) {
   return !t.device().is_cpu() || emulating.load(std::memory_order_acquire);
@@ -214,7 +225,8 @@ void set_accelerator_emulation(const AcceleratorEmulation& emulation) {
     detail::MutexLock lock(detail::emulation_mutex);
     previous = std::move(detail::emulated);
     if (emulation.enabled) detail::emulated = std::make_shared<detail::EmulatedEngine>(emulation);
-    detail::host_pool_refused.store(emulation.enabled && emulation.host_pool_refused);
+    detail::host_memory.store(detail::host_memory_of(emulation));
+    detail::epoch.fetch_add(1);
     detail::emulating.store(emulation.enabled, std::memory_order_release);
   }
 }

@@ -57,7 +57,15 @@ class CopyEngine {
   static bool is_accelerator_input(const torch::Tensor& t);
 };
 
-// Under emulation with host_pool_refused: the host pool's allocations are to fail.
-bool host_pool_refused_by_emulation();
+// The host memory the host pool gets under emulation (spill::testing::set_accelerator_emulation):
+// not emulated (off: the device's own host allocator decides), pinned as a device's host
+// allocator would pin it (page-aligned host memory standing in for it), pinning refused
+// (pageable memory still had), or none at all (host_pool_refused).
+enum class EmulatedHostMemory { off, pinned, pinning_refused, refused };
+EmulatedHostMemory emulated_host_memory();
+
+// Bumped by every set_accelerator_emulation: what is done once per process (the host pool's
+// pageable warning) is done once per emulated device, as if each were a fresh process.
+std::uint64_t emulation_epoch();
 
 }  // namespace spill::detail

@@ -1,6 +1,7 @@
 #include "host_pool.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "core/platform.h"
@@ -26,7 +27,8 @@ namespace spill::detail {
 // When the pool is full, store() waits for the oldest write (PoolFull::wait, counted) or keeps
 // the input on its device (PoolFull::keep_on_device); an input larger than the pool goes
 // through it in pieces. Host memory spent on accelerator traffic is therefore the pool,
-// whatever the model. Where pinning is refused, the same pool is pageable (one warning).
+// whatever the model. Where pinning is refused, the same pool is pageable (one warning per
+// process).
 //
 // For CPU inputs nothing is copied: the input itself is written. There the budget bounds the
 // bytes of inputs held while their writes are in flight (Note [Overlapped spilling] in
@@ -53,26 +55,38 @@ void check_memlock(std::uint64_t bytes) {
                              "the limit (ulimit -l, or memlock in the container's settings)");
 }
 
-// Pinned through LibTorch's host allocator for `device`; undefined (and one warning) where that
-// is refused, or where there is nothing to pin for (the CPU, under emulation).
+// Where pinning is refused every arena's pool is pageable: one warning per process, not one per
+// arena, through TORCH_WARN (LibTorch's warning handler: stderr unless one is installed). Not
+// TORCH_WARN_ONCE, which cannot be re-armed: each emulated device (set_accelerator_emulation)
+// counts as a fresh process, so a test sees its warning whatever ran before it.
+void warn_pageable_once() {
+  static std::atomic<std::uint64_t> warned_epoch{~std::uint64_t{0}};
+  const std::uint64_t epoch = emulation_epoch();
+  if (warned_epoch.exchange(epoch) == epoch) return;
+  TORCH_WARN("spillarena: pinned host memory is unavailable; the host pool is pageable "
+             "(device copies are then synchronous)");
+}
+
+// Pinned for `device` through LibTorch's host allocator (or the emulated device's stand-in);
+// undefined where that is refused or there is nothing to pin for (the CPU).
 torch::Tensor pinned_bytes(std::uint64_t bytes, c10::DeviceType device) {
-  if (device != c10::DeviceType::CPU) {
+  const EmulatedHostMemory emulated = emulated_host_memory();
+  if (emulated == EmulatedHostMemory::pinned) return aligned_host_bytes(bytes, page_bytes());
+  if (emulated == EmulatedHostMemory::off && device != c10::DeviceType::CPU) {
     try {
-      TORCH_CHECK(!host_pool_refused_by_emulation(), "emulated: pinned memory refused");
       return torch::empty({static_cast<std::int64_t>(bytes)},
                           torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
-    } catch (const c10::Error&) {
+    } catch (const c10::Error&) {  // cudaHostAlloc refused: over memlock, or no memory to lock
     }
   }
-  TORCH_WARN_ONCE("spillarena: pinned host memory is unavailable; the host pool is pageable "
-                  "(device copies are then synchronous)");
   return torch::Tensor();
 }
 
 // Page-aligned like pinned memory, so O_DIRECT writes its blocks from where they are.
 torch::Tensor pageable_bytes(std::uint64_t bytes) {
   try {
-    TORCH_CHECK(!host_pool_refused_by_emulation(), "emulated: host memory refused");
+    TORCH_CHECK(emulated_host_memory() != EmulatedHostMemory::refused,
+                "emulated: host memory refused");
     return aligned_host_bytes(bytes, page_bytes());
   } catch (const c10::Error&) {
     throw InsufficientSpaceError("<host pool>", bytes, memory_limits().usable_bytes(),
@@ -122,7 +136,10 @@ std::shared_ptr<HostPool> HostPool::make(std::uint64_t budget_bytes, c10::Device
   check_memlock(bytes);
   torch::Tensor memory = pinned_bytes(power_of_two_floor(bytes), device);
   const bool pinned = memory.defined();
-  if (!pinned) memory = pageable_bytes(bytes);
+  if (!pinned) {
+    memory = pageable_bytes(bytes);
+    warn_pageable_once();
+  }
   return std::shared_ptr<HostPool>(new HostPool(std::move(memory), pinned));
 }
 

@@ -27,8 +27,10 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
  public:
   // `budget_bytes` (>= one page): the pool holds at most that much host memory. Pinned for
   // `device` through LibTorch's host allocator (the size rounded down to a power of two there,
-  // which that allocator would otherwise round up); pageable, with one warning, where pinning is
-  // refused (the CPU under emulation too). Throws spill::InsufficientSpaceError when the memory
+  // which that allocator would otherwise round up); pageable, the whole budget, with one
+  // warning per process (TORCH_WARN), where pinning is refused or there is nothing to pin for
+  // (the CPU). Under emulation the device's pinning is emulated (spill::testing::
+  // AcceleratorEmulation::pinning_refused). Throws spill::InsufficientSpaceError when the memory
   // cannot be had, InvalidArgumentError above RLIMIT_MEMLOCK.
   static std::shared_ptr<HostPool> make(std::uint64_t budget_bytes, c10::DeviceType device);
 

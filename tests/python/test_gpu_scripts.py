@@ -1,7 +1,8 @@
 """The GPU check's Python scripts cannot rot on a machine without a GPU.
 
 scripts/gpu-check.sh runs only where a GPU is lent (rarely), so its argument lines are parsed here
-by the scripts' own parsers, and the GPU head-to-head runs end to end on the CPU at a tiny size.
+by the scripts' own parsers (gds among the modes it runs), the GPU head-to-head runs end to end on
+the CPU at a tiny size, and the longest-sequence search skips gds where libcufile does not load.
 """
 
 import importlib.util
@@ -46,6 +47,40 @@ def test_gpu_check_passes_arguments_the_script_accepts(script):
     parse_args = load(script).parse_args
     for argv in calls:
         parse_args(argv)  # SystemExit (argparse's error) fails the test, naming the flag
+
+
+def test_gpu_check_searches_the_longest_sequence_with_gds_too():
+    parse_args = load("longest_sequence.py").parse_args
+    for argv in gpu_check_argument_lines("longest_sequence.py"):
+        modes = parse_args(argv).modes.split(",")
+        assert {"recompute", "spillarena_direct", "spillarena_gds"} <= set(modes), modes
+
+
+def test_gpu_check_benchmarks_disk_gds_at_both_depths():
+    with open(os.path.join(REPO, "bench", "accelerator_benchmark.cc")) as f:
+        assert '"disk_gds"' in f.read(), "BM_AcceleratorStep no longer registers disk_gds"
+    with open(os.path.join(REPO, "scripts", "gpu-check.sh")) as f:
+        filters = re.findall(r"--benchmark_filter='([^']*)'", f.read())
+    assert len(filters) == 2, filters  # 16 layers, then 8
+    for pattern in filters:  # google-benchmark's filter is a regular expression, searched
+        assert re.search(pattern, "BM_AcceleratorStep/disk_gds"), pattern
+
+
+def test_longest_sequence_skips_gds_without_libcufile_before_any_trial(tmp_path, spill_dir):
+    missing = str(tmp_path / "no-such-libcufile.so.0")
+    out = tmp_path / "longest.json"
+    env = dict(os.environ, SPILLARENA_CUFILE_LIBRARY=missing)
+    done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "python", "longest_sequence.py"),
+                           "--device", "cpu", "--smoke", "--modes", "spillarena_gds",
+                           "--spill-dir", str(spill_dir), "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    gds = report["modes"]["spillarena_gds"]
+    assert gds["trials"] == []  # no model was built to find out
+    assert gds["skipped"].startswith("GdsUnavailableError") and missing in gds["skipped"], gds
+    assert report["goal_met"] == {"spillarena_gds": None}
+    assert "spillarena_gds     skipped: GdsUnavailableError" in done.stdout, done.stdout
 
 
 def test_gpu_head_to_head_runs_on_the_cpu_with_equal_losses(tmp_path, spill_dir):
