@@ -609,8 +609,9 @@ TEST_CASE("device path: host memory of spilling is the pool and staging, whateve
     CAPTURE(s.host_pool_bytes);
     CAPTURE(run->held_bytes);
     CHECK(s.host_pool_bytes == kWideInputBytes);
-    CHECK(s.peak_host_pool_bytes_in_use + s.peak_host_bytes_in_flight + run->staging_bytes <=
-          s.host_pool_bytes + run->staging_bytes);
+    // The pool's peak and the CPU path's bytes in flight (none here) within the pool; the
+    // staging pool is the engine's fixed size, reported as made.
+    CHECK(s.peak_host_pool_bytes_in_use + s.peak_host_bytes_in_flight <= s.host_pool_bytes);
     CHECK(run->spilled_bytes > s.host_pool_bytes + run->staging_bytes);  // the bound binds
     if (resident_memory_follows_live_memory()) {
       // The pool, the staging pool, x and y (the step's input and output), and 1 MiB for the

@@ -404,3 +404,28 @@ TEST_CASE("gds stash: a staging buffer cuFile refuses to register still moves ev
   CHECK(gds.state.registered.size() == 1);
   CHECK(gds.state.deregistered.empty());  // never registered: nothing to deregister
 }
+
+TEST_CASE("gds stash: a staging buffer of 0 bytes or above 1 TiB is refused, naming the value") {
+  ScratchDir dir;
+  GdsScope gds(/*emulate=*/false);
+  spill::SpillArena arena = gds_arena(dir.path(), /*asynchronous=*/true);
+  const std::uint64_t before = spill::stash_options(arena).gds_buffer_bytes;
+  const std::uint64_t too_large = (1ull << 40) + 1;
+  for (std::uint64_t bad : {std::uint64_t{0}, too_large, std::uint64_t{~0ull}}) {
+    spill::StashOptions o = spill::stash_options(arena);
+    o.gds_buffer_bytes = bad;
+    try {
+      spill::make_arena_stash(arena, o);
+      FAIL("gds_buffer_bytes " << bad << " was accepted");
+    } catch (const spill::InvalidArgumentError& e) {
+      const std::string message = e.what();
+      CHECK(message.find("gds_buffer_bytes is " + std::to_string(bad)) != std::string::npos);
+      CHECK(message.find("1 TiB") != std::string::npos);
+    }
+    CHECK_THROWS_AS(spill::set_stash_options(arena, o), spill::InvalidArgumentError);
+  }
+  CHECK(spill::stash_options(arena).gds_buffer_bytes == before);  // nothing was changed
+  spill::StashOptions fine = spill::stash_options(arena);
+  fine.gds_buffer_bytes = 1;  // one page, rounded up
+  CHECK_NOTHROW(spill::make_arena_stash(arena, fine));
+}

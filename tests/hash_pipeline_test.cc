@@ -8,7 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -26,7 +28,23 @@ namespace {
 constexpr std::uint64_t kSlice = 64 << 10;
 constexpr std::uint64_t kUnit = 4 * kSlice;
 
-bool two_cpus() { return spill::platform::capabilities().cpus >= 2; }
+// Where the pipeline runs beside at all: two CPUs, and not turned off from the environment.
+bool two_cpus() {
+  const char* off = std::getenv("SPILLARENA_HASH_BESIDE");
+  if (off != nullptr && std::string(off) == "0") return false;
+  return spill::platform::capabilities().cpus >= 2;
+}
+
+// Waits up to 10 s for `done()`; false if it never came.
+template <class Done>
+bool eventually(Done&& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
 
 // A copy of `units` units of kUnit bytes in kSlice slices, each slice taking `slice_time`; each
 // unit's hash records how many bytes were copied when it ran.
@@ -41,12 +59,16 @@ struct Transfer {
     for (std::size_t i = 0; i < units; ++i) ready.push_back((i + 1) * kUnit);
   }
 
-  bool run(HashPipeline& pipeline, std::uint64_t stop_after = ~0ull) {
+  // `fail_at`: the copy of the slice starting there fails. `before_slice(done)` runs first.
+  template <class BeforeSlice>
+  bool run(HashPipeline& pipeline, std::uint64_t fail_at, BeforeSlice&& before_slice) {
     auto copy = [&](std::uint64_t done, std::uint64_t n) {
+      before_slice(done);
+      if (done == fail_at) return false;
       std::memcpy(dst.data() + done, src.data() + done, n);
       if (slice_time.count() > 0) std::this_thread::sleep_for(slice_time);
       copied.store(done + n);
-      return done + n < stop_after;
+      return true;
     };
     auto hash = [&](std::size_t i) {
       copied_when_hashed[i] = copied.load();
@@ -54,6 +76,9 @@ struct Transfer {
       times_hashed[i].fetch_add(1);
     };
     return pipeline.run(src.size(), kSlice, ready, copy, hash);
+  }
+  bool run(HashPipeline& pipeline, std::uint64_t fail_at = ~0ull) {
+    return run(pipeline, fail_at, [](std::uint64_t) {});
   }
 
   std::vector<unsigned char> src, dst;
@@ -69,7 +94,14 @@ struct Transfer {
 TEST_CASE("hash pipeline: every unit once, after its bytes, with the one-thread hashes") {
   HashPipeline pipeline;
   Transfer t(24, std::chrono::microseconds(200));
-  const bool beside = t.run(pipeline);
+  // The copy of the second unit waits (bounded) for the first unit's hash, which only the
+  // pipeline's thread can take while the copy runs.
+  bool thread_took_one = false;
+  const bool beside = t.run(pipeline, ~0ull, [&](std::uint64_t done) {
+    if (done == kUnit + kSlice) {
+      thread_took_one = eventually([&] { return t.times_hashed[0].load() == 1; });
+    }
+  });
   CHECK(beside == two_cpus());
   if (!beside) return;
   CHECK(t.dst == t.src);
@@ -78,15 +110,21 @@ TEST_CASE("hash pipeline: every unit once, after its bytes, with the one-thread 
     CHECK(t.copied_when_hashed[i] >= t.ready[i]);
     CHECK(t.hashes[i] == hash_bytes(t.src.data() + i * kUnit, kUnit));
   }
-  // The copy sleeps 200 us a slice: the thread, woken for each finished unit, takes most.
+  CHECK(thread_took_one);
   CHECK(pipeline.units_beside() > 0);
 }
 
-TEST_CASE("hash pipeline: a copy that stops early hashes only the units it finished") {
+TEST_CASE("hash pipeline: a copy that fails hashes only the units finished before it") {
   if (!two_cpus()) return;
   HashPipeline pipeline;
+  for (std::uint64_t fail_at : {3 * kUnit + kSlice, 3 * kUnit}) {  // inside a unit, at its start
+    Transfer t(8, std::chrono::microseconds(200));
+    REQUIRE(t.run(pipeline, fail_at));
+    for (std::size_t i = 0; i < 8; ++i) CHECK(t.times_hashed[i].load() == (i < 3 ? 1 : 0));
+  }
+  // A failed slice is not copied: a unit ending right after it is not hashed.
   Transfer t(8, std::chrono::microseconds(200));
-  REQUIRE(t.run(pipeline, 3 * kUnit + kSlice));  // stops inside the fourth unit
+  REQUIRE(t.run(pipeline, 4 * kUnit - kSlice));
   for (std::size_t i = 0; i < 8; ++i) CHECK(t.times_hashed[i].load() == (i < 3 ? 1 : 0));
   // The pipeline is usable again: beside (every unit once) or, if the thread got no CPU during
   // the first run, alone (nothing done: the caller's own path).
@@ -101,7 +139,7 @@ TEST_CASE("hash pipeline: one unit, or a pipeline held by another run, goes alon
   CHECK_FALSE(one.run(pipeline));
   CHECK(one.times_hashed[0].load() == 0);  // nothing done: the caller's own path
   if (!two_cpus()) return;
-  Transfer holder(16, std::chrono::microseconds(500));
+  Transfer holder(16);
   std::atomic<bool> second_tried{false};
   bool second_beside = true;
   std::thread other([&] {
@@ -110,9 +148,12 @@ TEST_CASE("hash pipeline: one unit, or a pipeline held by another run, goes alon
     second_beside = second.run(pipeline);
     second_tried = true;
   });
-  CHECK(holder.run(pipeline));
+  bool waited = false;  // the holder's copy waits (bounded) until the second run has tried
+  CHECK(holder.run(pipeline, ~0ull, [&](std::uint64_t done) {
+    if (done == kSlice) waited = eventually([&] { return second_tried.load(); });
+  }));
   other.join();
-  CHECK(second_tried.load());
+  CHECK(waited);
   CHECK_FALSE(second_beside);
   for (std::size_t i = 0; i < 16; ++i) CHECK(holder.times_hashed[i].load() == 1);
 }

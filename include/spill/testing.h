@@ -73,8 +73,10 @@ struct AcceleratorEmulation {
   // ... and the host pool cannot be allocated, pinned or pageable (the memory was gone by the
   // time the first input was stored) ...
   bool host_pool_refused = false;
-  // ... or it cannot be pinned (a container's or WSL's memlock cap) while pageable memory is
-  // still had: the same pool is then pageable, with one warning (TORCH_WARN).
+  // ... or the driver refuses to pin it (cudaHostAlloc failing: a memlock cap the automatic
+  // budget did not know, WSL) while pageable memory is still had: the same pool is then
+  // pageable, with one warning (TORCH_WARN). An explicit host_pool_bytes above RLIMIT_MEMLOCK
+  // is an InvalidArgumentError before any of this.
   bool pinning_refused = false;
 };
 void set_accelerator_emulation(const AcceleratorEmulation& emulation);

@@ -201,6 +201,7 @@ bool ArenaCore::read_checked_beside(std::uint64_t start, std::uint64_t at, char*
     const HashedSpan& c = units.chunks[i];
     mismatch[i] = ledger_->compare(start, c, hash_bytes(dst + (c.span.offset - at), c.span.bytes));
   };
+  if (units.chunks.size() < 2) return false;  // nothing to hash beside: the one-thread path
   if (storage_->fd() >= 0) throw_if_shrunk(start + at, bytes, IoOp::read);
   if (!hash_pipeline_.run(bytes, kHashSliceBytes, units.ready, copy, check)) return false;
   if (faulted) throw_unreadable(start + at, bytes, IoOp::read);
@@ -406,6 +407,7 @@ bool ArenaCore::checked_in_place_beside(std::uint64_t start, const char* memory,
     mismatch[i] = ledger_->compare(start, c, found);
   };
   auto nothing_to_copy = [](std::uint64_t, std::uint64_t) { return true; };
+  if (units.chunks.size() < 2) return false;  // nothing to check beside: the one-thread path
   if (storage_->fd() >= 0) throw_if_shrunk(start, bytes, IoOp::read);
   if (!hash_pipeline_.run(0, bytes, units.ready, nothing_to_copy, check)) return false;
   if (faulted.load()) throw_unreadable(start, bytes, IoOp::read);

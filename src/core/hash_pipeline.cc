@@ -17,7 +17,8 @@ namespace spill::detail {
 // a training step's synchronous copies run while the other cores mostly wait on them. So the
 // copy tells a thread of the arena's own how far it got, and that thread hashes each 4 MiB
 // integrity chunk the copy has finished while the copy moves the next, reading it back from the
-// shared L3 cache (32 MiB on the test VM): the caller waits for its copy and, at most, one chunk.
+// shared L3 cache (32 MiB on the test VM): where the thread keeps up, the caller waits for its
+// copy and the last chunk, which only the end of the copy makes ready.
 //  - Units: chunks hash on their own (one XXH3 each), so the thread and the caller may take them
 //    in any order: each takes the next ready one with a compare-and-swap. When the copy ends the
 //    caller takes units too, until none is left, then waits for the one the thread is in, if any.
@@ -31,10 +32,12 @@ namespace spill::detail {
 //  - The run lives in its caller's frame. The thread counts itself in (thread_in_run_) before it
 //    reads run_; the caller clears run_ and then waits for the count to drop to zero before it
 //    returns (both sequentially consistent: one of them always sees the other's store).
-//  - When the thread had taken at most half of the units a copy made ready by its end, it was not
-//    getting a CPU (every core busy: a compile, other processes, LibTorch's own threads), and
-//    waking it cost more than it saved; the next kRunsAloneWhenBusy runs take the one-thread
-//    path, then it tries again.
+//  - When the thread took less than half of the units it could have taken before a copy ended
+//    (every ready one but the last), it was not getting a CPU (every core busy: a compile, other
+//    processes, LibTorch's own threads), and waking it cost more than it saved; the next
+//    kRunsAloneWhenBusy runs take the one-thread path, then it tries again. (CPUs are counted
+//    in the affinity mask: a container held to one CPU by a CFS quota on a larger machine still
+//    starts the thread, and this rule is what sends its copies back to one thread.)
 //  - One run at a time holds the pipeline; a run that finds it taken (another thread copying in
 //    the same arena), a single chunk, a process allowed one CPU, or SPILLARENA_HASH_BESIDE=0 in
 //    the environment hashes on its own thread. The
@@ -118,12 +121,13 @@ bool HashPipeline::take(Run* r, std::size_t* unit) {
 }
 
 void HashPipeline::finish(Run* r, std::uint64_t copied) {
-  // Of the units ready when the copy ended, the thread had taken at most half: it was not
-  // getting a CPU while the copy ran (every core busy), and waking it cost more than it saved.
+  // Of the units it could have taken before the copy ended (all ready then but the last, which
+  // became ready at the end), the thread took less than half: it was not getting a CPU while
+  // the copy ran (every core busy), and waking it cost more than it saved.
   std::size_t ready = 0;
   while (ready < r->units && r->ready[ready] <= copied) ++ready;
   const std::size_t taken = std::min(r->next.load(), ready);
-  if (copied > 0 && ready > 1 && 2 * taken <= ready) skip_runs_ = kRunsAloneWhenBusy;
+  if (copied > 0 && ready > 1 && 2 * taken < ready - 1) skip_runs_ = kRunsAloneWhenBusy;
   r->copied.store(copied);
   for (std::size_t i; take(r, &i);) r->hash(r->context, i);  // beside the thread, if it is too
   run_.store(nullptr);

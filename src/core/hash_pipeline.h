@@ -34,10 +34,11 @@ class HashPipeline {
   // Calls copy(done, n) for each slice of `bytes` (`slice` bytes each, in order) on the calling
   // thread, and hash(i) once for each unit i < ready.size() (units are independent: any order,
   // any thread) once ready[i] bytes are copied: on the pipeline's thread while the copy goes on,
-  // and on both once it ends. `copy` returns false to stop after its slice: units not then ready
-  // are not hashed. Neither may throw, nor leave by longjmp. Returns false, having called
-  // neither, where it cannot run beside: one unit or none, a process allowed one CPU, or another
-  // thread's run holding the pipeline; the caller then copies and hashes on its own thread.
+  // and on both once it ends. `copy` returns false when it failed: that slice does not count as
+  // copied, the run stops, and units not ready by then are not hashed. Neither may throw (a throw
+  // terminates), nor leave by longjmp. `slice` > 0. Returns false, having called neither, where
+  // it cannot run beside: one unit or none, a process allowed one CPU, or another thread's run
+  // holding the pipeline; the caller then copies and hashes on its own thread.
   template <class Copy, class Hash>
   bool run(std::uint64_t bytes, std::uint64_t slice, const std::vector<std::uint64_t>& ready,
            Copy&& copy, Hash&& hash) {
@@ -47,10 +48,9 @@ class HashPipeline {
     std::uint64_t copied = 0;
     while (copied < bytes) {
       const std::uint64_t n = slice < bytes - copied ? slice : bytes - copied;
-      const bool go_on = copy(copied, n);
+      if (!copy(copied, n)) break;
       copied += n;
       publish(&r, copied);
-      if (!go_on) break;
     }
     finish(&r, copied);
     return true;
@@ -62,7 +62,7 @@ class HashPipeline {
  private:
   // One run, in its caller's frame; the thread reaches it through run_ only.
   struct Run {
-    void (*hash)(void* context, std::size_t unit);
+    void (*hash)(void* context, std::size_t unit) noexcept;
     void* context;
     const std::uint64_t* ready;
     std::size_t units;
@@ -70,7 +70,7 @@ class HashPipeline {
     std::atomic<std::size_t> next{0};  // the first unit nobody has taken
   };
   template <class Hash>
-  static void call(void* context, std::size_t unit) {
+  static void call(void* context, std::size_t unit) noexcept {
     (*static_cast<Hash*>(context))(unit);
   }
 

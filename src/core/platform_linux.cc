@@ -38,7 +38,9 @@ Capabilities os::capabilities() {
   c.writeback_control = true;  // sync_file_range, posix_fadvise
   c.direct_io = true;          // O_DIRECT; the file system may still refuse it
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) c.cpus = static_cast<std::uint32_t>(CPU_COUNT(&set));
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    c.cpus = static_cast<std::uint32_t>(CPU_COUNT(&set));
+  }
   return c;
 }
 

@@ -35,7 +35,8 @@ const Capabilities& capabilities() {
   static const Capabilities filled = [] {
     Capabilities c = os::capabilities();
     c.page_size_bytes = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-    if (c.cpus == 0) c.cpus = static_cast<std::uint32_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+    const long online = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    if (c.cpus == 0) c.cpus = static_cast<std::uint32_t>(online);
     return c;
   }();
   return filled;

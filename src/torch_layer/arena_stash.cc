@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "spill/error.h"
 #include "spill/tensor_stash.h"
 #include "stash_chain.h"
 #include "storable.h"
@@ -423,6 +425,18 @@ torch::Tensor Chain::restore_cpu(Entry& e) {
 
 namespace {
 
+// The options a stash can honour, or an InvalidArgumentError naming the value and the fix.
+const StashOptions& checked(const StashOptions& options) {
+  constexpr std::uint64_t kMaxGdsBuffer = 1ull << 40;  // 1 TiB: far above any device
+  if (options.gds_buffer_bytes == 0 || options.gds_buffer_bytes > kMaxGdsBuffer) {
+    throw InvalidArgumentError(
+        "spill: StashOptions::gds_buffer_bytes is " + std::to_string(options.gds_buffer_bytes) +
+        "; give the device staging buffer of io = gds 1 byte to 1 TiB (it is rounded up to "
+        "4 KiB; the default is 16 MiB)");
+  }
+  return options;
+}
+
 class ArenaStashed final : public StashedTensor {
  public:
   ArenaStashed(std::shared_ptr<detail::Chain> chain, detail::EntryPtr entry)
@@ -445,7 +459,7 @@ class ArenaStashed final : public StashedTensor {
 class ArenaStash final : public TensorStash {
  public:
   ArenaStash(const SpillArena& arena, const StashOptions& options)
-      : chain_(std::make_shared<detail::Chain>(arena, options)) {}
+      : chain_(std::make_shared<detail::Chain>(arena, checked(options))) {}
 
   std::unique_ptr<StashedTensor> store(const torch::Tensor& tensor) override {
     detail::check_storable(tensor, name());
@@ -466,6 +480,7 @@ class ArenaStash final : public TensorStash {
 
 std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena,
                                               const StashOptions& options) {
+  checked(options);
   return std::make_shared<ArenaStash>(arena, options);
 }
 
@@ -474,6 +489,7 @@ std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena) {
 }
 
 void set_stash_options(const SpillArena& arena, const StashOptions& options) {
+  checked(options);
   const auto shared = detail::shared_state_of(arena);
   detail::MutexLock lock(shared->mutex);
   shared->options = options;

@@ -310,10 +310,9 @@ GdsStaging& Chain::staging_for(const Entry& e) {
   MutexLock lock(shared_->mutex);
   if (!shared_->gds_staging) {
     std::shared_ptr<GdsDriver> driver = GdsDriver::shared();  // the arena's session
-    const std::uint64_t pages =
-        std::max<std::uint64_t>((options_.gds_buffer_bytes + kGdsAlignmentBytes - 1) /
-                                    kGdsAlignmentBytes,
-                                1);
+    const std::uint64_t asked = options_.gds_buffer_bytes;  // rounded up, without overflow
+    const std::uint64_t pages = std::max<std::uint64_t>(
+        asked / kGdsAlignmentBytes + (asked % kGdsAlignmentBytes != 0 ? 1 : 0), 1);
     shared_->gds_staging = std::make_shared<GdsStaging>(
         *e.engine, e.options.device(), pages * kGdsAlignmentBytes, driver);
     driver->limit_bounce_bytes(host_budget(e));
