@@ -235,11 +235,16 @@ torch::Tensor Chain::give_back_input(Entry& e) {
   if (e.accelerator) counters_->sub_device_bytes(e.bytes);
   const bool cpu_write_in_flight = !e.accelerator && e.state == State::writing;
   e.region.free();  // after the write in flight, if any
-  // Written all the same: counted as spilled (the CLI's "wrote N inputs" must match its bytes),
-  // here rather than in finish_cpu_write, which finds the entry restored.
-  if (cpu_write_in_flight && write_succeeded(e.write)) counters_->inputs_spilled.fetch_add(1);
   advance(e, State::restored);
-  return std::exchange(e.input, torch::Tensor());
+  torch::Tensor input = std::exchange(e.input, torch::Tensor());
+  if (!cpu_write_in_flight) return input;
+  // Written all the same: counted as spilled (the CLI's "wrote N inputs" must match its bytes),
+  // here rather than in finish_cpu_write, which finds the entry restored. A write that failed
+  // fails the step as it would had backward come later (and read the region): whether a full
+  // or failing disk is reported must not depend on how fast backward caught up with it.
+  if (!write_succeeded(e.write)) e.write.wait();  // throws the write's spill::IoError
+  counters_->inputs_spilled.fetch_add(1);
+  return input;
 }
 
 // Idempotent; a read that found no room in the pool is tried again at the next call.
