@@ -458,9 +458,12 @@ struct GptCase {
       : blocks(gpt_blocks(3)),
         x0(seeded_input(seed, input_shape)),
         reference(gpt_step(blocks, nullptr, x0)) {}
-  Grads step(spill::SpillArena& arena) {
+  // `asynchronous` false: every write completes in store(), so backward reads every input back
+  // (overlapped, backward may take an input still being written back from memory and read none).
+  Grads step(spill::SpillArena& arena, bool asynchronous = true) {
     spill::StashOptions every_input;  // every layer input is spilled
     every_input.keep_last = 0;
+    every_input.asynchronous = asynchronous;
     return gpt_step(blocks, spill::make_arena_stash(arena, every_input), x0);
   }
   torch::nn::Sequential blocks;  // declared first: the reference is computed with it
@@ -475,7 +478,7 @@ void check_failed_step_then_exact(GptCase& c, spill::SpillArena& arena, spill::I
   const bool write = op == spill::IoOp::write;
   {
     FaultScope fail(failing(write ? spill_test::is_write : spill_test::is_read, error));
-    const auto step = [&] { c.step(arena); };
+    const auto step = [&] { c.step(arena, /*asynchronous=*/write); };
     const spill::IoError e = expect_io_error(step, write ? kWriteLost : kReadLost);
     CHECK(e.error_number() == error);
     CHECK(e.op() == op);
