@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/platform.h"
@@ -142,19 +144,70 @@ TEST_CASE("mapping: read_in_place of a truncated spill file throws IoError, not 
   }
 }
 
+// A file cut before the read is found by its size before anything is copied: 3 MiB is one hash
+// chunk (the one-thread path), 9 MiB three (copied and hashed beside each other, Note [Hashing
+// beside the copy] in src/core/hash_pipeline.cc), cut in the first chunk or in the last only.
 TEST_CASE("mapping: a resident read of a truncated spill file throws IoError, not SIGBUS") {
+  struct Cut {
+    std::size_t bytes;
+    std::size_t kept;
+  };
+  for (Cut cut : {Cut{3 * spill::MiB + 5, spill::MiB}, Cut{9 * spill::MiB + 5, spill::MiB},
+                  Cut{9 * spill::MiB + 5, 8 * spill::MiB + 4096}}) {
+    for (bool verify : {true, false}) {
+      SUBCASE((std::to_string(cut.bytes) + " bytes, " + std::to_string(cut.kept) + " kept" +
+               (verify ? ", verify_integrity" : ""))
+                  .c_str()) {
+        ScratchDir dir;
+        spill::SpillArena arena(buffered_in(dir.path(), verify));
+        const std::size_t n = cut.bytes;
+        const auto src = pattern(n, 2);
+        spill::Region r = arena.allocate(n);
+        r.write(src.data(), n);
+        truncate_spill_file(dir.path(), r.offset() + cut.kept);
+        std::vector<unsigned char> dst(n);
+        CHECK_THROWS_AS(r.read(dst.data(), n), spill::IoError);
+        CHECK_THROWS_AS(r.read(dst.data(), spill::MiB, n - spill::MiB), spill::IoError);  // the tail
+      }
+    }
+  }
+}
+
+// A file cut while resident reads copy it: the size check passed, and a slice copied from the
+// mapping faults, on the caller's thread or on the hash pipeline's, whichever holds it; each
+// thread's SIGBUS guard turns it into IoError. Timing decides where the cut lands (the rounds
+// spread it over a read's duration; most land mid-copy); no round may kill the process.
+TEST_CASE("mapping: a spill file cut while a resident read copies it is IoError, not SIGBUS") {
   for (bool verify : {true, false}) {
     SUBCASE(verify ? "verify_integrity" : "no verify_integrity") {
-      ScratchDir dir;
-      spill::SpillArena arena(buffered_in(dir.path(), verify));
-      const std::size_t n = 3 * spill::MiB + 5;
-      const auto src = pattern(n, 2);
-      spill::Region r = arena.allocate(n);
-      r.write(src.data(), n);
-      truncate_spill_file(dir.path(), r.offset() + spill::MiB);
-      std::vector<unsigned char> dst(n);
-      CHECK_THROWS_AS(r.read(dst.data(), n), spill::IoError);
-      CHECK_THROWS_AS(r.read(dst.data(), spill::MiB, 2 * spill::MiB), spill::IoError);
+      for (int round = 0; round < 16; ++round) {
+        ScratchDir dir;
+        spill::SpillArena arena(buffered_in(dir.path(), verify));
+        const std::size_t n = 12 * spill::MiB + 5;
+        const auto src = pattern(n, 3);
+        spill::Region r = arena.allocate(n);
+        r.write(src.data(), n);
+        const int fd = spill_test::reopen_spill_file(dir.path());
+        REQUIRE(fd >= 0);
+        std::thread cutter([&] {
+          std::this_thread::sleep_for(std::chrono::microseconds(300 * round));
+          (void)::ftruncate(fd, static_cast<off_t>(r.offset() + spill::MiB));
+        });
+        std::vector<unsigned char> dst(n);
+        bool failed = false;
+        for (int i = 0; i < 10000 && !failed; ++i) {
+          try {
+            r.read(dst.data(), n);
+            REQUIRE(std::memcmp(dst.data(), src.data(), n) == 0);
+          } catch (const spill::IoError& e) {
+            CHECK(e.error_number() == EIO);
+            failed = true;
+          }
+        }
+        cutter.join();
+        ::close(fd);
+        CHECK(failed);
+      }
     }
   }
 }
