@@ -398,6 +398,43 @@ TEST_CASE("integrity: a read covering whole 4 MiB chunks of a larger write check
   }
 }
 
+// 12 MiB is three chunks, copied (or checked in place) and hashed beside each other (Note
+// [Hashing beside the copy] in src/core/hash_pipeline.cc), each chunk compared on its own: a byte
+// changed in every chunk is still one failed read, as on the one-thread paths.
+TEST_CASE("integrity: a read with several changed chunks is one failure, naming the first") {
+  for (bool in_place : {false, true}) {
+    SUBCASE(in_place ? "read_in_place" : "resident read") {
+      ScratchDir dir;
+      spill::SpillArena arena(arena_options(dir.path()));
+      const std::size_t n = 12 * spill::MiB + 5;
+      const auto src = pattern(n, 5);
+      spill::Region r = arena.allocate(n);
+      r.write(src.data(), n);
+      {
+        FileBehindTheArena file(dir.path());
+        for (std::uint64_t chunk = 0; chunk < 3; ++chunk) {
+          file.flip(r.offset() + chunk * 4 * spill::MiB + 1000);
+        }
+      }
+      std::vector<unsigned char> dst(n);
+      for (std::uint64_t attempt = 1; attempt <= 2; ++attempt) {
+        try {
+          if (in_place) {
+            (void)r.read_in_place(n);
+          } else {
+            r.read(dst.data(), n);
+          }
+          FAIL("the changed bytes were read back without an error");
+        } catch (const spill::IntegrityError& e) {
+          CHECK(e.offset_in_region() == 0);
+          CHECK(e.bytes() == 4 * spill::MiB);
+        }
+        CHECK(arena.stats().integrity_failures == attempt);
+      }
+    }
+  }
+}
+
 TEST_CASE("integrity: chunks split between pieces are hashed and checked after the last piece") {
   ScratchDir dir;
   // Direct I/O through 1 MiB staging slots: no 4 MiB chunk of a write lies in one piece. An

@@ -117,9 +117,14 @@ struct ArenaCore::ChunkUnits {
 };
 
 namespace {
-void rethrow_first(const std::vector<std::exception_ptr>& errors) {
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
+// The first chunk that differed, if any: the read fails, and counts as one failure however many
+// of its chunks differed (the one-thread paths stop at the first).
+void rethrow_first_mismatch(const std::vector<std::exception_ptr>& mismatch,
+                            IntegrityLedger& ledger) {
+  for (const std::exception_ptr& e : mismatch) {
+    if (!e) continue;
+    ledger.failed_read();
+    std::rethrow_exception(e);
   }
 }
 
@@ -205,7 +210,7 @@ bool ArenaCore::read_checked_beside(std::uint64_t start, std::uint64_t at, char*
   if (storage_->fd() >= 0) throw_if_shrunk(start + at, bytes, IoOp::read);
   if (!hash_pipeline_.run(bytes, kHashSliceBytes, units.ready, copy, check)) return false;
   if (faulted) throw_unreadable(start + at, bytes, IoOp::read);
-  rethrow_first(mismatch);
+  rethrow_first_mismatch(mismatch, *ledger_);
   return true;
 }
 
@@ -411,7 +416,7 @@ bool ArenaCore::checked_in_place_beside(std::uint64_t start, const char* memory,
   if (storage_->fd() >= 0) throw_if_shrunk(start, bytes, IoOp::read);
   if (!hash_pipeline_.run(0, bytes, units.ready, nothing_to_copy, check)) return false;
   if (faulted.load()) throw_unreadable(start, bytes, IoOp::read);
-  rethrow_first(mismatch);
+  rethrow_first_mismatch(mismatch, *ledger_);
   return true;
 }
 

@@ -368,7 +368,6 @@ std::exception_ptr IntegrityLedger::compare(std::uint64_t start, const Hashed& e
                                             std::uint64_t found) {
   bytes_hashed_.fetch_add(expected.span.bytes, std::memory_order_relaxed);
   if (found != expected.hash) {
-    failures_.fetch_add(1, std::memory_order_relaxed);
     return std::make_exception_ptr(
         mismatch(start, expected.span.offset, expected.span.bytes, expected.hash, found));
   }

@@ -144,9 +144,11 @@ class IntegrityLedger {
 
   // For a read that checks chunk by chunk, on any thread: the recorded chunks inside `read`, in
   // offset order; then, for each, the hash of its bytes as read: a spill::IntegrityError when
-  // they differ, nullptr when they match.
+  // they differ, nullptr when they match. A read is one failure however many of its chunks
+  // differ: the read that throws a mismatch counts it with failed_read().
   std::vector<Hashed> expected(std::uint64_t start, const Span& read) const;
   std::exception_ptr compare(std::uint64_t start, const Hashed& expected, std::uint64_t found);
+  void failed_read() { failures_.fetch_add(1, std::memory_order_relaxed); }
 
   // For a read that checks its bytes as they pass: feed the read's bytes in order through
   // ReadCheck::update, which compares each recorded chunk inside it once its last byte passed.
