@@ -381,8 +381,7 @@ TEST_CASE("integrity: a read covering whole 4 MiB chunks of a larger write check
   spill::SpillArena arena(arena_options(dir.path()));
   const std::size_t n = 9 * spill::MiB + 13;
   const auto src = pattern(n, 4);
-  spill::Region r = arena.allocate(n);
-  r.write(src.data(), n);
+  spill::Region r = spill_test::written_region(arena, src);
   std::vector<unsigned char> dst(4 * spill::MiB);
   r.read(dst.data(), 4 * spill::MiB, 4 * spill::MiB);  // the second chunk exactly
   CHECK(arena.stats().bytes_verified == 4 * spill::MiB);
@@ -408,8 +407,7 @@ TEST_CASE("integrity: a read with several changed chunks is one failure, naming 
       spill::SpillArena arena(arena_options(dir.path()));
       const std::size_t n = 12 * spill::MiB + 5;
       const auto src = pattern(n, 5);
-      spill::Region r = arena.allocate(n);
-      r.write(src.data(), n);
+      spill::Region r = spill_test::written_region(arena, src);
       {
         FileBehindTheArena file(dir.path());
         for (std::uint64_t chunk = 0; chunk < 3; ++chunk) {

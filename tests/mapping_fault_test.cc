@@ -120,8 +120,7 @@ TEST_CASE("mapping: read_in_place of a truncated spill file throws IoError, not 
       const std::size_t n = 5 * spill::MiB + 13;
       const auto src = pattern(n, 1);
       spill::Region before = arena.allocate(spill::MiB);
-      spill::Region r = arena.allocate(n);
-      r.write(src.data(), n);
+      spill::Region r = spill_test::written_region(arena, src);
       CHECK(std::memcmp(r.read_in_place(n), src.data(), n) == 0);
       truncate_spill_file(dir.path(), r.offset() + spill::MiB);  // the region's tail is gone
       try {
@@ -162,8 +161,7 @@ TEST_CASE("mapping: a resident read of a truncated spill file throws IoError, no
         spill::SpillArena arena(buffered_in(dir.path(), verify));
         const std::size_t n = cut.bytes;
         const auto src = pattern(n, 2);
-        spill::Region r = arena.allocate(n);
-        r.write(src.data(), n);
+        spill::Region r = spill_test::written_region(arena, src);
         truncate_spill_file(dir.path(), r.offset() + cut.kept);
         std::vector<unsigned char> dst(n);
         CHECK_THROWS_AS(r.read(dst.data(), n), spill::IoError);
@@ -185,8 +183,7 @@ TEST_CASE("mapping: a spill file cut while a resident read copies it is IoError,
         spill::SpillArena arena(buffered_in(dir.path(), verify));
         const std::size_t n = 12 * spill::MiB + 5;
         const auto src = pattern(n, 3);
-        spill::Region r = arena.allocate(n);
-        r.write(src.data(), n);
+        spill::Region r = spill_test::written_region(arena, src);
         const int fd = spill_test::reopen_spill_file(dir.path());
         REQUIRE(fd >= 0);
         std::thread cutter([&] {

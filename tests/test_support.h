@@ -108,6 +108,14 @@ inline void truncate_spill_file(const std::string& dir, std::uint64_t bytes) {
   REQUIRE(rc == 0);
 }
 
+// A new region holding `src`, written synchronously.
+inline spill::Region written_region(spill::SpillArena& arena,
+                                   const std::vector<unsigned char>& src) {
+  spill::Region r = arena.allocate(src.size());
+  r.write(src.data(), src.size());
+  return r;
+}
+
 // The first `bytes` of a region, read back synchronously.
 inline std::vector<unsigned char> read_back(const spill::Region& region, std::size_t bytes) {
   std::vector<unsigned char> dst(bytes);
