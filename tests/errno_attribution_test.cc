@@ -89,7 +89,7 @@ TEST_CASE("errno: no descriptor left for the spill file is named as such, not th
   ScratchDir dir;
   FaultScope no_descriptor([](spill::testing::FaultSite site, std::uint64_t bytes,
                               std::uint64_t) -> std::int64_t {
-    if (site == spill::testing::FaultSite::o_tmpfile) return -EMFILE;
+    if (site == spill::testing::FaultSite::open_unnamed) return -EMFILE;
     return static_cast<std::int64_t>(bytes);
   });
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {

@@ -43,10 +43,10 @@ constexpr uid_t kNobody = 65534;
 
 // Forces open_unnamed_file's fallback: O_TMPFILE answers EOPNOTSUPP, as on some FUSE and network
 // file systems.
-spill::testing::FaultHook no_tmpfile() {
+spill::testing::FaultHook no_unnamed_open() {
   using spill::testing::FaultSite;
   return [](FaultSite site, std::uint64_t bytes, std::uint64_t) -> std::int64_t {
-    return site == FaultSite::o_tmpfile ? -EOPNOTSUPP : static_cast<std::int64_t>(bytes);
+    return site == FaultSite::open_unnamed ? -EOPNOTSUPP : static_cast<std::int64_t>(bytes);
   };
 }
 
@@ -137,7 +137,7 @@ TEST_CASE("security: the spill file is mode 0600 and nameless, by O_TMPFILE and 
           ScratchDir dir;
           UmaskScope umask_scope(mask);
           std::optional<FaultScope> forced;
-          if (fallback) forced.emplace(no_tmpfile());
+          if (fallback) forced.emplace(no_unnamed_open());
           spill::SpillArena arena(small_arena_in(dir.path(), io));
           CHECK(arena.opened_without_name() == !fallback);
           const auto fds = spill_fds(dir.path());
@@ -163,7 +163,7 @@ TEST_CASE("security: no link can give the spill file a name, not even root's") {
     SUBCASE(fallback ? "fallback" : "O_TMPFILE") {
       ScratchDir dir;
       std::optional<FaultScope> forced;
-      if (fallback) forced.emplace(no_tmpfile());
+      if (fallback) forced.emplace(no_unnamed_open());
       spill::SpillArena arena(small_arena_in(dir.path(), spill::IoMode::buffered));
       const auto fds = spill_fds(dir.path());
       REQUIRE(fds.size() == 1);
@@ -189,7 +189,7 @@ TEST_CASE("security: a symlink planted in the spill directory is never followed"
   for (bool fallback : {false, true}) {
     for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
       std::optional<FaultScope> forced;
-      if (fallback) forced.emplace(no_tmpfile());
+      if (fallback) forced.emplace(no_unnamed_open());
       spill::SpillArena arena(small_arena_in(dir.path(), io));
       spill::Region r = arena.allocate(spill::MiB);
       std::vector<char> bytes(spill::MiB, 'x');
@@ -215,7 +215,7 @@ TEST_CASE("security: another user can open the spill file neither through /proc 
         ScratchDir dir;
         REQUIRE(chmod(dir.path().c_str(), 01777) == 0);  // like /tmp: anyone may look for names
         std::optional<FaultScope> forced;
-        if (fallback) forced.emplace(no_tmpfile());
+        if (fallback) forced.emplace(no_unnamed_open());
         spill::SpillArena arena(small_arena_in(dir.path(), io));
         const auto fds = spill_fds(dir.path());
         REQUIRE_FALSE(fds.empty());

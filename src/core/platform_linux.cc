@@ -183,7 +183,7 @@ int file_system_info(const std::string& directory, FileSystemInfo* info) {
 
 // See Note [Unnamed spill file] in src/core/platform_posix.cc.
 int os::open_unnamed(const std::string& directory, int* fd) {
-  if (std::int64_t v = fault_verdict(testing::FaultSite::o_tmpfile, 0, 0); v < 0) {
+  if (std::int64_t v = fault_verdict(testing::FaultSite::open_unnamed, 0, 0); v < 0) {
     return static_cast<int>(-v);
   }
   const int f = static_cast<int>(retry_eintr([&] {
