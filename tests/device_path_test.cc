@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -530,6 +531,36 @@ TEST_CASE("device path: every block of a pageable host pool is page-aligned") {
     CHECK(lease->bytes() == bytes);
     leases.push_back(std::move(*lease));
   }
+}
+
+// A lease is a slice of the pool's one allocation, never memory of its own: a buffer per lease
+// would come from LibTorch's caching host allocator on a GPU, which keeps what it pinned, and
+// host memory would grow with the inputs spilled instead of staying at the pool.
+TEST_CASE("device path: the host pool's leases are disjoint slices of its one allocation") {
+  auto pool = spill::detail::HostPool::make(4 * spill::MiB, c10::DeviceType::CPU);
+  std::vector<spill::detail::HostPool::Lease> leases;
+  for (const std::uint64_t bytes :
+       {std::uint64_t{1}, std::uint64_t{5000}, spill::MiB, spill::MiB + 3}) {
+    auto lease = pool->try_take(bytes);
+    REQUIRE(lease);
+    leases.push_back(std::move(*lease));
+  }
+  const c10::Storage& memory = leases.front().host().storage();
+  const auto* base = static_cast<const char*>(memory.data());
+  std::vector<std::pair<const char*, const char*>> taken;
+  for (const auto& lease : leases) {
+    CHECK(lease.host().is_alias_of(leases.front().host()));
+    const auto* at = static_cast<const char*>(lease.host().data_ptr());
+    CHECK(at >= base);
+    CHECK(at + lease.bytes() <= base + memory.nbytes());
+    taken.emplace_back(at, at + lease.bytes());
+  }
+  std::sort(taken.begin(), taken.end());
+  for (std::size_t i = 1; i < taken.size(); ++i) CHECK(taken[i - 1].second <= taken[i].first);
+  leases.pop_back();  // a block given back is handed out again, from the same allocation
+  auto again = pool->try_take(spill::MiB);
+  REQUIRE(again);
+  CHECK(again->host().is_alias_of(leases.front().host()));
 }
 
 // ---------------------------------------------------------------------------------------------

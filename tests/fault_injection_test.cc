@@ -166,7 +166,7 @@ spill::IoError expect_io_error(Fn&& fn, const char* lost) {
   } catch (const spill::IoError& e) {
     return e;
   }
-  FAIL(lost);
+  FAIL(std::string(lost));  // a const char* would print as an address
   return spill::IoError(0, lost);  // not reached: FAIL ends the test case
 }
 
