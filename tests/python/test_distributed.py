@@ -55,8 +55,8 @@ def checkpoint_layers(model, **checkpoint_fn):
 
 
 def run_rank(rank, init_file, spill_root, out_dir, wrap, checkpointing="enable"):
-    # A rank that dies of a signal (one CI run: SIGABRT, "terminate called without an active
-    # exception", cause not found, not seen again in 23 runs) prints every thread's Python stack first.
+    # A rank that dies of a signal prints every thread's Python stack first (one CI run: SIGABRT,
+    # "terminate called without an active exception", cause not found, not seen in 23 runs since).
     faulthandler.enable(all_threads=True)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
