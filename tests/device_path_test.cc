@@ -131,6 +131,8 @@ TEST_CASE("device path: an input larger than the pool goes through it in pieces"
 }
 
 TEST_CASE("device path: a full pool makes store() wait for the oldest write, never exceeding it") {
+  // store() waits on the pool: a hang fails by name, not by ctest's timeout.
+  spill_test::Deadline deadline("a full pool's wait", 240);
   ScratchDir dir;
   GptReference g(8, 11, {2, 32, 64});
   Emulation emulation(0);
@@ -354,6 +356,8 @@ TEST_CASE("device path: out of device memory while restoring is LibTorch's OOM e
 
 // keep_last 2: the pool is made mid-forward, at the third input, with two inputs held.
 TEST_CASE("host pool: memory refused when the pool is made is a typed error, then exact") {
+  // store() waits on the pool: a hang fails by name, not by ctest's timeout.
+  spill_test::Deadline deadline("the steps after the pool was refused memory", 240);
   ScratchDir dir;
   GptReference g(4, 32, {2, 16, 64});
   for (std::uint32_t keep_last : {0u, 2u}) {
@@ -401,6 +405,8 @@ class CapturedWarnings final : public c10::WarningHandler {
 
 // A container's or WSL's memlock cap refuses pinned memory while pageable memory is still had.
 TEST_CASE("host pool: pinning refused makes the same pool pageable, with one warning") {
+  // store() waits on the pool: a hang fails by name, not by ctest's timeout.
+  spill_test::Deadline deadline("the pageable pool after pinning was refused", 240);
   ScratchDir dir;
   GptReference g(8, 41, {2, 32, 64});
   // The first write of each step waits 150 ms; the progress thread finishes writes in order, so
