@@ -148,7 +148,9 @@ TEST_CASE("device path: a full pool makes store() wait for the oldest write, nev
   CHECK(s.pool_waits > 0);
   CHECK(s.pool_wait_ns > 0);
   CHECK(s.peak_host_pool_bytes_in_use <= 2 * kInputBytes);
-  CHECK(s.inputs_spilled >= 14);  // the last of each step may be taken back during its copy
+  // Backward may take back from memory the inputs still in the pool when it begins: at most the
+  // pool's two per step (one CI run under load took back three in all).
+  CHECK(s.inputs_spilled >= 2 * (8 - 2));
   CHECK(s.inputs_kept_on_device == 0);
 }
 

@@ -43,7 +43,9 @@ def test_losses_equal_axolotl_checkpointing_step_for_step_with_every_step_spille
     assert written[0] > 0 and all(b > a for a, b in zip(written, written[1:])), written
     assert stats[-1]["allocations"] == STEPS * (LAYERS - 1), stats[-1]
     assert all(s["live_regions"] == 0 and s["bytes_in_use"] == 0 for s in stats), stats
-    assert stats[-1]["bytes_read"] == stats[-1]["bytes_written"]
+    # Read back: what backward did not take back from memory while its write was still in
+    # flight (Note [Overlapped spilling]; one CI run under load read 163840 of 196608 bytes).
+    assert 0 < stats[-1]["bytes_read"] <= stats[-1]["bytes_written"], stats[-1]
 
     summary = re.search(r"spillarena: (\d+) layer inputs spilled, (\d+) bytes written",
                         run.stdout + run.stderr)
