@@ -411,12 +411,24 @@ TEST_CASE("host pool: pinning refused makes the same pool pageable, with one war
   spill_test::Deadline deadline("the pageable pool after pinning was refused", 240);
   ScratchDir dir;
   GptReference g(8, 41, {2, 32, 64});
-  // The first write of each step waits 150 ms; the progress thread finishes writes in order, so
-  // the pool fills behind it (its budget is held, not only sized), however slow the machine.
-  auto hold_first = std::make_shared<std::atomic<bool>>(true);
-  HookScope slow([hold_first](spill::IoOp op) {
-    if (op == spill::IoOp::write && hold_first->exchange(false)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // The first write of each step is held until a store() of that step waits on the full pool
+  // (at most 10 s); the progress thread finishes writes in order, so the pool fills behind it
+  // (its budget is held, not only sized) however the machine's load times the step. A fixed
+  // 150 ms hold saw no wait once, with every core busy.
+  struct Gate {
+    std::atomic<bool> hold_first{true};
+    std::atomic<spill::TensorStash*> stash{nullptr};
+    std::atomic<std::uint64_t> waits_before{0};
+  };
+  auto gate = std::make_shared<Gate>();
+  HookScope slow([gate](spill::IoOp op) {
+    if (op == spill::IoOp::write && gate->hold_first.exchange(false)) {
+      eventually(
+          [&] {
+            spill::TensorStash* stash = gate->stash.load();
+            return stash != nullptr && stash->stats().pool_waits > gate->waits_before.load();
+          },
+          10000);
     }
     return 0;
   });
@@ -431,10 +443,13 @@ TEST_CASE("host pool: pinning refused makes the same pool pageable, with one war
       for (int steps : {2, 1}) {  // two arenas, two pools, one warning
         spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
         auto stash = spill::make_arena_stash(arena);
+        gate->stash.store(stash.get());
         for (int step = 0; step < steps; ++step) {
-          hold_first->store(true);
+          gate->waits_before.store(stash->stats().pool_waits);
+          gate->hold_first.store(true);
           check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
         }
+        gate->stash.store(nullptr);
         const spill::StashStats s = stash->stats();
         CHECK(s.host_pool_pinned == !refused);
         CHECK(s.host_pool_bytes == (refused ? 3 : 2) * kInputBytes);
