@@ -3,15 +3,15 @@
 // within every iteration (the same bytes, the same cache state). Paths:
 //   ram       a RAM arena: Region::write + Region::read (two memcpys)
 //   copy      a buffered disk arena: Region::write (pwrite) + Region::read (resident pages,
-//             copied from the mapping)
-//   in_place  a buffered disk arena as the stash uses it: write_async + wait, read_in_place, and
-//             a full read of the bytes returned (store + zero-copy restore + the recomputation
-//             reading its input)
+//             copied from the mapping: the stash's restore on a buffered disk arena)
+//   in_place  a buffered disk arena: write_async + wait, read_in_place, and a full read of the
+//             bytes returned (store + zero-copy restore + the recomputation reading its input;
+//             the stash restores a RAM arena's inputs zero-copy)
 //   async     a buffered disk arena: write_async + wait, read_async + wait (pool or io_uring)
 // Counters: ratio = hashed ÷ unhashed round-trip throughput (1 = free; the goal is ≥ 0.9);
 // hashed_Bps and unhashed_Bps = bytes written + bytes read per second; hash_Bps = bytes hashed
-// (written and verified) ÷ the extra time. See Note [Hashing while the bytes are in cache] in
-// src/core/integrity.cc.
+// (written and verified) ÷ the extra time. See Note [Hashing while the bytes are in cache] and
+// Note [Copying and hashing in one pass] in src/core/integrity.cc.
 #include <benchmark/benchmark.h>
 
 #include <time.h>

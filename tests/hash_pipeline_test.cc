@@ -1,8 +1,9 @@
 // HashPipeline (src/core/hash_pipeline.h): every unit hashed once, never before its bytes are
 // copied, some on the pipeline's thread; a copy that stops early; a second run while one holds
-// the pipeline goes alone; and the arena's synchronous paths through it (a RAM arena's write,
-// read and read_in_place of many chunks), changed bytes still caught. See Note [Hashing beside
-// the copy].
+// the pipeline goes alone; and the arena's synchronous paths of many chunks on both backings
+// (a file's write and read_in_place go through the pipeline; host memory's write and both
+// backings' resident reads copy and hash in one pass instead), changed bytes still caught. See
+// Note [Hashing beside the copy].
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -167,10 +168,13 @@ TEST_CASE("hash pipeline: many short runs in a row leave nothing behind") {
   }
 }
 
-TEST_CASE("hash pipeline: a RAM arena's many-chunk write, read and read_in_place verify") {
-  spill::ArenaOptions o;
-  o.backing = spill::Backing::ram;
-  o.capacity_bytes = 64 * spill::MiB;
+TEST_CASE("hash pipeline: an arena's many-chunk write, read and read_in_place verify") {
+  spill_test::ScratchDir dir;
+  spill::ArenaOptions o = spill_test::options_in(dir.path(), 64 * spill::MiB);
+  o.io = spill::IoMode::buffered;
+  SUBCASE("host memory") { o.backing = spill::Backing::ram; }
+  SUBCASE("a buffered spill file") { o.backing = spill::Backing::disk; }
+  INFO("backing: " << spill::to_string(o.backing));
   spill::SpillArena arena(o);
   const std::size_t n = 20 * spill::MiB + 12345;  // six chunks, the last one short
   const auto src = spill_test::pattern(n, 7);

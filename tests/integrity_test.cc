@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/arena_internals.h"
+#include "core/integrity.h"
 #include "gpt_test_support.h"
 #include "test_support.h"
 
@@ -121,6 +122,34 @@ std::unique_ptr<spill::SpillArena> arena_or_skip(const spill::ArenaOptions& o) {
 }  // namespace
 
 TEST_CASE("integrity: is on by default") { CHECK(spill::ArenaOptions{}.verify_integrity); }
+
+// Note [Copying and hashing in one pass]: the fused loop is XXH3's long-input loop written out
+// again, so every boundary of it is tried (240/241: where the long loop starts; multiples of the
+// 1024-byte block and of the 64-byte stripe, one either side; a whole 4 MiB chunk), from every
+// alignment of source and destination, against hash_bytes of the source (what the ledger
+// records), with the bytes around the destination untouched.
+TEST_CASE("integrity: copying and hashing in one pass gives hash_bytes of the copy") {
+  std::vector<std::uint64_t> lengths = {0, 1, 64, 200, 240, 241, 255, 256, 1023, 1024, 1025,
+                                        1087, 1088, 1089, 2047, 2048, 2049, 16 * 1024 + 63,
+                                        4 * spill::MiB - 1, 4 * spill::MiB, 4 * spill::MiB + 1};
+  for (std::uint64_t n = 3000; n < 3000 + 64; ++n) lengths.push_back(n);
+  const auto src = pattern(4 * spill::MiB + 256, 11);
+  std::vector<char> dst(4 * spill::MiB + 256);
+  for (const std::uint64_t n : lengths) {
+    for (std::size_t from = 0; from < 64; from += n > spill::MiB ? 21 : 1) {
+      const std::size_t to = (from * 7 + 3) % 64;
+      std::fill(dst.begin(), dst.end(), '\x5a');
+      const char* s = reinterpret_cast<const char*>(src.data()) + from;
+      const std::uint64_t hash = spill::detail::copy_and_hash(dst.data() + to, s, n);
+      INFO("bytes " << n << ", source at +" << from << ", destination at +" << to);
+      REQUIRE(hash == spill::detail::hash_bytes(s, n));
+      REQUIRE(std::memcmp(dst.data() + to, s, n) == 0);
+      REQUIRE(std::all_of(dst.begin(), dst.begin() + static_cast<std::ptrdiff_t>(to),
+                          [](char c) { return c == '\x5a'; }));
+      REQUIRE(dst[to + n] == '\x5a');
+    }
+  }
+}
 
 TEST_CASE("integrity: an unmodified spill file verifies cleanly through every read path") {
   ScratchDir dir;

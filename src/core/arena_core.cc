@@ -135,13 +135,15 @@ std::vector<HashedSpan> unhashed(const std::vector<Span>& spans) {
 }
 }  // namespace
 
-// The copy moves slices while the pipeline's thread hashes the chunks it finished (Note
-// [Hashing beside the copy] in src/core/hash_pipeline.cc); alone, the copy and the hash take
-// turns slice by slice (Note [Hashing while the bytes are in cache] in src/core/integrity.cc).
+// The copy (a pwrite the kernel does) moves slices while the pipeline's thread hashes the
+// source's chunks (Note [Hashing beside the copy] in src/core/hash_pipeline.cc); alone, the copy
+// and the hash take turns slice by slice (Note [Hashing while the bytes are in cache] in
+// src/core/integrity.cc). Host memory copies and hashes in one pass instead.
 void ArenaCore::write_hashed(std::uint64_t start, std::uint64_t at, const char* src,
                              std::uint64_t bytes) {
   const Span write{at, bytes};
   ledger_->forget(start, write);
+  if (storage_->fd() < 0) return write_memory_hashed(start, write, src);
   std::exception_ptr failure;
   auto copy = [&](std::uint64_t done, std::uint64_t n) {
     try {
@@ -152,7 +154,11 @@ void ArenaCore::write_hashed(std::uint64_t start, std::uint64_t at, const char* 
       return false;
     }
   };
+  // The source is whole from the start: the thread may hash any chunk before the copy reaches it,
+  // and reading it ahead brings it into the shared L3 cache for the pwrite (Note [Hashing beside
+  // the copy] in src/core/hash_pipeline.cc).
   ChunkUnits units(unhashed(hash_chunks(write)), at);
+  units.ready.assign(units.ready.size(), 0);
   auto hash = [&](std::size_t i) {
     HashedSpan& c = units.chunks[i];
     c.hash = hash_bytes(src + (c.span.offset - at), c.span.bytes);
@@ -170,48 +176,45 @@ void ArenaCore::write_hashed(std::uint64_t start, std::uint64_t at, const char* 
   ledger_->record(start, hasher);
 }
 
-// Resident pages (or host memory), copied from the mapping as SpillFile::read does, in slices;
-// each recorded chunk is checked once its bytes landed (bytes no chunk covers are not).
-void ArenaCore::read_resident(std::uint64_t start, std::uint64_t at, char* dst,
-                              std::uint64_t bytes) {
-  if (ledger_ && read_checked_beside(start, at, dst, bytes)) return;
-  std::optional<IntegrityLedger::ReadCheck> check;
-  if (ledger_) check.emplace(ledger_->checker(start, Span{at, bytes}));
-  const char* from = storage_->base() + start + at;
-  std::exception_ptr mismatch;
-  auto copy = [&] {
-    for (std::uint64_t done = 0; done < bytes; done += kHashSliceBytes) {
-      const std::uint64_t n = std::min(kHashSliceBytes, bytes - done);
-      std::memcpy(dst + done, from + done, n);
-      if (check && (mismatch = check->update(dst + done, n))) return;
-    }
-  };
-  read_mapping(start + at, bytes, IoOp::read, copy);
-  if (mismatch) std::rethrow_exception(mismatch);
+// Host memory: the write is a memcpy into it (HostMemory::write), here fused with the hash of
+// each chunk (Note [Copying and hashing in one pass] in src/core/integrity.cc).
+void ArenaCore::write_memory_hashed(std::uint64_t start, const Span& write, const char* src) {
+  std::vector<HashedSpan> chunks = unhashed(hash_chunks(write));
+  char* to = storage_->base() + start;
+  for (HashedSpan& c : chunks) {
+    c.hash = copy_and_hash(to + c.span.offset, src + (c.span.offset - write.offset), c.span.bytes);
+  }
+  ledger_->record(start, chunks);
 }
 
-// read_resident with the pipeline's thread checking the chunks that landed (false: it could not
-// run beside, nothing done). Each slice is copied under a SIGBUS guard of its own: a fault must
-// not jump out of the pipeline's run.
-bool ArenaCore::read_checked_beside(std::uint64_t start, std::uint64_t at, char* dst,
-                                    std::uint64_t bytes) {
-  ChunkUnits units(ledger_->expected(start, Span{at, bytes}), at);
-  std::vector<std::exception_ptr> mismatch(units.chunks.size());
-  bool faulted = false;
-  auto copy = [&](std::uint64_t done, std::uint64_t n) {
-    faulted = !copy_mapped(start + at + done, dst + done, n);
-    return !faulted;
+// Resident pages (or host memory), copied from the mapping as SpillFile::read does, in slices.
+// Each recorded chunk the read covers whole is copied and hashed in one pass (Note [Copying and
+// hashing in one pass] in src/core/integrity.cc) and compared once the copy is done; bytes no
+// chunk covers are only copied. Nothing in the guarded copy has a destructor to skip: a SIGBUS
+// leaves it by siglongjmp (Note [SIGBUS on the mapping] in src/core/platform_posix.cc).
+void ArenaCore::read_resident(std::uint64_t start, std::uint64_t at, char* dst,
+                              std::uint64_t bytes) {
+  const char* from = storage_->base() + start + at;
+  std::vector<HashedSpan> expected;
+  if (ledger_) expected = ledger_->expected(start, Span{at, bytes});
+  std::vector<std::uint64_t> found(expected.size());
+  auto copy = [&] {
+    std::uint64_t done = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const std::uint64_t offset = expected[i].span.offset - at;
+      copy_in_slices(dst + done, from + done, offset - done);
+      found[i] = copy_and_hash(dst + offset, from + offset, expected[i].span.bytes);
+      done = offset + expected[i].span.bytes;
+    }
+    copy_in_slices(dst + done, from + done, bytes - done);
   };
-  auto check = [&](std::size_t i) {
-    const HashedSpan& c = units.chunks[i];
-    mismatch[i] = ledger_->compare(start, c, hash_bytes(dst + (c.span.offset - at), c.span.bytes));
-  };
-  if (units.chunks.size() < 2) return false;  // nothing to hash beside: the one-thread path
-  if (storage_->fd() >= 0) throw_if_shrunk(start + at, bytes, IoOp::read);
-  if (!hash_pipeline_.run(bytes, kHashSliceBytes, units.ready, copy, check)) return false;
-  if (faulted) throw_unreadable(start + at, bytes, IoOp::read);
-  rethrow_first_mismatch(mismatch, *ledger_);
-  return true;
+  read_mapping(start + at, bytes, IoOp::read, copy);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (std::exception_ptr e = ledger_->compare(start, expected[i], found[i])) {
+      ledger_->failed_read();  // one read, one failure, however many chunks differ
+      std::rethrow_exception(e);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -246,12 +249,6 @@ bool ArenaCore::mapped(const char* at, std::uint64_t bytes, Read& read) const {
     return true;
   }
   return platform::read_mapped(at, bytes, &run<Read>, &read) == 0;
-}
-
-bool ArenaCore::copy_mapped(std::uint64_t offset, char* dst, std::uint64_t bytes) const {
-  const char* from = storage_->base() + offset;
-  auto copy = [&] { std::memcpy(dst, from, bytes); };
-  return mapped(from, bytes, copy);
 }
 
 // A read of the mapping faulted: the file shrank meanwhile, or the disk failed to read a page in.

@@ -80,15 +80,14 @@ class ArenaCore {
   IoEngine::Hooks check_read(std::uint64_t start, std::uint64_t at, void* dst,
                              std::uint64_t bytes);
   void write_hashed(std::uint64_t start, std::uint64_t at, const char* src, std::uint64_t bytes);
+  void write_memory_hashed(std::uint64_t start, const Span& write, const char* src);
   void read_resident(std::uint64_t start, std::uint64_t at, char* dst, std::uint64_t bytes);
   template <class Read>
   void read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op, Read& read) const;
   struct ChunkUnits;
-  bool read_checked_beside(std::uint64_t start, std::uint64_t at, char* dst, std::uint64_t bytes);
   bool checked_in_place_beside(std::uint64_t start, const char* memory, std::uint64_t bytes) const;
   template <class Read>
   bool mapped(const char* at, std::uint64_t bytes, Read& read) const;
-  bool copy_mapped(std::uint64_t offset, char* dst, std::uint64_t bytes) const;
   void throw_if_shrunk(std::uint64_t offset, std::uint64_t bytes, IoOp op) const;
   [[noreturn]] void throw_unreadable(std::uint64_t offset, std::uint64_t bytes, IoOp op) const;
 

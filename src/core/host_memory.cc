@@ -21,7 +21,7 @@ class HostMemory final : public Storage {
   char* base() const override { return base_; }
   const StorageInfo& info() const override { return info_; }
   void write(std::uint64_t offset, const void* src, std::uint64_t bytes) override {
-    std::memcpy(base_ + offset, src, bytes);
+    copy_in_slices(base_ + offset, static_cast<const char*>(src), bytes);
   }
   void start_writeback(std::uint64_t, std::uint64_t) override {}
   void drop_cached_pages(std::uint64_t, std::uint64_t) override {}

@@ -7,6 +7,7 @@
 #define SPILLARENA_XXH3_AVX2 1
 #define XXH_DISPATCH_AVX2 1
 #define XXH_TARGET_AVX2 __attribute__((__target__("avx2")))
+#define XXH_ACC_ALIGN 64  // the AVX2 stripe loop loads its accumulators 32-byte aligned
 #include <immintrin.h>
 #else
 #define SPILLARENA_XXH3_AVX2 0
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -59,7 +61,8 @@ namespace spill::detail {
 // When, and on which thread (each in the pass that moves the bytes: see Note [Hashing while the
 // bytes are in cache]):
 //  - a synchronous buffered write hashes its source on the caller's thread, slice by slice as it
-//    is copied;
+//    is copied, or on the arena's pipeline thread beside the copy; a write into host memory
+//    copies and hashes in one pass;
 //  - a direct-mode write hashes each slice of its staging copy on the caller's thread, right
 //    after the memcpy into the slot (an aligned source, written from where it is: each slice of
 //    the source before it is queued), and keeps the hashes once every piece is on the file;
@@ -67,8 +70,9 @@ namespace spill::detail {
 //    thread that completed it (io_uring's reaper or a pool worker): the caller keeps the source
 //    unchanged until the Pending completes anyway, and the training thread, which queued the
 //    write to go on computing, does not pay for the hash;
-//  - a synchronous read of resident pages checks the destination on the caller's thread, slice
-//    by slice as it is copied from the mapping;
+//  - a synchronous read of resident pages copies and hashes each chunk in one pass on the
+//    caller's thread, and compares once the copy is done (Note [Copying and hashing in one
+//    pass]);
 //    read_async (and a synchronous read from the disk) checks each piece's destination when it
 //    landed, after a staging slot's copy, before the Pending is ready, and hands the
 //    IntegrityError to Pending::wait, which throws it on the waiting (training) thread;
@@ -122,6 +126,77 @@ std::uint64_t hash_bytes(const void* data, std::uint64_t bytes) {
   return XXH3_64bits(data, n);
 }
 
+// Note [Copying and hashing in one pass]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A copy is memory-bound and XXH3 compute-bound: run one after the other, even slice by slice
+// from the cache (Note [Hashing while the bytes are in cache]), the core waits on memory while it
+// copies and the memory idles while it hashes, and a hashed copy ran at 0.8-0.85 of memcpy. So
+// where the CPU has AVX2 a copy that is hashed moves 64 bytes (one XXH3 stripe) at a time and
+// feeds the stripe to XXH3's accumulators right after storing it, reading it back from the
+// store buffer (the bytes the destination holds, which is what a check must see): the hash runs
+// in the cycles the copy spends waiting. The loop is XXH3's own long-input loop (blocks of 16
+// stripes, a scramble after each, the last stripe of the input, the merge), with the header's
+// AVX2 stripe and scramble functions, so the hash is the one hash_bytes gives for the copied
+// bytes (tests/integrity_test.cc holds it to that for every length class and alignment). On
+// the 2-core test VM one core copied and hashed 64 MiB at 0.80-0.85 of the speed of memcpy in
+// 512 KiB slices, against 0.70-0.77 copying and hashing slice by slice, and a RAM arena's
+// hashed round trip went from 0.71-0.88 to 0.83-1.0 of its unhashed one (docs/benchmarks.md,
+// "Copying and hashing in one pass"). Inputs of XXH3's short and mid sizes (240 bytes or less)
+// and CPUs without AVX2 copy, then hash.
+
+namespace {
+#if SPILLARENA_XXH3_AVX2
+XXH_FORCE_INLINE XXH_TARGET_AVX2 void copy_stripe(char* dst, const char* src) {
+  const __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), low);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32), high);
+}
+
+// `stripes` stripes from `src` to `dst`, each accumulated from `dst` with the secret's stripe key.
+XXH_FORCE_INLINE XXH_TARGET_AVX2 void copy_accumulate(xxh_u64* acc, char* dst, const char* src,
+                                                      std::size_t stripes) {
+  for (std::size_t k = 0; k < stripes; ++k) {
+    copy_stripe(dst + k * XXH_STRIPE_LEN, src + k * XXH_STRIPE_LEN);
+    XXH3_accumulate_512_avx2(acc, dst + k * XXH_STRIPE_LEN,
+                             XXH3_kSecret + k * XXH_SECRET_CONSUME_RATE);
+  }
+}
+
+// bytes > XXH3_MIDSIZE_MAX: XXH3's long-input hash, over the bytes as they are copied.
+XXH_NO_INLINE XXH_TARGET_AVX2 XXH64_hash_t copy_hash_long_avx2(char* dst, const char* src,
+                                                              std::size_t bytes) {
+  alignas(32) xxh_u64 acc[XXH_ACC_NB] = XXH3_INIT_ACC;
+  constexpr std::size_t kSecret = sizeof(XXH3_kSecret);
+  constexpr std::size_t kStripesPerBlock = (kSecret - XXH_STRIPE_LEN) / XXH_SECRET_CONSUME_RATE;
+  constexpr std::size_t kBlock = kStripesPerBlock * XXH_STRIPE_LEN;
+  const std::size_t blocks = (bytes - 1) / kBlock;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    copy_accumulate(acc, dst + b * kBlock, src + b * kBlock, kStripesPerBlock);
+    XXH3_scrambleAcc_avx2(acc, XXH3_kSecret + kSecret - XXH_STRIPE_LEN);
+  }
+  const std::size_t done = blocks * kBlock;
+  const std::size_t stripes = (bytes - 1 - done) / XXH_STRIPE_LEN;
+  copy_accumulate(acc, dst + done, src + done, stripes);
+  const std::size_t tail = done + stripes * XXH_STRIPE_LEN;
+  std::memcpy(dst + tail, src + tail, bytes - tail);  // 1 to 64 bytes
+  XXH3_accumulate_512_avx2(acc, dst + bytes - XXH_STRIPE_LEN,
+                           XXH3_kSecret + kSecret - XXH_STRIPE_LEN - XXH_SECRET_LASTACC_START);
+  return XXH3_mergeAccs(acc, XXH3_kSecret + XXH_SECRET_MERGEACCS_START,
+                        static_cast<xxh_u64>(bytes) * XXH_PRIME64_1);
+}
+#endif
+}  // namespace
+
+std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes) {
+  const auto n = static_cast<std::size_t>(bytes);
+#if SPILLARENA_XXH3_AVX2
+  if (n > XXH3_MIDSIZE_MAX && have_avx2()) return copy_hash_long_avx2(dst, src, n);
+#endif
+  std::memcpy(dst, src, n);
+  return hash_bytes(dst, n);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hashing spans of a range slice by slice
 // ---------------------------------------------------------------------------------------------
@@ -132,14 +207,14 @@ std::uint64_t hash_bytes(const void* data, std::uint64_t bytes) {
 // for a region larger than the CPU cache that pass streams them from RAM once more: it made a
 // resident round trip (store, zero-copy restore, a full read) ~40 % slower. So a path that copies
 // hashes each piece in the pass that copies it, while the piece is in the cache:
-//  - a synchronous write (buffered or RAM) pwrites kHashSliceBytes at a time and hashes each
-//    slice of the source right after the pwrite read it (ArenaCore::write_hashed);
+//  - a synchronous buffered write pwrites kHashSliceBytes at a time and hashes each slice of the
+//    source right after the pwrite read it (ArenaCore::write_hashed);
 //  - a direct write hashes each slice of its staging copy right after the memcpy into the slot
 //    (IoEngine::Hooks::staged), on the caller's thread, which did the memcpy anyway; an aligned
 //    source (a host pool block just filled by the device -> host copy) is written without a copy
 //    and hashed in that one pass (Note [Writing from an aligned source] in io_engine.cc);
-//  - a resident synchronous read copies from the mapping in slices and checks each slice of the
-//    destination as it lands (ArenaCore::read_resident).
+//  - a copy the arena does itself (a resident synchronous read, a write into host memory) is
+//    fused with its hash instead: Note [Copying and hashing in one pass].
 // A 4 MiB chunk spans 8 slices: XXH3's streaming state carries it from one slice to the next
 // (SpanHasher), so its hash is the one hash_bytes gives for the chunk whole, and the ledger, the
 // per-piece checks and the error messages do not change. 512 KiB slices: a slice of the source
@@ -155,11 +230,11 @@ std::uint64_t hash_bytes(const void* data, std::uint64_t bytes) {
 // would otherwise take. For every path the hash itself is XXH3's AVX2 loop where the CPU has it,
 // 2-3x the baseline SSE2 build from the cache. On one core this reaches 0.7-0.8 of the unhashed
 // round trip, not 0.9: a hash that follows its copy on the same core still adds about a quarter
-// of the copy's time. Where a second CPU is free, the synchronous paths of more than one chunk
-// (write, a resident read, read_in_place) hash beside the copy instead, on the arena's pipeline
-// thread (Note [Hashing beside the copy] in hash_pipeline.cc); this slice-by-slice path is what
-// runs alone. Figures: docs/benchmarks.md, "Hashing at memory speed" and "Hashing beside the
-// copy".
+// of the copy's time. Where a second CPU is free, a synchronous write to a file and
+// read_in_place's check hash beside the copy instead, on the arena's pipeline thread (Note
+// [Hashing beside the copy] in hash_pipeline.cc); this slice-by-slice path is what runs alone.
+// Figures: docs/benchmarks.md, "Hashing at memory speed", "Hashing beside the copy" and "Copying
+// and hashing in one pass".
 
 struct SpanHasher::State {
   XXH3_state_t xxh3;

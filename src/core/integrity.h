@@ -43,6 +43,10 @@ struct Span {
 // XXH3-64 of `bytes` bytes at `data` (Debian's libxxhash header; AVX2 where the CPU has it).
 std::uint64_t hash_bytes(const void* data, std::uint64_t bytes);
 
+// Copies `bytes` bytes from `src` to `dst` (not overlapping) and returns hash_bytes(dst, bytes),
+// in one pass over the bytes (Note [Copying and hashing in one pass] in src/core/integrity.cc).
+std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes);
+
 // Slices in which a copy and its hash take turns, so the hash reads bytes the copy left in the
 // CPU cache. See Note [Hashing while the bytes are in cache] in src/core/integrity.cc.
 constexpr std::uint64_t kHashSliceBytes = 512ull << 10;
