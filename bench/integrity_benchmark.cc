@@ -7,6 +7,8 @@
 //   in_place  a buffered disk arena: write_async + wait, read_in_place, and a full read of the
 //             bytes returned (store + zero-copy restore + the recomputation reading its input;
 //             the stash restores a RAM arena's inputs zero-copy)
+//   stash     a buffered disk arena as the stash uses it: write_async + wait, Region::read of
+//             the resident pages, and a full read of the copy (store + restore + recomputation)
 //   async     a buffered disk arena: write_async + wait, read_async + wait (pool or io_uring)
 // Counters: ratio = hashed ÷ unhashed round-trip throughput (1 = free; the goal is ≥ 0.9);
 // hashed_Bps and unhashed_Bps = bytes written + bytes read per second; hash_Bps = bytes hashed
@@ -26,8 +28,8 @@
 namespace spill_bench {
 namespace {
 
-enum class Path { ram, copy, in_place, async };
-constexpr const char* kPathNames[] = {"ram", "copy", "in_place", "async"};
+enum class Path { ram, copy, in_place, async, stash };
+constexpr const char* kPathNames[] = {"ram", "copy", "in_place", "async", "stash"};
 
 spill::SpillArena arena_for(Path path, std::uint64_t bytes, bool verify) {
   spill::ArenaOptions o;
@@ -83,6 +85,11 @@ Times round_trip(Path path, spill::Region& region, const std::vector<char>& src,
       region.write_async(src.data(), bytes).wait();
       region.read_async(dst.data(), bytes).wait();
       break;
+    case Path::stash:
+      region.write_async(src.data(), bytes).wait();
+      region.read(dst.data(), bytes);
+      benchmark::DoNotOptimize(read_all(dst.data(), bytes));
+      break;
   }
   return Times{w.seconds(), process_cpu_seconds() - cpu};
 }
@@ -121,7 +128,7 @@ void integrity(benchmark::State& state) {
 void register_integrity_benchmarks() {
   auto* b = benchmark::RegisterBenchmark("BM_Integrity", integrity);
   b->ArgNames({"path", "MiB"});
-  for (Path p : {Path::ram, Path::copy, Path::in_place, Path::async}) {
+  for (Path p : {Path::ram, Path::copy, Path::in_place, Path::async, Path::stash}) {
     if (smoke()) {
       b->Args({static_cast<std::int64_t>(p), 1});
       continue;
