@@ -306,6 +306,9 @@ IoEngine::Hooks ArenaCore::hash_written(std::uint64_t start, std::uint64_t at, c
   if (options_.io == IoMode::direct) {  // hashed in the submitting pass, recorded once on file
     auto hasher = std::make_shared<WriteHasher>(written);
     hooks.staged = [hasher](const char* memory, std::uint64_t n) { hasher->update(memory, n); };
+    hooks.copy_staged = [hasher](char* slot, const char* src, std::uint64_t n) {
+      hasher->copy(slot, src, n);
+    };
     hooks.after = [ledger = ledger_.get(), start, hasher](bool all_succeeded,
                                                            const std::vector<IoEngine::Piece>&) {
       if (all_succeeded) ledger->record(start, *hasher);

@@ -63,9 +63,9 @@ namespace spill::detail {
 //  - a synchronous buffered write hashes its source on the caller's thread, slice by slice as it
 //    is copied, or on the arena's pipeline thread beside the copy; a write into host memory
 //    copies and hashes in one pass;
-//  - a direct-mode write hashes each slice of its staging copy on the caller's thread, right
-//    after the memcpy into the slot (an aligned source, written from where it is: each slice of
-//    the source before it is queued), and keeps the hashes once every piece is on the file;
+//  - a direct-mode write hashes its staging copy on the caller's thread as it copies it into the
+//    slot (an aligned source, written from where it is: each slice of the source before it is
+//    queued), and keeps the hashes once every piece is on the file;
 //  - a buffered write_async hashes each piece's source once that piece is on the file, on the
 //    thread that completed it (io_uring's reaper or a pool worker): the caller keeps the source
 //    unchanged until the Pending completes anyway, and the training thread, which queued the
@@ -128,21 +128,21 @@ std::uint64_t hash_bytes(const void* data, std::uint64_t bytes) {
 
 // Note [Copying and hashing in one pass]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A copy is memory-bound and XXH3 compute-bound: run one after the other, even slice by slice
-// from the cache (Note [Hashing while the bytes are in cache]), the core waits on memory while it
-// copies and the memory idles while it hashes, and a hashed copy ran at 0.8-0.85 of memcpy. So
-// where the CPU has AVX2 a copy that is hashed moves 64 bytes (one XXH3 stripe) at a time and
-// feeds the stripe to XXH3's accumulators right after storing it, reading it back from the
-// store buffer (the bytes the destination holds, which is what a check must see): the hash runs
-// in the cycles the copy spends waiting. The loop is XXH3's own long-input loop (blocks of 16
-// stripes, a scramble after each, the last stripe of the input, the merge), with the header's
-// AVX2 stripe and scramble functions, so the hash is the one hash_bytes gives for the copied
-// bytes (tests/integrity_test.cc holds it to that for every length class and alignment). On
-// the 2-core test VM one core copied and hashed 64 MiB at 0.80-0.85 of the speed of memcpy in
-// 512 KiB slices, against 0.70-0.77 copying and hashing slice by slice, and a RAM arena's
-// hashed round trip went from 0.71-0.88 to 0.83-1.0 of its unhashed one (docs/benchmarks.md,
-// "Copying and hashing in one pass"). Inputs of XXH3's short and mid sizes (240 bytes or less)
-// and CPUs without AVX2 copy, then hash.
+// A copy is memory-bound and XXH3 compute-bound: run one after the other, even slice by slice from
+// the cache (Note [Hashing while the bytes are in cache]), the core waits on memory while it copies
+// and the memory idles while it hashes. So where the CPU has AVX2 a copy that is hashed (a resident
+// read, a write into host memory, a direct write's staging copy) moves 64 bytes (one XXH3 stripe)
+// at a time and feeds the stripe to XXH3's accumulators right after storing it, reading it back
+// from the store buffer (the bytes the destination holds, which is what a check must see): the hash
+// runs in the cycles the copy spends waiting. The loop is XXH3's own long-input loop (blocks of 16
+// stripes, a scramble after each, the last stripe of the input, the merge), with the header's AVX2
+// stripe and scramble functions, so the hash is the one hash_bytes gives for the copied bytes
+// (tests/integrity_test.cc holds it to that for every length class and alignment). On the 2-core
+// test VM one core copied and hashed 64 MiB at 0.80-0.85 of the speed of memcpy in 512 KiB slices,
+// against 0.70-0.77 copying and hashing slice by slice, and a RAM arena's hashed round trip went
+// from 0.71-0.88 to 0.83-1.0 of its unhashed one (docs/benchmarks.md, "Copying and hashing in one
+// pass"). Inputs of XXH3's short and mid sizes (240 bytes or less) and CPUs without AVX2 copy, then
+// hash.
 
 namespace {
 #if SPILLARENA_XXH3_AVX2
@@ -209,12 +209,13 @@ std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes) {
 // hashes each piece in the pass that copies it, while the piece is in the cache:
 //  - a synchronous buffered write pwrites kHashSliceBytes at a time and hashes each slice of the
 //    source right after the pwrite read it (ArenaCore::write_hashed);
-//  - a direct write hashes each slice of its staging copy right after the memcpy into the slot
-//    (IoEngine::Hooks::staged), on the caller's thread, which did the memcpy anyway; an aligned
-//    source (a host pool block just filled by the device -> host copy) is written without a copy
-//    and hashed in that one pass (Note [Writing from an aligned source] in io_engine.cc);
-//  - a copy the arena does itself (a resident synchronous read, a write into host memory) is
-//    fused with its hash instead: Note [Copying and hashing in one pass].
+//  - an aligned source of a direct write (a host pool block just filled by the device -> host
+//    copy) is written without a copy and hashed slice by slice as its pieces are queued
+//    (IoEngine::Hooks::staged; Note [Writing from an aligned source] in io_engine.cc);
+//  - a copy the arena does itself (a resident synchronous read, a write into host memory, a
+//    direct write's staging copy: IoEngine::Hooks::copy_staged) is fused with its hash
+//    instead: Note [Copying and hashing in one pass]; a chunk cut by a staging slot's edge is
+//    copied and hashed slice by slice.
 // A 4 MiB chunk spans 8 slices: XXH3's streaming state carries it from one slice to the next
 // (SpanHasher), so its hash is the one hash_bytes gives for the chunk whole, and the ledger, the
 // per-piece checks and the error messages do not change. 512 KiB slices: a slice of the source
@@ -276,6 +277,26 @@ std::uint64_t SpanHasher::step(const char* memory, std::uint64_t bytes, std::uin
   at_ += n;
   if (finished_) ++next_;
   return n;
+}
+
+// One step of a copy: the next span whole in one pass with its copy, or up to the next span's
+// start or end (at most a slice) copied and then hashed by step(), which takes all of it.
+std::uint64_t SpanHasher::copy_step(char* dst, const char* src, std::uint64_t bytes,
+                                    std::uint64_t* hash) {
+  std::uint64_t n = std::min(bytes, kHashSliceBytes);
+  if (next_ < spans_.size()) {
+    const Span& s = spans_[next_];
+    if (at_ == s.offset && s.bytes <= bytes) {
+      *hash = copy_and_hash(dst, src, s.bytes);
+      at_ += s.bytes;
+      ++next_;
+      finished_ = true;
+      return s.bytes;
+    }
+    n = std::min(n, (at_ < s.offset ? s.offset : s.offset + s.bytes) - at_);
+  }
+  std::memcpy(dst, src, static_cast<std::size_t>(n));
+  return step(dst, n, hash);
 }
 
 // The chunks of `write`: its bytes split at the region's multiples of kHashChunkBytes.

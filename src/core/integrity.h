@@ -78,11 +78,26 @@ class SpanHasher {
       bytes -= used;
     }
   }
+  // The same for bytes being copied: copies the range's next `bytes` bytes from `src` to `dst`
+  // and hashes them as they land, a span that lies whole in this call in one pass with its copy
+  // (copy_and_hash), the rest in kHashSliceBytes slices, each copied then hashed.
+  template <class Done>
+  void copy(char* dst, const char* src, std::uint64_t bytes, Done&& done) {
+    while (bytes > 0) {
+      std::uint64_t hash = 0;
+      const std::uint64_t used = copy_step(dst, src, bytes, &hash);
+      if (finished_) done(next_ - 1, hash);
+      dst += used;
+      src += used;
+      bytes -= used;
+    }
+  }
   const std::vector<Span>& spans() const { return spans_; }
   bool complete() const { return at_ == range_.offset + range_.bytes; }
 
  private:
   std::uint64_t step(const char* memory, std::uint64_t bytes, std::uint64_t* hash);
+  std::uint64_t copy_step(char* dst, const char* src, std::uint64_t bytes, std::uint64_t* hash);
 
   struct State;
   const Span range_;
@@ -108,14 +123,19 @@ class WriteHasher {
  public:
   explicit WriteHasher(const Span& write);
   void update(const char* memory, std::uint64_t bytes) {
-    hasher_.update(memory, bytes, [&](std::size_t i, std::uint64_t hash) {
-      hashed_.push_back(HashedSpan{hasher_.spans()[i], hash});
-    });
+    hasher_.update(memory, bytes, [&](std::size_t i, std::uint64_t hash) { keep(i, hash); });
+  }
+  // The next `bytes` bytes are copied from `src` to `dst` and hashed as they land.
+  void copy(char* dst, const char* src, std::uint64_t bytes) {
+    hasher_.copy(dst, src, bytes, [&](std::size_t i, std::uint64_t hash) { keep(i, hash); });
   }
   const Span& write() const { return write_; }
   const std::vector<HashedSpan>& hashed() const { return hashed_; }
 
  private:
+  void keep(std::size_t i, std::uint64_t hash) {
+    hashed_.push_back(HashedSpan{hasher_.spans()[i], hash});
+  }
   const Span write_;
   SpanHasher hasher_;
   std::vector<HashedSpan> hashed_;

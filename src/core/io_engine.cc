@@ -227,12 +227,15 @@ void IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint64_t
   }
 }
 
-// One slot's worth of a write: copied into a staging slot (hashed slice by slice by a `staged`
-// hook while in cache), zero-padded to whole blocks, queued; the slot goes back on completion.
+// One slot's worth of a write: copied into a staging slot (by a `copy_staged` hook, which hashes
+// as it copies, or hashed slice by slice by a `staged` hook while in cache), zero-padded to whole
+// blocks, queued; the slot goes back on completion.
 void IoEngine::write_staged(std::uint64_t offset, const char* src, std::uint64_t n,
                             const TransferPtr& t, const Hooks& hooks, std::vector<Ticket>* parts) {
   StagingPool::Slot slot = staging_->acquire();
-  if (hooks.staged) {
+  if (hooks.copy_staged) {
+    hooks.copy_staged(slot.data, src, n);
+  } else if (hooks.staged) {
     for (std::uint64_t done = 0; done < n; done += kStagedSliceBytes) {
       const std::uint64_t m = std::min(kStagedSliceBytes, n - done);
       std::memcpy(slot.data + done, src + done, m);
@@ -299,6 +302,7 @@ Pending IoEngine::queue_pieces(IoOp op, std::uint64_t offset, char* memory, std:
                                Hooks hooks) {
   Hooks staged;
   staged.staged = std::move(hooks.staged);
+  staged.copy_staged = std::move(hooks.copy_staged);
   const auto t = transfer(op, offset, bytes, std::move(hooks));
   std::vector<Ticket> parts;
   if (mode_ == IoMode::direct && op == IoOp::write) {

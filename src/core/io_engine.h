@@ -47,13 +47,16 @@ class IoEngine {
   // kStagedSliceBytes, in order: of an aligned source before it is queued, of a staging slot
   // right after the copy into it — work on the bytes while they are in the CPU cache (see Note
   // [Hashing while the bytes are in cache] in src/core/integrity.cc and Note [Writing from an
-  // aligned source] in src/core/io_engine.cc). Other transfers ignore it.
+  // aligned source] in src/core/io_engine.cc). `copy_staged`, where set, makes each slot's copy
+  // itself instead, in order, and `staged` then sees the aligned pieces only: a hook that hashes
+  // in the pass that copies (Note [Copying and hashing in one pass]). Other transfers ignore both.
   using Piece = std::pair<std::uint64_t, std::uint64_t>;  // file offset, bytes
   struct Hooks {
     std::function<std::exception_ptr(std::uint64_t offset, const char* memory, std::uint64_t bytes)>
         piece;
     std::function<std::exception_ptr(bool all_succeeded, const std::vector<Piece>& pieces)> after;
     std::function<void(const char* memory, std::uint64_t bytes)> staged;
+    std::function<void(char* slot, const char* src, std::uint64_t bytes)> copy_staged;
   };
   static constexpr std::uint64_t kStagedSliceBytes = 512ull << 10;
 
