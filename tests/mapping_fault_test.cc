@@ -144,8 +144,8 @@ TEST_CASE("mapping: read_in_place of a truncated spill file throws IoError, not 
 }
 
 // A file cut before the read is found by its size before anything is copied: 3 MiB is one hash
-// chunk (the one-thread path), 9 MiB three (copied and hashed beside each other, Note [Hashing
-// beside the copy] in src/core/hash_pipeline.cc), cut in the first chunk or in the last only.
+// chunk, 9 MiB three (each copied and hashed in one pass, Note [Copying and hashing in one pass]
+// in src/core/integrity.cc), cut in the first chunk or in the last only.
 TEST_CASE("mapping: a resident read of a truncated spill file throws IoError, not SIGBUS") {
   struct Cut {
     std::size_t bytes;
@@ -172,11 +172,11 @@ TEST_CASE("mapping: a resident read of a truncated spill file throws IoError, no
   }
 }
 
-// A file cut while resident reads copy it: the size check passed, and a slice copied from the
-// mapping faults, on the caller's thread or on the hash pipeline's, whichever holds it; each
-// thread's SIGBUS guard turns it into IoError. Timing decides where the cut lands (the rounds
-// spread it over a read's duration; with the pipeline's copy unguarded, 5 of 5 runs died of
-// SIGBUS, so some land mid-copy); no round may kill the process.
+// A file cut while resident reads copy it: the size check passed, and the copy from the mapping
+// (hashed in the same pass) faults on the caller's thread, whose SIGBUS guard turns it into
+// IoError. Timing decides where the cut lands (the rounds spread it over a read's duration; with
+// the copy unguarded, 5 of 5 runs died of SIGBUS when it still ran slice by slice under the hash
+// pipeline, so some land mid-copy); no round may kill the process.
 TEST_CASE("mapping: a spill file cut while a resident read copies it is IoError, not SIGBUS") {
   for (bool verify : {true, false}) {
     SUBCASE(verify ? "verify_integrity" : "no verify_integrity") {

@@ -1,6 +1,7 @@
 #include "arena_core.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -106,14 +107,14 @@ void ArenaCore::read(std::uint64_t start, std::uint64_t at, void* dst, std::uint
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
-// Hashes of the 4 MiB chunks of a write or a read, filled by unit (chunk) on any thread, and how
-// many bytes of the transfer each needs before it can be hashed.
+// Hashes of the 4 MiB chunks of a write or a check, filled by unit (chunk) on any thread. Every
+// unit is ready at once (HashPipeline::run's `ready`: no copy to wait for): a write hashes its
+// source, whole from the start; a check hashes the mapping where it is.
 struct ArenaCore::ChunkUnits {
   std::vector<HashedSpan> chunks;
   std::vector<std::uint64_t> ready;
-  ChunkUnits(std::vector<HashedSpan> spans, std::uint64_t at) : chunks(std::move(spans)) {
-    for (const HashedSpan& c : chunks) ready.push_back(c.span.offset + c.span.bytes - at);
-  }
+  explicit ChunkUnits(std::vector<HashedSpan> spans)
+      : chunks(std::move(spans)), ready(chunks.size(), 0) {}
 };
 
 namespace {
@@ -145,21 +146,23 @@ void ArenaCore::write_hashed(std::uint64_t start, std::uint64_t at, const char* 
   ledger_->forget(start, write);
   if (storage_->fd() < 0) return write_memory_hashed(start, write, src);
   std::exception_ptr failure;
+  std::atomic<bool> failed{false};  // the hashes are then thrown away: none is taken any more
   auto copy = [&](std::uint64_t done, std::uint64_t n) {
     try {
       storage_->write(start + at + done, src + done, n);
       return true;
     } catch (...) {
       failure = std::current_exception();
+      failed.store(true, std::memory_order_relaxed);
       return false;
     }
   };
   // The source is whole from the start: the thread may hash any chunk before the copy reaches it,
   // and reading it ahead brings it into the shared L3 cache for the pwrite (Note [Hashing beside
   // the copy] in src/core/hash_pipeline.cc).
-  ChunkUnits units(unhashed(hash_chunks(write)), at);
-  units.ready.assign(units.ready.size(), 0);
+  ChunkUnits units(unhashed(hash_chunks(write)));
   auto hash = [&](std::size_t i) {
+    if (failed.load(std::memory_order_relaxed)) return;
     HashedSpan& c = units.chunks[i];
     c.hash = hash_bytes(src + (c.span.offset - at), c.span.bytes);
   };
@@ -400,8 +403,7 @@ const void* ArenaCore::read_in_place(std::uint64_t start, std::uint64_t bytes) c
 // guard of its own (a guard is per thread). False: it could not run beside, nothing done.
 bool ArenaCore::checked_in_place_beside(std::uint64_t start, const char* memory,
                                         std::uint64_t bytes) const {
-  ChunkUnits units(ledger_->expected(start, Span{0, bytes}), 0);
-  std::fill(units.ready.begin(), units.ready.end(), 0);  // nothing to copy: all ready
+  ChunkUnits units(ledger_->expected(start, Span{0, bytes}));
   std::vector<std::exception_ptr> mismatch(units.chunks.size());
   std::atomic<bool> faulted{false};
   auto check = [&](std::size_t i) {

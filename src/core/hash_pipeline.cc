@@ -11,37 +11,35 @@ namespace spill::detail {
 // Note [Hashing beside the copy]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A copy and its hash on one core take turns (Note [Hashing while the bytes are in cache] in
-// integrity.cc): the hash adds about a quarter of the copy's time (XXH3-AVX2 hashes 23-24 GB/s
-// from the cache, one core copies 6-7 GB/s), so a hashed round trip reached 0.7-0.8 of an
-// unhashed one, short of the 0.9 asked. The copy is memory-bound and the hash compute-bound, and
-// a training step's synchronous copies run while the other cores mostly wait on them. So the
-// copy tells a thread of the arena's own how far it got, and that thread hashes each 4 MiB
-// integrity chunk the copy has finished while the copy moves the next, reading it back from the
-// shared L3 cache (32 MiB on the test VM): where the thread keeps up, the caller waits for its
-// copy and the last chunk, which only the end of the copy makes ready.
-//  - Who uses it: a write to a file (the kernel's pwrite does the copy, nothing to fuse a hash
-//    with) and read_in_place's check (no copy at all). A write's source is whole from the start,
-//    so its chunks are ready at once: the thread hashes from the first chunk on, beside the
-//    pwrite or ahead of it, and what it reads ahead is in L3 when the pwrite gets there: in two
-//    runs that differed only in this, BM_Integrity's 16 MiB `copy` round trip went from 0.80
-//    to 1.07 of unhashed (64 MiB: 0.98-1.08 to 1.07, within the noise). Copies the arena does
-//    itself (resident reads, host memory) hash in the copying pass instead (Note [Copying and
-//    hashing in one pass] in integrity.cc), which needs no second CPU.
+// integrity.cc): the hash adds a quarter to a third of the copy's time. Where the arena makes
+// the copy itself it fuses the two (Note [Copying and hashing in one pass] in integrity.cc); two
+// synchronous paths have no copy of the arena's own to fuse with: a write to a file (the
+// kernel's pwrite copies) and read_in_place's check (nothing is copied). There, a thread of the
+// arena's own hashes 4 MiB integrity chunks while the caller's pwrite moves on, or beside the
+// caller's own hashing of the mapping: where the thread keeps up, the caller waits for its copy
+// and for the chunks left when it ends.
+//  - When a unit may be hashed: run() takes, for each unit, how many bytes of the copy must be
+//    done first (a unit hashed from the copy's destination waits for them). Both users pass 0: a
+//    write's source is whole from the start and the mapping is checked where it is, so the
+//    thread starts at the first chunk, beside the pwrite or ahead of it, and what it reads ahead
+//    is in L3 when the pwrite gets there. BM_Integrity's 16 MiB `copy` round trip went from 0.77
+//    to 1.12 of unhashed with this and the fused read (docs/bench/integrity_fused*.json); in two
+//    uncommitted runs that differed only in the write's units being ready at once, 0.80 to 1.07.
 //  - Units: chunks hash on their own (one XXH3 each), so the thread and the caller may take them
 //    in any order: each takes the next ready one with a compare-and-swap. When the copy ends the
 //    caller takes units too, until none is left, then waits for the one the thread is in, if any.
 //    Alone (one CPU, or the pipeline taken), the caller takes the one-thread path of
 //    Note [Hashing while the bytes are in cache] instead. The hashes
 //    are those of the one-thread path, and a check still compares the bytes the caller gets.
-//  - No spinning: the thread sleeps on a condition variable until a chunk is ready (one wake-up
-//    per 4 MiB, ~600 us of copying), so under oversubscription (every core busy: a spinning
-//    helper would take time from the copy it helps) it costs one sleeping thread, and the caller
-//    hashes what the thread did not reach, as it did alone.
+//  - No spinning: the thread sleeps on a condition variable until a unit is ready (with every
+//    unit ready at once, one wake-up per run), so under oversubscription (every core busy: a
+//    spinning helper would take time from the copy it helps) it costs one sleeping thread, and
+//    the caller hashes what the thread did not reach, as it did alone.
 //  - The run lives in its caller's frame. The thread counts itself in (thread_in_run_) before it
 //    reads run_; the caller clears run_ and then waits for the count to drop to zero before it
 //    returns (both sequentially consistent: one of them always sees the other's store).
 //  - When the thread took less than half of the units it could have taken before a copy ended
-//    (every ready one but the last), it was not getting a CPU (every core busy: a compile, other
+//    (those ready by then, less one), it was not getting a CPU (every core busy: a compile, other
 //    processes, LibTorch's own threads), and waking it cost more than it saved; the next
 //    kRunsAloneWhenBusy runs take the one-thread path, then it tries again. (CPUs are counted
 //    in the affinity mask: a container held to one CPU by a CFS quota on a larger machine still
@@ -100,7 +98,7 @@ bool HashPipeline::begin(Run* r) {
     return false;
   }
   run_.store(r);
-  if (r->ready[0] == 0 && thread_sleeping_.load()) {  // a check of bytes already in place
+  if (r->ready[0] == 0 && thread_sleeping_.load()) {  // ready at once: a write, a check
     MutexLock lock(mutex_);
     work_->notify_one();
   }
@@ -129,9 +127,10 @@ bool HashPipeline::take(Run* r, std::size_t* unit) {
 }
 
 void HashPipeline::finish(Run* r, std::uint64_t copied) {
-  // Of the units it could have taken before the copy ended (all ready then but the last, which
-  // became ready at the end), the thread took less than half: it was not getting a CPU while
-  // the copy ran (every core busy), and waking it cost more than it saved.
+  // Of the units it could have taken before the copy ended (those ready by then, less one: where
+  // units wait for the copy, the last became ready only at its end), the thread took less than
+  // half: it was not getting a CPU while the copy ran (every core busy), and waking it cost more
+  // than it saved.
   std::size_t ready = 0;
   while (ready < r->units && r->ready[ready] <= copied) ++ready;
   const std::size_t taken = std::min(r->next.load(), ready);

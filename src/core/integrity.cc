@@ -133,16 +133,16 @@ std::uint64_t hash_bytes(const void* data, std::uint64_t bytes) {
 // and the memory idles while it hashes. So where the CPU has AVX2 a copy that is hashed (a resident
 // read, a write into host memory, a direct write's staging copy) moves 64 bytes (one XXH3 stripe)
 // at a time and feeds the stripe to XXH3's accumulators right after storing it, reading it back
-// from the store buffer (the bytes the destination holds, which is what a check must see): the hash
-// runs in the cycles the copy spends waiting. The loop is XXH3's own long-input loop (blocks of 16
-// stripes, a scramble after each, the last stripe of the input, the merge), with the header's AVX2
-// stripe and scramble functions, so the hash is the one hash_bytes gives for the copied bytes
-// (tests/integrity_test.cc holds it to that for every length class and alignment). On the 2-core
-// test VM one core copied and hashed 64 MiB at 0.80-0.85 of the speed of memcpy in 512 KiB slices,
-// against 0.70-0.77 copying and hashing slice by slice, and a RAM arena's hashed round trip went
-// from 0.71-0.88 to 0.83-1.0 of its unhashed one (docs/benchmarks.md, "Copying and hashing in one
-// pass"). Inputs of XXH3's short and mid sizes (240 bytes or less) and CPUs without AVX2 copy, then
-// hash.
+// from the destination (the bytes it holds, which is what a check must see; the compiler may reuse
+// the registers just stored, the same bytes): the hash runs in the cycles the copy spends waiting.
+// The loop is XXH3's own long-input loop (blocks of 16 stripes, a scramble after each, the last
+// stripe of the input, the merge), with the header's AVX2 stripe and scramble functions, so the
+// hash is the one hash_bytes gives for the copied bytes (tests/integrity_test.cc holds it to that
+// for every length class and alignment). On the 2-core test VM one core copied and hashed 64 MiB at
+// 0.80-0.85 of the speed of memcpy in 512 KiB slices, against 0.70-0.77 copying and hashing slice
+// by slice, and a RAM arena's hashed round trip went from 0.71-0.88 to 0.83-1.0 of its unhashed one
+// (docs/benchmarks.md, "Copying and hashing in one pass"). Inputs of XXH3's short and mid sizes
+// (240 bytes or less) and CPUs without AVX2 copy, then hash.
 
 namespace {
 #if SPILLARENA_XXH3_AVX2
@@ -229,11 +229,13 @@ std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes) {
 // read_in_place copies nothing: its check is the one pass over the mapping left, off the cache
 // when the region is larger than it, and it takes the page faults that the caller's first reads
 // would otherwise take. For every path the hash itself is XXH3's AVX2 loop where the CPU has it,
-// 2-3x the baseline SSE2 build from the cache. On one core this reaches 0.7-0.8 of the unhashed
-// round trip, not 0.9: a hash that follows its copy on the same core still adds about a quarter
-// of the copy's time. Where a second CPU is free, a synchronous write to a file and
-// read_in_place's check hash beside the copy instead, on the arena's pipeline thread (Note
-// [Hashing beside the copy] in hash_pipeline.cc); this slice-by-slice path is what runs alone.
+// 2-3x the baseline SSE2 build from the cache. On one core this reached 0.7-0.8 of the unhashed
+// round trip, not 0.9: a hash that follows its copy on the same core still adds a quarter to a
+// third of the copy's time. So the copies the arena makes itself fuse the hash into the copy
+// (Note [Copying and hashing in one pass]), and where a second CPU is free a synchronous write
+// to a file and read_in_place's check hash on the arena's pipeline thread (Note [Hashing beside
+// the copy] in hash_pipeline.cc); this slice-by-slice path is what is left: such a write or
+// check alone, a chunk cut by a staging slot's edge, and the span hashing of queued transfers.
 // Figures: docs/benchmarks.md, "Hashing at memory speed", "Hashing beside the copy" and "Copying
 // and hashing in one pass".
 

@@ -118,6 +118,7 @@ struct HashedSpan {
 //
 //   WriteHasher hasher(Span{at, bytes});
 //   for (each slice of the write, in order) { copy it; hasher.update(slice, slice_bytes); }
+//   // or, where the copy is ours to make: hasher.copy(to, slice, slice_bytes);
 //   ledger.record(start, hasher);  // once every byte is on the file
 class WriteHasher {
  public:

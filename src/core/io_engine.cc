@@ -200,11 +200,13 @@ Pending IoEngine::write(std::uint64_t offset, const void* src, std::uint64_t byt
 // through a staging slot, zero-padded. Other sources (most CPU tensors: malloc aligns to 16 or
 // 64 bytes) are copied into staging slots on the calling thread (memcpy is several times faster
 // than the disk); a slot returns to the pool when its write completed. Either way the source
-// stays valid and unchanged until the Pending completes (the engine's contract), and a `staged`
-// hook sees every byte once, in order, in slices of kStagedSliceBytes: each aligned piece right
-// after it was queued (the disk reads it while the hash does), each slot right after the copy
-// into it. The transfer's `after` hook, which keeps the hashes, runs only once submission ended
-// (Transfer::count_down), so it never sees a hash still being taken.
+// stays valid and unchanged until the Pending completes (the engine's contract), and the hooks
+// see every byte once, in order: a `staged` hook each aligned piece in slices of
+// kStagedSliceBytes right after it was queued (the disk reads it while the hash does), and each
+// slot either as `copy_staged`, which makes the copy into it (hashing as it copies), or, without
+// one, through `staged` right after the memcpy into it. The transfer's `after` hook, which keeps
+// the hashes, runs only once submission ended (Transfer::count_down), so it never sees a hash
+// still being taken.
 void IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes,
                             const TransferPtr& t, const Hooks& hooks,
                             std::vector<Ticket>* parts) {

@@ -35,7 +35,8 @@ class Storage {
   virtual char* base() const = 0;
   virtual const StorageInfo& info() const = 0;
   // A synchronous bulk write; throws spill::IoError on failure. (Reads go through the I/O engine,
-  // or are copied from base() where resident: ArenaCore decides, in one place.)
+  // or are copied from base() where resident: ArenaCore decides, in one place. A hashed write
+  // into host memory (fd() < 0) is copied into base() by ArenaCore, with its hash.)
   virtual void write(std::uint64_t offset, const void* src, std::uint64_t bytes) = 0;
   // Page-cache hints; no-ops where meaningless (host memory). Never throw.
   virtual void start_writeback(std::uint64_t offset, std::uint64_t bytes) = 0;
