@@ -182,42 +182,28 @@ void ArenaCore::write_hashed(std::uint64_t start, std::uint64_t at, const char* 
 // Host memory: the write is a memcpy into it (HostMemory::write), here fused with the hash of
 // each chunk (Note [Copying and hashing in one pass] in src/core/integrity.cc).
 void ArenaCore::write_memory_hashed(std::uint64_t start, const Span& write, const char* src) {
-  std::vector<HashedSpan> chunks = unhashed(hash_chunks(write));
-  char* to = storage_->base() + start;
-  for (HashedSpan& c : chunks) {
-    c.hash = copy_and_hash(to + c.span.offset, src + (c.span.offset - write.offset), c.span.bytes);
-  }
-  ledger_->record(start, chunks);
+  WriteHasher hasher(write);
+  hasher.copy(storage_->base() + start + write.offset, src, write.bytes);
+  ledger_->record(start, hasher);
 }
 
-// Resident pages (or host memory), copied from the mapping as SpillFile::read does, in slices.
-// Each recorded chunk the read covers whole is copied and hashed in one pass (Note [Copying and
-// hashing in one pass] in src/core/integrity.cc) and compared once the copy is done; bytes no
-// chunk covers are only copied. Nothing in the guarded copy has a destructor to skip: a SIGBUS
-// leaves it by siglongjmp (Note [SIGBUS on the mapping] in src/core/platform_posix.cc).
+// Resident pages (or host memory), copied from the mapping as SpillFile::read does. Each
+// recorded chunk the read covers whole is copied and hashed in one pass (Note [Copying and
+// hashing in one pass] in src/core/integrity.cc) and compared as it lands; bytes no chunk covers
+// are only copied. Nothing in the guarded copy has a destructor to skip: a SIGBUS leaves it by
+// siglongjmp (Note [SIGBUS on the mapping] in src/core/platform_posix.cc).
 void ArenaCore::read_resident(std::uint64_t start, std::uint64_t at, char* dst,
                               std::uint64_t bytes) {
+  std::optional<IntegrityLedger::ReadCheck> check;
+  if (ledger_) check.emplace(ledger_->checker(start, Span{at, bytes}));
   const char* from = storage_->base() + start + at;
-  std::vector<HashedSpan> expected;
-  if (ledger_) expected = ledger_->expected(start, Span{at, bytes});
-  std::vector<std::uint64_t> found(expected.size());
+  std::exception_ptr mismatch;
   auto copy = [&] {
-    std::uint64_t done = 0;
-    for (std::size_t i = 0; i < expected.size(); ++i) {
-      const std::uint64_t offset = expected[i].span.offset - at;
-      copy_in_slices(dst + done, from + done, offset - done);
-      found[i] = copy_and_hash(dst + offset, from + offset, expected[i].span.bytes);
-      done = offset + expected[i].span.bytes;
-    }
-    copy_in_slices(dst + done, from + done, bytes - done);
+    if (!check) return copy_in_slices(dst, from, bytes);
+    mismatch = check->copy(dst, from, bytes);
   };
   read_mapping(start + at, bytes, IoOp::read, copy);
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    if (std::exception_ptr e = ledger_->compare(start, expected[i], found[i])) {
-      ledger_->failed_read();  // one read, one failure, however many chunks differ
-      std::rethrow_exception(e);
-    }
-  }
+  if (mismatch) std::rethrow_exception(mismatch);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -480,6 +480,12 @@ std::exception_ptr IntegrityLedger::ReadCheck::update(const char* memory, std::u
   return error_;
 }
 
+std::exception_ptr IntegrityLedger::ReadCheck::copy(char* dst, const char* src,
+                                                    std::uint64_t bytes) {
+  hasher_.copy(dst, src, bytes, [this](std::size_t i, std::uint64_t found) { compare(i, found); });
+  return error_;
+}
+
 void IntegrityLedger::ReadCheck::compare(std::size_t i, std::uint64_t found) {
   const Hashed& h = expected_[i];
   ledger_->bytes_hashed_.fetch_add(h.span.bytes, std::memory_order_relaxed);

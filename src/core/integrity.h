@@ -182,6 +182,9 @@ class IntegrityLedger {
     // The read's next `bytes` bytes are at `memory`: a spill::IntegrityError for the first
     // recorded chunk that differed (here or in an earlier update), nullptr while all match.
     std::exception_ptr update(const char* memory, std::uint64_t bytes);
+    // The same for the read's next `bytes` bytes copied from `src` to `dst` and hashed as they
+    // land (SpanHasher::copy).
+    std::exception_ptr copy(char* dst, const char* src, std::uint64_t bytes);
     bool empty() const { return expected_.empty(); }
 
    private:

@@ -202,11 +202,10 @@ Pending IoEngine::write(std::uint64_t offset, const void* src, std::uint64_t byt
 // than the disk); a slot returns to the pool when its write completed. Either way the source
 // stays valid and unchanged until the Pending completes (the engine's contract), and the hooks
 // see every byte once, in order: a `staged` hook each aligned piece in slices of
-// kStagedSliceBytes right after it was queued (the disk reads it while the hash does), and each
-// slot either as `copy_staged`, which makes the copy into it (hashing as it copies), or, without
-// one, through `staged` right after the memcpy into it. The transfer's `after` hook, which keeps
-// the hashes, runs only once submission ended (Transfer::count_down), so it never sees a hash
-// still being taken.
+// kStagedSliceBytes right after it was queued (the disk reads it while the hash does), and a
+// `copy_staged` hook each slot's bytes, as it makes the copy into the slot (hashing as it
+// copies). The transfer's `after` hook, which keeps the hashes, runs only once submission ended
+// (Transfer::count_down), so it never sees a hash still being taken.
 void IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes,
                             const TransferPtr& t, const Hooks& hooks,
                             std::vector<Ticket>* parts) {
@@ -229,20 +228,14 @@ void IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint64_t
   }
 }
 
-// One slot's worth of a write: copied into a staging slot (by a `copy_staged` hook, which hashes
-// as it copies, or hashed slice by slice by a `staged` hook while in cache), zero-padded to whole
-// blocks, queued; the slot goes back on completion.
+// One slot's worth of a write: copied into a staging slot (by a `copy_staged` hook where there is
+// one, which hashes as it copies), zero-padded to whole blocks, queued; the slot goes back on
+// completion.
 void IoEngine::write_staged(std::uint64_t offset, const char* src, std::uint64_t n,
                             const TransferPtr& t, const Hooks& hooks, std::vector<Ticket>* parts) {
   StagingPool::Slot slot = staging_->acquire();
   if (hooks.copy_staged) {
     hooks.copy_staged(slot.data, src, n);
-  } else if (hooks.staged) {
-    for (std::uint64_t done = 0; done < n; done += kStagedSliceBytes) {
-      const std::uint64_t m = std::min(kStagedSliceBytes, n - done);
-      std::memcpy(slot.data + done, src + done, m);
-      hooks.staged(slot.data + done, m);
-    }
   } else {
     std::memcpy(slot.data, src, n);
   }

@@ -43,13 +43,12 @@ class IoEngine {
   // run before the transfer's Pending is ready; the first error either returns is what
   // Pending::wait throws.
   //
-  // `staged` (direct writes only) runs on the submitting thread for each slice of at most
-  // kStagedSliceBytes, in order: of an aligned source before it is queued, of a staging slot
-  // right after the copy into it — work on the bytes while they are in the CPU cache (see Note
-  // [Hashing while the bytes are in cache] in src/core/integrity.cc and Note [Writing from an
-  // aligned source] in src/core/io_engine.cc). `copy_staged`, where set, makes each slot's copy
-  // itself instead, in order, and `staged` then sees the aligned pieces only: a hook that hashes
-  // in the pass that copies (Note [Copying and hashing in one pass]). Other transfers ignore both.
+  // Direct writes only, on the submitting thread, in order: `staged` runs for each slice of at
+  // most kStagedSliceBytes of an aligned source before it is queued (work on the bytes while
+  // they are in the CPU cache: Note [Hashing while the bytes are in cache] in
+  // src/core/integrity.cc, Note [Writing from an aligned source] in src/core/io_engine.cc);
+  // `copy_staged`, where set, makes each staging slot's copy itself (a hook that hashes in the
+  // pass that copies: Note [Copying and hashing in one pass]). Other transfers ignore both.
   using Piece = std::pair<std::uint64_t, std::uint64_t>;  // file offset, bytes
   struct Hooks {
     std::function<std::exception_ptr(std::uint64_t offset, const char* memory, std::uint64_t bytes)>
