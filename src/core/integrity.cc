@@ -71,8 +71,7 @@ namespace spill::detail {
 //    unchanged until the Pending completes anyway, and the training thread, which queued the
 //    write to go on computing, does not pay for the hash;
 //  - a synchronous read of resident pages copies and hashes each chunk in one pass on the
-//    caller's thread, and compares once the copy is done (Note [Copying and hashing in one
-//    pass]);
+//    caller's thread, and compares it as it lands (Note [Copying and hashing in one pass]);
 //    read_async (and a synchronous read from the disk) checks each piece's destination when it
 //    landed, after a staging slot's copy, before the Pending is ready, and hands the
 //    IntegrityError to Pending::wait, which throws it on the waiting (training) thread;
