@@ -34,7 +34,7 @@ class Stopwatch {
 // disk (synchronous, buffered, every input spilled), disk_async (buffered, overlapped: keep_last 1,
 // prefetch depth 2), disk_direct (direct I/O through the staging pool, overlapped).
 spill::harness::ModeSetup make_step_mode(const std::string& mode, std::uint64_t capacity,
-                                        bool start_writeback_after_write = true);
+                                         bool start_writeback_after_write = true);
 
 void register_round_trip_benchmarks();
 void register_allocator_benchmarks();

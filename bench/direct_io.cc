@@ -62,7 +62,8 @@ int direct_transfer(int fd, char* buffer, std::uint64_t bytes, bool write) {
   std::vector<int> errors(kDirectQueueDepth, 0);
   for (int q = 0; q < kDirectQueueDepth; ++q) {
     workers.emplace_back([&, q] {
-      for (std::uint64_t off = q * kDirectBlock; off < bytes; off += kDirectQueueDepth * kDirectBlock) {
+      for (std::uint64_t off = q * kDirectBlock; off < bytes;
+           off += kDirectQueueDepth * kDirectBlock) {
         const std::uint64_t n = std::min(kDirectBlock, bytes - off);
         const int e = move_block(fd, buffer + off, n, off, write);
         if (e != 0) errors[q] = e;

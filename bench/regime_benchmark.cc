@@ -71,16 +71,20 @@ std::map<std::string, double> parse_report(const std::string& out) {
 const DirectIoSpeed& direct_io_limit(std::uint64_t bytes) {
   static std::map<std::uint64_t, DirectIoSpeed> measured;
   auto it = measured.find(bytes);
-  if (it == measured.end()) it = measured.emplace(bytes, measure_direct_io(spill_dir(), bytes)).first;
+  if (it == measured.end())
+    it = measured.emplace(bytes, measure_direct_io(spill_dir(), bytes)).first;
   return it->second;
 }
 
 std::string describe_failure(const spill_test::ChildRun& r, std::uint64_t oom_kills) {
   std::ostringstream s;
   s << "did not finish: ";
-  if (r.timed_out) s << "killed after the " << r.seconds << " s timeout";
-  else if (r.signal != 0) s << "signal " << r.signal << (oom_kills ? " (OOM-killed)" : "");
-  else s << "exit " << r.exit_code;
+  if (r.timed_out)
+    s << "killed after the " << r.seconds << " s timeout";
+  else if (r.signal != 0)
+    s << "signal " << r.signal << (oom_kills ? " (OOM-killed)" : "");
+  else
+    s << "exit " << r.exit_code;
   const std::string err = r.err.size() > 200 ? r.err.substr(r.err.size() - 200) : r.err;
   if (!err.empty()) s << ": " << err;
   return s.str();
@@ -119,9 +123,14 @@ void regime(benchmark::State& state, const std::string& io, const RegimeShape& s
   cg.set_limit(shape.limit_bytes);
   const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::string scratch = spill_dir();
-  const std::vector<std::string> argv = {
-      exe, "--regime-child", io, std::to_string(shape.layers), std::to_string(shape.rows),
-      std::to_string(shape.hidden), std::to_string(shape.steps), scratch};
+  const std::vector<std::string> argv = {exe,
+                                         "--regime-child",
+                                         io,
+                                         std::to_string(shape.layers),
+                                         std::to_string(shape.rows),
+                                         std::to_string(shape.hidden),
+                                         std::to_string(shape.steps),
+                                         scratch};
   for (auto _ : state) {
     const spill_test::ChildRun r = cg.run(argv, scratch, shape.timeout_s);
     std::remove((scratch + "/child.out").c_str());
@@ -164,9 +173,8 @@ double train_step(const spill::SpillArena& arena, const std::vector<torch::Tenso
   Stopwatch w;
   torch::Tensor h = x;
   for (const torch::Tensor& weight : weights) {
-    h = spill::checkpoint(arena, [weight](const torch::Tensor& in) {
-      return in + torch::tanh(in * weight);
-    }, h);
+    h = spill::checkpoint(
+        arena, [weight](const torch::Tensor& in) { return in + torch::tanh(in * weight); }, h);
   }
   torch::Tensor loss = h.square().mean();
   h = torch::Tensor();
@@ -196,7 +204,8 @@ void print_report(const spill::SpillArena& arena, const StepTimes& t, int steps)
   for (std::size_t i = 1; i < step_s.size(); ++i) rest += step_s[i];
   std::printf("first_step_s %.6f\nstep_s %.6f\n", step_s[0], rest / (step_s.size() - 1));
   std::printf("written_per_step %.0f\nread_per_step %.0f\n",
-              static_cast<double>(s.bytes_written) / steps, static_cast<double>(s.bytes_read) / steps);
+              static_cast<double>(s.bytes_written) / steps,
+              static_cast<double>(s.bytes_read) / steps);
   std::printf("cpu_s %.6f\nrss_after_forward %llu\n", t.later_cpu_s / (steps - 1),
               static_cast<unsigned long long>(t.rss_after_forward));
   std::printf("direct %d\nstaging_waits %llu\nrestore_waits %llu\n",
@@ -209,21 +218,28 @@ void print_report(const spill::SpillArena& arena, const StepTimes& t, int steps)
 
 int run_regime_child(int argc, char** argv) {
   if (argc != 8) {
-    std::fprintf(stderr, "usage: spillarena_bench --regime-child IO LAYERS ROWS HIDDEN STEPS DIR\n");
+    std::fprintf(stderr,
+                 "usage: spillarena_bench --regime-child IO LAYERS ROWS HIDDEN STEPS DIR\n");
     return 2;
   }
   spill::return_freed_memory_promptly();
-  const ChildArgs a{argv[2], std::stoi(argv[3]), std::stoll(argv[4]), std::stoll(argv[5]),
-                    std::max(2, std::stoi(argv[6])), argv[7]};
+  const ChildArgs a{argv[2],
+                    std::stoi(argv[3]),
+                    std::stoll(argv[4]),
+                    std::stoll(argv[5]),
+                    std::max(2, std::stoi(argv[6])),
+                    argv[7]};
   torch::manual_seed(0);
   std::vector<torch::Tensor> weights;
-  for (int i = 0; i < a.layers; ++i) weights.push_back(torch::rand({a.hidden}).requires_grad_(true));
+  for (int i = 0; i < a.layers; ++i)
+    weights.push_back(torch::rand({a.hidden}).requires_grad_(true));
   const torch::Tensor x = torch::randn({a.rows, a.hidden}).requires_grad_(true);
   spill::SpillArena arena = make_regime_arena(a);
   StepTimes t;
   t.wall_s.push_back(train_step(arena, weights, x, &t.rss_after_forward));
   const double cpu_before = cpu_seconds();
-  for (int i = 1; i < a.steps; ++i) t.wall_s.push_back(train_step(arena, weights, x, &t.rss_after_forward));
+  for (int i = 1; i < a.steps; ++i)
+    t.wall_s.push_back(train_step(arena, weights, x, &t.rss_after_forward));
   t.later_cpu_s = cpu_seconds() - cpu_before;
   print_report(arena, t, a.steps);
   return 0;

@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/arena_internals.h"
 #include "bench_common.h"
+#include "core/arena_internals.h"
 #include "direct_io.h"
 #include "spill/spill.h"
 
@@ -118,7 +118,8 @@ void round_trip_arena_evicted(benchmark::State& state) {
     region.write(src.data_ptr(), bytes);
     t.write_s += w.seconds();
     state.PauseTiming();
-    spill::detail::drop_cached_pages(region);  // written back and out of the cache: the read hits the disk
+    // Written back and out of the cache: the read hits the disk.
+    spill::detail::drop_cached_pages(region);
     state.ResumeTiming();
     Stopwatch r;
     spill::detail::read_ahead(region);
@@ -134,9 +135,11 @@ void round_trip_arena_direct(benchmark::State& state) {
   const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
   spill::SpillArena arena = disk_arena(bytes, spill::IoMode::direct);
   const torch::Tensor src = payload(bytes);
-  torch::Tensor raw = torch::empty({static_cast<int64_t>(bytes + arena.io_alignment())}, torch::kUInt8);
-  const auto pad = (arena.io_alignment() - reinterpret_cast<std::uintptr_t>(raw.data_ptr()) %
-                                               arena.io_alignment()) % arena.io_alignment();
+  torch::Tensor raw =
+      torch::empty({static_cast<int64_t>(bytes + arena.io_alignment())}, torch::kUInt8);
+  const auto pad = (arena.io_alignment() -
+                    reinterpret_cast<std::uintptr_t>(raw.data_ptr()) % arena.io_alignment()) %
+                   arena.io_alignment();
   char* back = static_cast<char*>(raw.data_ptr()) + pad;  // aligned: no staging on the read
   PhaseTimes t;
   std::uint64_t cached = 0;
@@ -216,8 +219,8 @@ void round_trip_direct_io(benchmark::State& state) {
 }  // namespace
 
 void register_round_trip_benchmarks() {
-  const std::vector<int64_t> sizes = smoke() ? std::vector<int64_t>{1}
-                                             : std::vector<int64_t>{1, 16, 64, 256};
+  const std::vector<int64_t> sizes =
+      smoke() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 16, 64, 256};
   auto add = [&](const std::string& method, auto fn) {
     for (int64_t mib : sizes) {
       benchmark::RegisterBenchmark(("BM_RoundTrip/" + method).c_str(), fn)

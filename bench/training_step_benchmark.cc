@@ -34,7 +34,7 @@ const Shape kShapes[] = {{"compute", 4, 256, 256, 4, 4}, {"io", 64, 128, 32, 2, 
 const Shape kSmokeShape = {"smoke", 2, 16, 16, 2, 2};
 
 const std::vector<std::string>& step_modes() {
-  static const std::vector<std::string> modes = {"none", "recompute", "ram", "disk",
+  static const std::vector<std::string> modes = {"none",       "recompute",   "ram",     "disk",
                                                  "disk_async", "disk_direct", "per_file"};
   return modes;
 }
@@ -58,8 +58,12 @@ class StepRunner {
     return after_forward;
   }
 
-  std::uint64_t bytes_written() const { return mode_.arena ? mode_.arena->stats().bytes_written : 0; }
-  spill::ArenaStats stats() const { return mode_.arena ? mode_.arena->stats() : spill::ArenaStats{}; }
+  std::uint64_t bytes_written() const {
+    return mode_.arena ? mode_.arena->stats().bytes_written : 0;
+  }
+  spill::ArenaStats stats() const {
+    return mode_.arena ? mode_.arena->stats() : spill::ArenaStats{};
+  }
   spill::StashStats stash_stats() const {
     return mode_.stash ? mode_.stash->stats() : spill::StashStats{};
   }
@@ -91,7 +95,8 @@ class StepRunner {
 
 const Shape* find_shape(const std::string& name) {
   if (name == kSmokeShape.name) return &kSmokeShape;
-  for (const Shape& s : kShapes) if (name == s.name) return &s;
+  for (const Shape& s : kShapes)
+    if (name == s.name) return &s;
   return nullptr;
 }
 
@@ -128,7 +133,8 @@ void training_step(benchmark::State& state, const std::string& mode, Shape shape
   }
   const double steps = static_cast<double>(state.iterations());
   state.counters["step_ms"] = seconds / steps * 1e3;
-  state.counters["spilled_bytes"] = static_cast<double>(runner.bytes_written() - written_before) / steps;
+  state.counters["spilled_bytes"] =
+      static_cast<double>(runner.bytes_written() - written_before) / steps;
   state.counters["peak_rss_anon"] = static_cast<double>(held);
   state.counters["threads"] = torch::get_num_threads();
 }
@@ -171,7 +177,8 @@ void paired_steps(benchmark::State& state, const std::string& variant, Shape sha
   }
   const double steps = static_cast<double>(state.iterations());
   for (std::size_t i = 0; i < names.size(); ++i) {
-    state.counters[(i == 2 ? std::string("variant") : names[i]) + "_step_ms"] = total[i] / steps * 1e3;
+    state.counters[(i == 2 ? std::string("variant") : names[i]) + "_step_ms"] =
+        total[i] / steps * 1e3;
   }
   state.counters["median_ratio"] = median(ratio);
   state.counters["vs_sync"] = median(vs_sync);
@@ -186,10 +193,9 @@ void paired_steps(benchmark::State& state, const std::string& variant, Shape sha
 }  // namespace
 
 spill::harness::ModeSetup make_step_mode(const std::string& mode, std::uint64_t capacity,
-                                        bool start_writeback_after_write) {
+                                         bool start_writeback_after_write) {
   if (mode.rfind("disk", 0) != 0) {
-    return spill::harness::make_mode(mode, capacity, spill_dir(),
-                                     {start_writeback_after_write});
+    return spill::harness::make_mode(mode, capacity, spill_dir(), {start_writeback_after_write});
   }
   spill::ArenaOptions o;
   o.directory = spill_dir();
@@ -222,7 +228,8 @@ int run_memory_probe(int argc, char** argv) {
   runner.step();
   spill::return_freed_memory_promptly();
   const std::uint64_t after_forward = runner.step();
-  std::printf("%llu\n", static_cast<unsigned long long>(after_forward > before ? after_forward - before : 0));
+  std::printf("%llu\n",
+              static_cast<unsigned long long>(after_forward > before ? after_forward - before : 0));
   return 0;
 }
 

@@ -20,8 +20,10 @@ MemoryProbe probe_stack_memory(const std::string& mode, int layers, std::int64_t
   }
   const std::uint64_t input_bytes = static_cast<std::uint64_t>(rows * hidden) * sizeof(float);
   ModeSetup m = make_mode(
-      mode, bytes_for_layer_inputs(layers, {1, static_cast<std::uint64_t>(rows),
-                                            static_cast<std::uint64_t>(hidden)}, torch::kFloat),
+      mode,
+      bytes_for_layer_inputs(
+          layers, {1, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(hidden)},
+          torch::kFloat),
       directory);
   torch::Tensor x = torch::randn({rows, hidden}, torch::TensorOptions().requires_grad(true));
 

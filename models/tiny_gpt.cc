@@ -1,14 +1,13 @@
 #include "tiny_gpt.h"
 
-
 #include "spill/checkpoint.h"
 
 namespace spill::models {
 
 GptBlockImpl::GptBlockImpl(const GptConfig& cfg)
     : heads_(cfg.heads), dropout_(cfg.dropout), attention_dropout_(cfg.attention_dropout) {
-  TORCH_CHECK(cfg.hidden % cfg.heads == 0, "hidden (", cfg.hidden, ") must be a multiple of heads (",
-              cfg.heads, ")");
+  TORCH_CHECK(cfg.hidden % cfg.heads == 0, "hidden (", cfg.hidden,
+              ") must be a multiple of heads (", cfg.heads, ")");
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
   ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.hidden})));
   qkv_ = register_module("qkv", torch::nn::Linear(cfg.hidden, 3 * cfg.hidden));
@@ -52,9 +51,10 @@ TinyGptImpl::TinyGptImpl(const GptConfig& cfg) : cfg_(cfg) {
 torch::Tensor TinyGptImpl::forward(const torch::Tensor& tokens,
                                    const std::shared_ptr<TensorStash>& stash) {
   const int64_t t = tokens.size(1);
-  auto positions = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
-  auto h = torch::dropout(tok_->forward(tokens) + pos_->forward(positions), cfg_.dropout,
-                          is_training());
+  auto positions =
+      torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
+  auto h =
+      torch::dropout(tok_->forward(tokens) + pos_->forward(positions), cfg_.dropout, is_training());
   h = run_blocks(blocks_, stash, h);
   return head_->forward(ln_f_->forward(h));
 }

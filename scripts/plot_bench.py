@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # must come after matplotlib.use("Agg")
 
 METHODS = ["arena", "arena_evicted", "arena_ram", "arena_direct", "per_file", "memcpy", "direct_io"]
 MODES = ["none", "recompute", "ram", "disk", "disk_async", "disk_direct", "per_file"]
@@ -112,33 +112,43 @@ def ratios_markdown(context, rt, tr, rows):
         ("round trip, arena ÷ per_file", "arena", "per_file", "bytes_per_second", 5.0, 16),
         ("write, arena ÷ memcpy (resident)", "arena", "memcpy", "write_Bps", 0.7, 1),
         ("read, arena evicted ÷ direct_io", "arena_evicted", "direct_io", "read_Bps", 0.7, 1),
-        ("round trip, arena_direct ÷ direct_io", "arena_direct", "direct_io", "bytes_per_second", 0.8, 16)]
+        ("round trip, arena_direct ÷ direct_io", "arena_direct", "direct_io", "bytes_per_second",
+         0.8, 16)]
     for label, method, baseline, field, goal, smallest in comparisons:
         for mib in sorted(rt.get(method, {})):
             a, b = rt[method].get(mib), rt.get(baseline, {}).get(mib)
             if a and b and mib >= smallest:
                 r = ratio(a[field], b[field])
-                lines.append(f"| {label} | {mib} MiB | {r:.2f}× | ≥ {goal:g}× | {verdict(r, goal)} |")
+                lines.append(f"| {label} | {mib} MiB | {r:.2f}× | ≥ {goal:g}× "
+                             f"| {verdict(r, goal)} |")
     for mib, b in sorted(rt.get("arena_direct", {}).items()):
         cached = b.get("page_cache_bytes", float("nan"))
-        lines.append(f"| page cache held after arena_direct | {mib} MiB | {cached:.0f} B | 0 B | {verdict(cached, 0, False)} |")
+        lines.append(f"| page cache held after arena_direct | {mib} MiB | {cached:.0f} B | 0 B "
+                     f"| {verdict(cached, 0, False)} |")
     for variant in ["disk", "disk_async", "disk_direct"]:
         for shape, b in sorted(paired(rows, variant + "_vs_recompute").items()):
             x, n = b["median_ratio"], b["iterations"]
             goal = "≤ 1.03×" if shape == "compute" else "(report)"
             v = verdict(x, 1.03, at_least=False) if shape == "compute" else ""
-            lines.append(f"| step time, {variant} ÷ recompute, paired (median of {n}) | {shape} | {x:.3f}× | {goal} | {v} |")
+            lines.append(f"| step time, {variant} ÷ recompute, paired (median of {n}) "
+                         f"| {shape} | {x:.3f}× | {goal} | {v} |")
             if variant != "disk":
                 s = b["vs_sync"]
-                goal, v = ("< 1×", verdict(s, 1.0, at_least=False)) if shape == "io" else ("(report)", "")
-                lines.append(f"| step time, {variant} ÷ synchronous disk, paired | {shape} | {s:.3f}× | {goal} | {v} |")
-                lines.append(f"| overlap achieved (I/O time hidden ÷ I/O time), {variant} | {shape} | {b['overlap']:.2f} | (report) | |")
+                if shape == "io":
+                    goal, v = "< 1×", verdict(s, 1.0, at_least=False)
+                else:
+                    goal, v = "(report)", ""
+                lines.append(f"| step time, {variant} ÷ synchronous disk, paired "
+                             f"| {shape} | {s:.3f}× | {goal} | {v} |")
+                lines.append(f"| overlap achieved (I/O time hidden ÷ I/O time), {variant} "
+                             f"| {shape} | {b['overlap']:.2f} | (report) | |")
     for shape in sorted(tr):
         d = tr[shape].get("disk")
         r = tr[shape].get("recompute")
         if d and r:
             x = ratio(d["step_ms"], r["step_ms"])
-            lines.append(f"| step time, disk ÷ recompute, separate runs | {shape} | {x:.3f}× | (report) | |")
+            lines.append(f"| step time, disk ÷ recompute, separate runs | {shape} | {x:.3f}× "
+                         "| (report) | |")
         p = tr[shape].get("per_file")
         if d and p:
             x = ratio(p["step_ms"], d["step_ms"])
@@ -146,21 +156,25 @@ def ratios_markdown(context, rt, tr, rows):
     fixed = rows.get(("BM_Allocator", "fixed"))
     if fixed:
         ns = fixed["real_time"] if fixed["time_unit"] == "ns" else float("nan")
-        lines.append(f"| allocate + free, fixed size | 64 KiB | {ns:.0f} ns | ≤ 1000 ns | {verdict(ns, 1000, False)} |")
+        lines.append(f"| allocate + free, fixed size | 64 KiB | {ns:.0f} ns | ≤ 1000 ns "
+                     f"| {verdict(ns, 1000, False)} |")
     varying = next((b for k, b in rows.items() if k[:2] == ("BM_Allocator", "varying")), None)
     if varying:
         per_op_ns = 1e9 / varying["items_per_second"]
-        lines.append(f"| allocate or free, varying sizes | 4 KiB–16 MiB | {per_op_ns:.0f} ns | ≤ 1000 ns | {verdict(per_op_ns, 1000, False)} |")
+        lines.append(f"| allocate or free, varying sizes | 4 KiB–16 MiB | {per_op_ns:.0f} ns "
+                     f"| ≤ 1000 ns | {verdict(per_op_ns, 1000, False)} |")
         c = varying["capacity_needed_over_peak_live"]
-        lines.append(f"| capacity needed ÷ peak live bytes | random workload | {c:.3f} | ≤ 1.25 | {verdict(c, 1.25, False)} |")
-    lines += ["", "Training steps (ms per step; RssAnon after forward, less RssAnon before the model "
-              "was built, measured in a fresh process):", "",
+        lines.append(f"| capacity needed ÷ peak live bytes | random workload | {c:.3f} | ≤ 1.25 "
+                     f"| {verdict(c, 1.25, False)} |")
+    lines += ["", "Training steps (ms per step; RssAnon after forward, less RssAnon before the "
+              "model was built, measured in a fresh process):", "",
               "| shape | " + " | ".join(MODES) + " |", "|---|" + "---:|" * len(MODES)]
     for shape in sorted(tr):
         cells = []
         for m in MODES:
             b = tr[shape].get(m)
-            cells.append(f"{b['step_ms']:.1f} ms, {b['peak_rss_anon'] / 2**20:.1f} MiB" if b else "")
+            cells.append(f"{b['step_ms']:.1f} ms, {b['peak_rss_anon'] / 2**20:.1f} MiB"
+                         if b else "")
         lines.append(f"| {shape} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -20,11 +20,11 @@
 #include "test_support.h"
 
 using spill_test::engine_options;
+using spill_test::HookScope;
+using spill_test::ScratchDir;
 using spill_test::stash_arena;
 using spill_test::stash_settings;
 using spill_test::subcase_name;
-using spill_test::HookScope;
-using spill_test::ScratchDir;
 using namespace spill_test::gpt;
 
 namespace {
@@ -162,9 +162,8 @@ TEST_CASE_FIXTURE(OnDevice,
   const std::uint64_t spilled_bytes = 5 * m.x0.nbytes();  // keep_last 1
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     SUBCASE(subcase_name(io).c_str()) {
-      spill::SpillArena arena =
-          stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
-                      stash_settings(true, 1));
+      spill::SpillArena arena = stash_arena(
+          engine_options(dir.path(), io, spill::IoBackend::automatic), stash_settings(true, 1));
       auto stash = spill::make_arena_stash(arena);
       torch::Tensor x = m.x0.clone().requires_grad_(true);
       torch::Tensor y = spill::models::run_blocks(m.blocks, stash, x);
@@ -195,9 +194,8 @@ TEST_CASE_FIXTURE(OnDevice,
   CHECK_FALSE(torch::equal(reference.input, full_precision.input));
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     SUBCASE(subcase_name(io).c_str()) {
-      spill::SpillArena arena =
-          stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
-                      stash_settings(true, 0));
+      spill::SpillArena arena = stash_arena(
+          engine_options(dir.path(), io, spill::IoBackend::automatic), stash_settings(true, 0));
       Grads spilled;
       {
         Autocast autocast(*device);

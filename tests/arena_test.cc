@@ -6,9 +6,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/slab_allocator.h"
 #include "field_count.h"
 #include "spill/core.h"
-#include "core/slab_allocator.h"
 #include "spill/process_memory.h"
 #include "test_support.h"
 

@@ -193,9 +193,7 @@ TEST_CASE_FIXTURE(
   CHECK_THROWS_AS(spill::checkpoint(arena, failing, x), std::domain_error);
   CHECK(arena.stats().bytes_in_use == 0);
   CHECK(arena.stats().allocations == 1);
-  CHECK(spill::checkpoint(
-            arena, [](const torch::Tensor& in) { return in * 2; }, x)
-            .defined());
+  CHECK(spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 2; }, x).defined());
 }
 
 TEST_CASE_FIXTURE(
@@ -215,9 +213,8 @@ TEST_CASE_FIXTURE(
 
 TEST_CASE_FIXTURE(MiBArena, "checkpoint: backward twice through the same graph is a clear error") {
   torch::Tensor x = leaf({8, 8});
-  torch::Tensor loss = spill::checkpoint(
-                           arena, [](const torch::Tensor& in) { return in.exp(); }, x)
-                           .sum();
+  torch::Tensor loss =
+      spill::checkpoint(arena, [](const torch::Tensor& in) { return in.exp(); }, x).sum();
   loss.backward({}, /*retain_graph=*/true);
   const torch::Tensor first = x.grad().clone();
   CHECK_THROWS_WITH(loss.backward(), doctest::Contains("backward ran twice"));
@@ -230,8 +227,7 @@ TEST_CASE("checkpoint: an exhausted arena names the layer input and stays usable
   spill::SpillArena arena = make_arena(dir.path(), 64 * 1024);
   torch::Tensor x = leaf({128, 256});  // 128 KiB
   try {
-    spill::checkpoint(
-        arena, [](const torch::Tensor& in) { return in * 3; }, x);
+    spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 3; }, x);
     FAIL("the checkpoint did not report the full arena");
   } catch (const spill::ArenaExhaustedError& e) {
     CHECK(e.requested_bytes() == 128 * 256 * 4);
@@ -240,17 +236,14 @@ TEST_CASE("checkpoint: an exhausted arena names the layer input and stays usable
   }
   CHECK(arena.stats().bytes_in_use == 0);
   torch::Tensor small = leaf({16, 16});
-  spill::checkpoint(
-      arena, [](const torch::Tensor& in) { return in * 3; }, small)
-      .sum()
-      .backward();
+  spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 3; }, small).sum().backward();
   CHECK(torch::equal(small.grad(), torch::full({16, 16}, 3.0)));
 }
 
 TEST_CASE_FIXTURE(MiBArena, "checkpoint: without grad mode nothing is stashed") {
   torch::NoGradGuard no_grad;
-  torch::Tensor y = spill::checkpoint(
-      arena, [](const torch::Tensor& in) { return in + 1; }, torch::zeros({4}));
+  torch::Tensor y =
+      spill::checkpoint(arena, [](const torch::Tensor& in) { return in + 1; }, torch::zeros({4}));
   CHECK(torch::equal(y, torch::ones({4})));
   CHECK(arena.stats().allocations == 0);
 }
@@ -261,10 +254,9 @@ TEST_CASE_FIXTURE(
   const auto before = list_dir(dir.path());
   {
     torch::Tensor x = leaf({32, 32});
-    torch::Tensor y = spill::checkpoint(
-        arena, [](const torch::Tensor& in) { return in * 2; }, x);
-    torch::Tensor z = spill::checkpoint(
-        *per_file, [](const torch::Tensor& in) { return in * 2; }, y);
+    torch::Tensor y = spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 2; }, x);
+    torch::Tensor z =
+        spill::checkpoint(*per_file, [](const torch::Tensor& in) { return in * 2; }, y);
     CHECK(arena.stats().bytes_in_use > 0);
     CHECK(list_dir(dir.path()).size() == before.size() + 1);
   }
@@ -306,8 +298,7 @@ TEST_CASE_FIXTURE(
 TEST_CASE_FIXTURE(MiBArena,
                   "checkpoint: a layer that returns its input unchanged still backpropagates") {
   torch::Tensor x = leaf({4, 4});
-  torch::Tensor y = spill::checkpoint(
-      arena, [](const torch::Tensor& in) { return in; }, x);
+  torch::Tensor y = spill::checkpoint(arena, [](const torch::Tensor& in) { return in; }, x);
   (y * 3).sum().backward();
   CHECK(torch::equal(x.grad(), torch::full({4, 4}, 3.0)));
   CHECK(arena.stats().bytes_in_use == 0);

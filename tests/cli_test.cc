@@ -59,8 +59,9 @@ constexpr std::uint64_t kMaxCorpusBytes = 64ull << 20;  // as in tools/cli/train
 
 // stderr alone (stdout discarded), with a time limit: a command that blocks ends with 124.
 Run stderr_of(const std::string& args, int seconds = 120) {
-  return capture_shell("timeout " + std::to_string(seconds) + " " + SPILLARENA_CLI + " " + args +
-                           " 2>&1 >/dev/null", false);
+  return capture_shell(
+      "timeout " + std::to_string(seconds) + " " + SPILLARENA_CLI + " " + args + " 2>&1 >/dev/null",
+      false);
 }
 
 }  // namespace
@@ -132,8 +133,8 @@ TEST_CASE("cli: an empty --dir is a usage error, never the default directory in 
 
 TEST_CASE("cli: too few open files: a soft limit is raised, a hard one is named") {
   ScratchDir dir;
-  const std::string train = std::string(SPILLARENA_CLI) + " train " + kTiny +
-                            " --steps 1 --dir " + dir.path();
+  const std::string train =
+      std::string(SPILLARENA_CLI) + " train " + kTiny + " --steps 1 --dir " + dir.path();
   Run soft = capture_shell("ulimit -Sn 12 && " + train, true);
   CAPTURE(soft.output);
   CHECK(soft.exit_code == 0);
@@ -159,9 +160,9 @@ TEST_CASE("cli: a thread that cannot start names the limit, not just EAGAIN") {
   ScratchDir dir;
   REQUIRE(chmod(dir.path().c_str(), 0777) == 0);
   // As nobody, whose one allowed process is this one: no thread can start.
-  Run r = capture_shell("bash -c 'ulimit -u 1; exec " + as_nobody + SPILLARENA_CLI +
-                            " train " + kTiny +
-                            " --steps 1 --dir " + dir.path() + " 2>&1 >/dev/null'", false);
+  Run r = capture_shell("bash -c 'ulimit -u 1; exec " + as_nobody + SPILLARENA_CLI + " train " +
+                            kTiny + " --steps 1 --dir " + dir.path() + " 2>&1 >/dev/null'",
+                        false);
   CAPTURE(r.output);
   CHECK(r.exit_code == 1);
   CHECK(one_line(r.output));
@@ -181,10 +182,13 @@ TEST_CASE("cli: a per-file run ended by a signal leaves no file and dies of that
                                Signal{"USR1", SIGUSR1}, Signal{"XCPU", SIGXCPU}}) {
     CAPTURE(signal.name);
     // Long enough to be stopped mid-run; the signal comes while layer files exist.
-    Run r = capture_shell("ulimit -c 0; " + std::string(SPILLARENA_CLI) + " train --mode per-file --layers 4 "
+    Run r = capture_shell("ulimit -c 0; " + std::string(SPILLARENA_CLI) +
+                              " train --mode per-file --layers 4 "
                               "--hidden 64 --heads 2 --seq 64 --batch 8 --steps 100000 "
-                              "--sample-chars 0 --dir " + dir.path() + " >/dev/null 2>&1 & pid=$!; "
-                              "sleep 3; kill -" + signal.name + " $pid; wait $pid; echo $?", true);
+                              "--sample-chars 0 --dir " +
+                              dir.path() + " >/dev/null 2>&1 & pid=$!; sleep 3; kill -" +
+                              signal.name + " $pid; wait $pid; echo $?",
+                          true);
     CAPTURE(r.output);
     CHECK(r.output == std::to_string(128 + signal.number) + "\n");
     CHECK(list_dir(dir.path()).empty());
@@ -193,8 +197,10 @@ TEST_CASE("cli: a per-file run ended by a signal leaves no file and dies of that
   Run ignored = capture_shell("(trap '' HUP; exec " + std::string(SPILLARENA_CLI) +
                                   " train --mode per-file --layers 4 --hidden 64 --heads 2 "
                                   "--seq 64 --batch 8 --steps 60 --sample-chars 0 --dir " +
-                                  dir.path() + " >/dev/null 2>&1) & pid=$!; sleep 2; "
-                                  "kill -HUP $pid && echo sent; wait $pid; echo $?", true);
+                                  dir.path() +
+                                  " >/dev/null 2>&1) & pid=$!; sleep 2; "
+                                  "kill -HUP $pid && echo sent; wait $pid; echo $?",
+                              true);
   CAPTURE(ignored.output);
   CHECK(ignored.output == "sent\n0\n");  // delivered while running, and survived
   CHECK(list_dir(dir.path()).empty());
@@ -212,12 +218,15 @@ TEST_CASE("cli: a capacity too small for the model is a usage error naming the n
 TEST_CASE("cli: train gives identical losses in every mode and leaves no files") {
   ScratchDir dir;
   nlohmann::json none;
-  REQUIRE(run_json(std::string("train ") + kTiny + " --steps 3 --json --mode none", &none).exit_code == 0);
+  REQUIRE(
+      run_json(std::string("train ") + kTiny + " --steps 3 --json --mode none", &none).exit_code ==
+      0);
   for (const char* mode : {"recompute", "ram", "disk", "per-file"}) {
     CAPTURE(mode);
     nlohmann::json j;
-    Run r = run_json(std::string("train ") + kTiny + " --steps 3 --json --dir " + dir.path() +
-                         " --mode " + mode, &j);
+    Run r = run_json(
+        std::string("train ") + kTiny + " --steps 3 --json --dir " + dir.path() + " --mode " + mode,
+        &j);
     CHECK(r.exit_code == 0);
     CHECK(j["losses"] == none["losses"]);
     CHECK(j["losses"].size() == 3);
@@ -228,14 +237,17 @@ TEST_CASE("cli: train gives identical losses in every mode and leaves no files")
 TEST_CASE("cli: train reports the arena and the loss falls") {
   ScratchDir dir;
   nlohmann::json j;
-  REQUIRE(run_json(std::string("train ") + kTiny + " --steps 25 --lr 1e-2 --json --dir " +
-                       dir.path(), &j).exit_code == 0);
+  REQUIRE(
+      run_json(std::string("train ") + kTiny + " --steps 25 --lr 1e-2 --json --dir " + dir.path(),
+               &j)
+          .exit_code == 0);
   CHECK(j["final_loss"].get<double>() < j["first_loss"].get<double>() - 1.0);
   CHECK(j["arena"]["bytes_in_use"] == 0);
   const std::uint64_t spilled_layers = 1;  // of 2: keep_last (StashOptions, default 1) keeps one
   CHECK(j["arena"]["bytes_written"] == 25ull * spilled_layers * 4 * 32 * 32 * 4);
   // A restore whose write is still in flight gives the held input back without a read.
-  CHECK(j["arena"]["bytes_read"].get<std::uint64_t>() <= j["arena"]["bytes_written"].get<std::uint64_t>());
+  CHECK(j["arena"]["bytes_read"].get<std::uint64_t>() <=
+        j["arena"]["bytes_written"].get<std::uint64_t>());
   CHECK(j["stash"]["restores"] == 25 * 2);
   CHECK(j["spilled_bytes_per_step"] == spilled_layers * 4 * 32 * 32 * 4);
   CHECK(j["sample"].get<std::string>().rfind("And God said", 0) == 0);
@@ -244,8 +256,11 @@ TEST_CASE("cli: train reports the arena and the loss falls") {
 TEST_CASE("cli: plan --json reports capacity, file system, fit and bandwidth") {
   ScratchDir dir;
   nlohmann::json j;
-  Run r = run_json("plan --layers 4 --batch 2 --seq 128 --hidden 64 --dtype fp32 --layer-ms 5 "
-                   "--probe-bytes 8MiB --json --dir " + dir.path(), &j);
+  Run r = run_json(
+      "plan --layers 4 --batch 2 --seq 128 --hidden 64 --dtype fp32 --layer-ms 5 "
+      "--probe-bytes 8MiB --json --dir " +
+          dir.path(),
+      &j);
   CHECK(r.exit_code == 0);
   CHECK(j["bytes_per_layer"] == 65536);
   CHECK(j["capacity_bytes"] == 4 * 65536);
@@ -330,8 +345,8 @@ TEST_CASE("cli: plan's bandwidth probe fits sizes the allocator rounds up") {
   for (const char* size : {"9MiB", "25MiB", "41MiB", "1MiB"}) {
     CAPTURE(size);
     nlohmann::json j;
-    Run r = run_json(std::string(kPlan) + " --json --probe-bytes " + size + " --dir " + dir.path(),
-                     &j);
+    Run r =
+        run_json(std::string(kPlan) + " --json --probe-bytes " + size + " --dir " + dir.path(), &j);
     CHECK(r.exit_code == 0);
     CHECK(j["probe"]["write_GBps"].get<double>() > 0);
     CHECK(j["problems"].empty());
@@ -343,14 +358,18 @@ TEST_CASE("cli: a file size limit is a runtime error that names the limit, not t
   ScratchDir dir;
   const std::string limit = "ulimit -f 1024 && ";  // far below the 64 MiB asked for
   Run train = capture_shell(limit + SPILLARENA_CLI + " train " + kTiny +
-                                " --steps 1 --capacity 64MiB --dir " + dir.path(), true);
+                                " --steps 1 --capacity 64MiB --dir " + dir.path(),
+                            true);
   CAPTURE(train.output);
   CHECK(train.exit_code == 1);
   CHECK(one_line(train.output));
   CHECK(train.output.find("ulimit -f") != std::string::npos);
   CHECK(train.output.find("ext4, xfs or btrfs") == std::string::npos);
-  Run plan = capture_shell(limit + SPILLARENA_CLI + " plan --layers 4096 --batch 2 --seq 128 "
-                               "--hidden 64 --dir " + dir.path(), true);
+  Run plan = capture_shell(limit + SPILLARENA_CLI +
+                               " plan --layers 4096 --batch 2 --seq 128 "
+                               "--hidden 64 --dir " +
+                               dir.path(),
+                           true);
   CAPTURE(plan.output);
   CHECK(plan.exit_code == 1);
   CHECK(plan.output.find("fits         no") != std::string::npos);
@@ -386,7 +405,8 @@ TEST_CASE("cli: a diverging run stops at the first non-finite loss with exit 1")
   CHECK(text.output.find("training diverged") != std::string::npos);
   CHECK(text.output.find("lower --lr") != std::string::npos);
   nlohmann::json j;
-  Run json = run_json(std::string("train ") + kTiny + " --mode none --steps 50 --lr 1e30 --json", &j);
+  Run json =
+      run_json(std::string("train ") + kTiny + " --mode none --steps 50 --lr 1e30 --json", &j);
   CHECK(json.exit_code == 1);
   CHECK(j["diverged_at_step"].get<int>() >= 1);
   CHECK(j["steps_run"].get<int>() < 50);
@@ -401,8 +421,8 @@ TEST_CASE("cli: an endless or missing corpus is a runtime error, read no further
   CHECK(endless.output.find("character device") != std::string::npos);
   ScratchDir dir;
   const std::string huge = dir.path() + "/huge.txt";  // sparse: one byte over the cap
-  REQUIRE(capture_shell("truncate -s " + std::to_string(kMaxCorpusBytes + 1) +
-                            " " + huge, true).exit_code == 0);
+  REQUIRE(capture_shell("truncate -s " + std::to_string(kMaxCorpusBytes + 1) + " " + huge, true)
+              .exit_code == 0);
   Run oversized = run(std::string("train ") + kTiny + " --steps 1 --corpus " + huge);
   CAPTURE(oversized.output);
   CHECK(oversized.exit_code == 1);
@@ -414,10 +434,9 @@ TEST_CASE("cli: an endless or missing corpus is a runtime error, read no further
 }
 
 TEST_CASE("cli: output that cannot be written is a runtime error") {
-  for (const std::string& args :
-       {std::string("train ") + kTiny + " --mode none --steps 2", std::string("train ") + kTiny +
-            " --mode none --steps 2 --json", std::string(kPlan) + " --probe-bytes 0",
-        std::string("--help")}) {
+  for (const std::string& args : {std::string("train ") + kTiny + " --mode none --steps 2",
+                                  std::string("train ") + kTiny + " --mode none --steps 2 --json",
+                                  std::string(kPlan) + " --probe-bytes 0", std::string("--help")}) {
     CAPTURE(args);
     Run r = capture_shell(std::string(SPILLARENA_CLI) + " " + args + " 2>&1 >/dev/full", false);
     CAPTURE(r.output);
@@ -429,8 +448,10 @@ TEST_CASE("cli: output that cannot be written is a runtime error") {
 
 TEST_CASE("cli: attention dropout is replayed: identical losses with and without spilling") {
   ScratchDir dir;
-  const std::string args = std::string("train ") + kTiny + " --steps 2 --json --dropout 0.2 "
-                           "--attention-dropout 0.3 --dir " + dir.path() + " --mode ";
+  const std::string args = std::string("train ") + kTiny +
+                           " --steps 2 --json --dropout 0.2 "
+                           "--attention-dropout 0.3 --dir " +
+                           dir.path() + " --mode ";
   nlohmann::json none, disk;
   REQUIRE(run_json(args + "none", &none).exit_code == 0);
   REQUIRE(run_json(args + "disk", &disk).exit_code == 0);
@@ -447,8 +468,9 @@ TEST_CASE("cli: train and plan report memory: RssAnon, the cgroup, in RAM vs the
   CHECK(t["memory"].contains("cgroup_limit_bytes"));
   CHECK(t["memory"].contains("cgroup_peak_bytes"));
   nlohmann::json p;
-  REQUIRE(run_json(std::string(kPlan) + " --json --probe-bytes 0 --dir " + dir.path(), &p)
-              .exit_code == 0);
+  REQUIRE(
+      run_json(std::string(kPlan) + " --json --probe-bytes 0 --dir " + dir.path(), &p).exit_code ==
+      0);
   CHECK(p["memory"]["ram_checkpointing_bytes"] == p["capacity_bytes"]);
   CHECK(p["memory"]["disk_path_bytes"].get<std::uint64_t>() > 0);
   CHECK(p["memory"]["ram_checkpointing_fits"] == true);
@@ -509,12 +531,12 @@ TEST_CASE("cli: special files as --corpus or --dir are refused at once, never wa
 
 TEST_CASE("cli: every usage error exits 2 with one line on stderr") {
   for (const std::string& args : {
-           std::string(""),                        // no command
-           std::string("bogus"),                   // no such command
-           std::string("train --layers"),          // a value missing
+           std::string(""),                             // no command
+           std::string("bogus"),                        // no such command
+           std::string("train --layers"),               // a value missing
            std::string("train --layers 2 --layers 3"),  // one value, given twice
-           std::string("train --mode disk extra"),  // a stray argument
-           std::string("plan --layers 4"),          // required options missing
+           std::string("train --mode disk extra"),      // a stray argument
+           std::string("plan --layers 4"),              // required options missing
            std::string("train --hidden 30 --heads 4"),
            std::string("train ") + kTiny + " --capacity 4096",
            std::string("plan --layers 1048576 --batch 16777216 --seq 16777216 --hidden 1048576"),
@@ -616,27 +638,36 @@ TEST_CASE("cli: ext2 and ext3 are named as such, never as ext4 (they cannot prea
   spill_test::LoopMount ext4(32);
   if (!ext4.ok()) return;
   nlohmann::json j;
-  REQUIRE(run_json(std::string(kPlan) + " --json --probe-bytes 0 --dir " + ext4.path(), &j)
-              .exit_code == 0);
+  REQUIRE(
+      run_json(std::string(kPlan) + " --json --probe-bytes 0 --dir " + ext4.path(), &j).exit_code ==
+      0);
   CHECK(j["file_system"] == "ext4");
 }
 
 TEST_CASE("cli: sizes take whole-byte fractions and PiB; what cannot be a size is named") {
   ScratchDir dir;
   nlohmann::json j;
-  REQUIRE(run_json(std::string("train ") + kTiny + " --steps 1 --compare-steps 0 --json "
-                       "--capacity 1.5MiB --dir " + dir.path(), &j).exit_code == 0);
+  REQUIRE(run_json(std::string("train ") + kTiny +
+                       " --steps 1 --compare-steps 0 --json "
+                       "--capacity 1.5MiB --dir " +
+                       dir.path(),
+                   &j)
+              .exit_code == 0);
   CHECK(j["arena"]["capacity_bytes"] == 3 * spill::MiB / 2);
   // --io takes the library's name of the automatic choice as well as "auto".
-  REQUIRE(run_json(std::string("train ") + kTiny + " --steps 1 --compare-steps 0 --json "
-                       "--io automatic --dir " + dir.path(), &j).exit_code == 0);
+  REQUIRE(run_json(std::string("train ") + kTiny +
+                       " --steps 1 --compare-steps 0 --json "
+                       "--io automatic --dir " +
+                       dir.path(),
+                   &j)
+              .exit_code == 0);
   check_usage_error("train --capacity 1.5B", "must come to a whole number of bytes");
   check_usage_error("train --capacity 0.1KiB", "must come to a whole number of bytes");
   check_usage_error("train --capacity 2PiB", "(1.00 PiB)");  // PiB parsed, then out of range
   check_usage_error("train --capacity 1e3", "unknown unit 'e3'");
   check_usage_error("train --capacity 1.", "'1.'");
   check_usage_error("train --capacity 17179869184GiB", "'17179869184GiB'");  // unit kept
-  check_usage_error("train --layers -0", "must be a whole number from 1");  // not "negative"
+  check_usage_error("train --layers -0", "must be a whole number from 1");   // not "negative"
   CHECK(list_dir(dir.path()).empty());
 }
 
@@ -644,7 +675,8 @@ TEST_CASE("cli: what the user typed stays on one escaped line in every message")
   check_usage_error("train --layers \"$(printf '3\\n4')\"", "got '3\\n4'");
   check_usage_error("train --capacity \"$(printf '3\\033[2J')\"", "\\x1b[2J");
   check_usage_error("train --mode \"$(printf 'x\\ny')\"", "x\\ny");
-  Run r = run(std::string("train ") + kTiny + " --steps 1 --dir \"$(printf '/nonexistent/a\\nb')\"");
+  Run r =
+      run(std::string("train ") + kTiny + " --steps 1 --dir \"$(printf '/nonexistent/a\\nb')\"");
   CAPTURE(r.output);
   CHECK(r.exit_code == 1);
   CHECK(one_line(r.output));
@@ -674,7 +706,9 @@ TEST_CASE("cli: the summary says what spilling bought, measured against in-RAM c
   const std::uint64_t input = 4 * 32 * 32 * 4;  // kTiny: batch x seq x hidden x fp32
   nlohmann::json j;
   REQUIRE(run_json(std::string("train ") + kTiny + " --steps 3 --compare-steps 2 --json --dir " +
-                       dir.path(), &j).exit_code == 0);
+                       dir.path(),
+                   &j)
+              .exit_code == 0);
   CHECK(j["layer_inputs"]["in_ram_checkpointing_bytes_per_step"] == 2 * input);
   CHECK(j["layer_inputs"]["stored_per_step"] == 2);
   CHECK(j["layer_inputs"]["spilled_per_step"] == 1);  // keep_last keeps the newest in RAM
@@ -685,10 +719,13 @@ TEST_CASE("cli: the summary says what spilling bought, measured against in-RAM c
   CHECK(j["arena"]["bytes_written"] == 3 * input);  // training's steps only, not the comparison's
   nlohmann::json plain;
   REQUIRE(run_json(std::string("train ") + kTiny + " --steps 3 --compare-steps 0 --json --dir " +
-                       dir.path(), &plain).exit_code == 0);
+                       dir.path(),
+                   &plain)
+              .exit_code == 0);
   CHECK(plain["recompute_comparison"].is_null());
   CHECK(plain["losses"] == j["losses"]);  // the comparison runs after training
-  Run text = run(std::string("train ") + kTiny + " --steps 3 --compare-steps 2 --dir " + dir.path());
+  Run text =
+      run(std::string("train ") + kTiny + " --steps 3 --compare-steps 2 --dir " + dir.path());
   CAPTURE(text.output);
   CHECK(text.output.find("  layer inputs    2 per step, 32.00 KiB: in-RAM checkpointing holds "
                          "them all; this run wrote 1 (16.00 KiB) to the spill file and kept 1 "
@@ -702,8 +739,9 @@ TEST_CASE("cli: a per-file run under ulimit -t (soft = hard) ends by SIGXCPU and
   // bash's `ulimit -t N` sets both limits; the kernel's SIGKILL at the hard one cannot be caught.
   Run r = capture_shell("ulimit -c 0; ulimit -t 2; " + std::string(SPILLARENA_CLI) +
                             " train --mode per-file --layers 4 --hidden 64 --heads 2 --seq 64 "
-                            "--batch 8 --steps 100000 --sample-chars 0 --dir " + dir.path() +
-                            " >/dev/null 2>&1; echo $?", true);
+                            "--batch 8 --steps 100000 --sample-chars 0 --dir " +
+                            dir.path() + " >/dev/null 2>&1; echo $?",
+                        true);
   CAPTURE(r.output);
   CHECK(r.output == std::to_string(128 + SIGXCPU) + "\n");
   CHECK(list_dir(dir.path()).empty());

@@ -34,11 +34,11 @@
 #define CHECK(...) DOCTEST_CHECK(__VA_ARGS__)
 
 using spill_test::engine_options;
+using spill_test::HookScope;
+using spill_test::ScratchDir;
 using spill_test::stash_arena;
 using spill_test::stash_settings;
 using spill_test::subcase_name;
-using spill_test::HookScope;
-using spill_test::ScratchDir;
 using namespace spill_test::gpt;
 
 namespace {
@@ -99,7 +99,7 @@ TEST_CASE("device path: gradients are bit-identical through the host pool in eve
             if (!asynchronous) CHECK(s.inputs_spilled == 4 - keep_last);
             CHECK(s.inputs_spilled <= 4 - keep_last);
             CHECK(s.host_pool_bytes > 0);  // automatic (64 MiB, or RLIMIT_MEMLOCK below it)
-            CHECK(s.host_pool_pinned);  // as the emulated device pins (a power of two)
+            CHECK(s.host_pool_pinned);     // as the emulated device pins (a power of two)
             CHECK(s.device_bytes_held == 0);
             CHECK(arena.stats().bytes_in_use == 0);
           }
@@ -183,8 +183,8 @@ TEST_CASE("device path: device memory is released when the copy completes, befor
   const torch::Tensor expected = x.clone();
   auto stored = stash->store(x);
   CHECK(eventually([&] { return stash->stats().device_bytes_held == 0; }));
-  CHECK(x.storage().use_count() == 1);  // the stash holds no reference any more
-  CHECK(stash->stats().inputs_spilled == 0);      // ... while the write is still in flight
+  CHECK(x.storage().use_count() == 1);        // the stash holds no reference any more
+  CHECK(stash->stats().inputs_spilled == 0);  // ... while the write is still in flight
   CHECK(stash->stats().peak_device_bytes_held == 4096);
   CHECK(eventually([&] { return stash->stats().inputs_spilled == 1; }));
   CHECK(torch::equal(stored->restore(), expected));
@@ -223,9 +223,8 @@ TEST_CASE("device path: an input changed in place during its copy or write is re
         std::optional<Emulation> emulation;
         if (emulated) emulation.emplace(100000, 50000);  // a 50-100 ms copy
         HookScope slow(slow_writes(200));
-        spill::SpillArena arena =
-            stash_arena(engine_options(dir.path(), io, spill::IoBackend::thread_pool),
-                        stash_settings(true, 0));
+        spill::SpillArena arena = stash_arena(
+            engine_options(dir.path(), io, spill::IoBackend::thread_pool), stash_settings(true, 0));
         auto stash = spill::make_arena_stash(arena);
         torch::Tensor x = torch::randn({4096});
         auto stored = stash->store(x);
@@ -272,7 +271,7 @@ TEST_CASE("host pool: budgets out of range are typed errors naming the value") {
 
 TEST_CASE("host pool: a budget above RLIMIT_MEMLOCK is refused where the pool is made") {
   ScratchDir dir;
-  struct rlimit saved {};
+  struct rlimit saved{};
   REQUIRE(getrlimit(RLIMIT_MEMLOCK, &saved) == 0);
   struct rlimit lowered = saved;
   lowered.rlim_cur = 1 << 20;
@@ -507,12 +506,12 @@ TEST_CASE("device path: an entry moves only along the lifecycle's arrows") {
   const State all[] = {State::held,    State::copying,   State::writing, State::spilled,
                        State::reading, State::uploading, State::restored};
   const std::set<std::pair<State, State>> arrows = {
-      {State::held, State::copying},       {State::held, State::writing},
-      {State::held, State::spilled},       {State::held, State::restored},
-      {State::copying, State::writing},    {State::copying, State::restored},
-      {State::writing, State::spilled},    {State::writing, State::restored},
-      {State::spilled, State::reading},    {State::spilled, State::restored},
-      {State::reading, State::uploading},  {State::reading, State::restored},
+      {State::held, State::copying},      {State::held, State::writing},
+      {State::held, State::spilled},      {State::held, State::restored},
+      {State::copying, State::writing},   {State::copying, State::restored},
+      {State::writing, State::spilled},   {State::writing, State::restored},
+      {State::spilled, State::reading},   {State::spilled, State::restored},
+      {State::reading, State::uploading}, {State::reading, State::restored},
       {State::uploading, State::restored}};
   auto counters = std::make_shared<spill::detail::StashCounters>();
   spill::detail::Entry e(torch::zeros({4}), counters);

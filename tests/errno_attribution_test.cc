@@ -40,8 +40,8 @@ class DescriptorsLeft {
   explicit DescriptorsLeft(int left) {
     REQUIRE(getrlimit(RLIMIT_NOFILE, &saved_) == 0);
     rlimit lowered = saved_;
-    lowered.rlim_cur = std::min<rlim_t>(saved_.rlim_cur,
-                                        static_cast<rlim_t>(highest_open_descriptor() + 64));
+    lowered.rlim_cur =
+        std::min<rlim_t>(saved_.rlim_cur, static_cast<rlim_t>(highest_open_descriptor() + 64));
     REQUIRE(setrlimit(RLIMIT_NOFILE, &lowered) == 0);
     for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) held_.push_back(fd);
     REQUIRE(errno == EMFILE);
@@ -87,11 +87,11 @@ void check_blames_descriptors(const spill::ArenaOptions& o) {
 
 TEST_CASE("errno: no descriptor left for the spill file is named as such, not the directory") {
   ScratchDir dir;
-  FaultScope no_descriptor([](spill::testing::FaultSite site, std::uint64_t bytes,
-                              std::uint64_t) -> std::int64_t {
-    if (site == spill::testing::FaultSite::open_unnamed) return -EMFILE;
-    return static_cast<std::int64_t>(bytes);
-  });
+  FaultScope no_descriptor(
+      [](spill::testing::FaultSite site, std::uint64_t bytes, std::uint64_t) -> std::int64_t {
+        if (site == spill::testing::FaultSite::open_unnamed) return -EMFILE;
+        return static_cast<std::int64_t>(bytes);
+      });
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     SUBCASE(spill_test::subcase_name(io).c_str()) {
       check_blames_descriptors(small_arena_in(dir.path(), io));
@@ -100,7 +100,8 @@ TEST_CASE("errno: no descriptor left for the spill file is named as such, not th
   CHECK(list_dir(dir.path()).empty());
 }
 
-TEST_CASE("errno: no descriptor left for the O_DIRECT reopen is named as such, not the file system") {
+TEST_CASE(
+    "errno: no descriptor left for the O_DIRECT reopen is named as such, not the file system") {
   ScratchDir dir;
   {
     DescriptorsLeft one(1);  // the spill file takes it; the direct reopen finds none

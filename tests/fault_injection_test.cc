@@ -166,7 +166,7 @@ spill::IoError expect_io_error(Fn&& fn, const char* lost) {
   } catch (const spill::IoError& e) {
     return e;
   }
-  FAIL(std::string(lost));  // a const char* would print as an address
+  FAIL(std::string(lost));         // a const char* would print as an address
   return spill::IoError(0, lost);  // not reached: FAIL ends the test case
 }
 
@@ -274,7 +274,9 @@ TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endl
     r.write(src.data(), src.size());
     // Pages still dirty or under writeback (a loaded machine) stay resident, and a resident read
     // is a memcpy the hook never sees: drop until none is left, so the read reaches pread.
-    for (int tries = 0; tries < 100 && (spill::detail::drop_cached_pages(r), spill::detail::resident_bytes(r) > 0); ++tries) {
+    for (int tries = 0;
+         tries < 100 && (spill::detail::drop_cached_pages(r), spill::detail::resident_bytes(r) > 0);
+         ++tries) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     REQUIRE(spill::detail::resident_bytes(r) == 0);
@@ -473,8 +475,7 @@ struct GptCase {
 
 // A step whose spill writes (op write) or restore reads (op read) fail with `error` throws that
 // IoError; the arena then holds no region, and the next step is bit-identical to the reference.
-void check_failed_step_then_exact(GptCase& c, spill::SpillArena& arena, spill::IoOp op,
-                                  int error) {
+void check_failed_step_then_exact(GptCase& c, spill::SpillArena& arena, spill::IoOp op, int error) {
   const bool write = op == spill::IoOp::write;
   {
     FaultScope fail(failing(write ? spill_test::is_write : spill_test::is_read, error));

@@ -45,7 +45,7 @@ using spill_test::ScratchDir;
 
 namespace {
 
-constexpr std::uint64_t kBytes = 8 * spill::MiB;  // two of the engine's pieces
+constexpr std::uint64_t kBytes = 8 * spill::MiB;      // two of the engine's pieces
 constexpr std::uint64_t kInFlightBytes = spill::MiB;  // one staging slot in direct mode
 constexpr int kChildDeadlineSeconds = 20;
 constexpr int kParentDeadlineSeconds = 60;
@@ -71,12 +71,12 @@ Inherited inherited;
 // How a child ends; its exit code says what it found (0: as expected).
 enum ChildCode : int {
   kOk = 0,
-  kNotThrown = 10,     // + the index of the operation that did not throw ForkedProcessError
-  kWrongError = 40,    // + the index: it threw something else
-  kMessage = 70,       // + the index: the message does not name the fix
-  kPids = 100,         // + the index: creator_pid / current_pid wrong
-  kOwnArena = 130,     // an arena made in the child did not round-trip
-  kUnexpected = 140,   // any other exception in the child
+  kNotThrown = 10,    // + the index of the operation that did not throw ForkedProcessError
+  kWrongError = 40,   // + the index: it threw something else
+  kMessage = 70,      // + the index: the message does not name the fix
+  kPids = 100,        // + the index: creator_pid / current_pid wrong
+  kOwnArena = 130,    // an arena made in the child did not round-trip
+  kUnexpected = 140,  // any other exception in the child
 };
 
 std::string describe(int code) {
@@ -94,8 +94,8 @@ std::string describe(int code) {
 struct ChildEnd {
   bool hung = false;  // still running at the deadline (then killed)
   bool exited = false;
-  int code = -1;     // exit code when exited
-  int signal = 0;    // terminating signal otherwise
+  int code = -1;   // exit code when exited
+  int signal = 0;  // terminating signal otherwise
 };
 
 // Waits for `pid` at most `seconds`; a child still running then is killed and reported hung.

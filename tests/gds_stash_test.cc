@@ -376,8 +376,7 @@ TEST_CASE("gds stash: a cuFile failure is an IoError naming its status; the next
         // The failed step's graph is gone, and its regions and device bytes with it.
         CHECK(eventually([&] { return drained(arena); }));
         for (int step = 0; step < 2; ++step) {
-          check_identical(gpt_step(g.blocks, spill::shared_arena_stash(arena), g.x0),
-                          g.reference);
+          check_identical(gpt_step(g.blocks, spill::shared_arena_stash(arena), g.x0), g.reference);
         }
         CHECK(drained(arena));
       }

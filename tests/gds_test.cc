@@ -165,8 +165,9 @@ CuFileApi fake_api() {
   api.read = [](void* h, void* base, std::size_t bytes, std::int64_t at, std::int64_t off) {
     return fake_transfer(false, base, bytes, at, off);
   };
-  api.write = [](void* h, const void* base, std::size_t bytes, std::int64_t at,
-                 std::int64_t off) { return fake_transfer(true, base, bytes, at, off); };
+  api.write = [](void* h, const void* base, std::size_t bytes, std::int64_t at, std::int64_t off) {
+    return fake_transfer(true, base, bytes, at, off);
+  };
   return api;
 }
 
@@ -266,8 +267,7 @@ TEST_CASE("gds: the driver names the mode that runs: gds, or compatibility witho
   CHECK(std::string(f.driver()->mode()) == "gds");
   f.state.nvfs_major_version = 0;
   CHECK(f.driver()->compatibility_mode());
-  CHECK(std::string(f.driver()->mode()) ==
-        "compatibility (POSIX through cuFile's bounce buffers)");
+  CHECK(std::string(f.driver()->mode()) == "compatibility (POSIX through cuFile's bounce buffers)");
   f.state.nvfs_status_flags = 1u << spill::detail::kCuFileNvmeP2pSupportedBit;  // P2PDMA
   CHECK_FALSE(f.driver()->compatibility_mode());
   f.state.nvfs_major_version = 2;
@@ -402,7 +402,7 @@ TEST_CASE("gds: bounce buffers are capped in whole buffers, never raised, and re
   CHECK(driver->limit_bounce_bytes(10 * spill::MiB + 5000) == 10 * spill::MiB);
   CHECK(f.state.cache_limits_kib == std::vector<std::size_t>{10 * 1024});
   CHECK(driver->limit_bounce_bytes(64 * spill::MiB) == 10 * spill::MiB);  // not raised
-  CHECK(driver->limit_bounce_bytes(1000) == spill::MiB);  // at least one buffer
+  CHECK(driver->limit_bounce_bytes(1000) == spill::MiB);                  // at least one buffer
   CHECK(f.state.cache_limits_kib.size() == 2);
   CHECK(driver->bounce_bytes() == spill::MiB);
 }

@@ -21,8 +21,8 @@
 #include "spill/core.h"
 #include "test_support.h"
 
-using spill::detail::HashPipeline;
 using spill::detail::hash_bytes;
+using spill::detail::HashPipeline;
 
 namespace {
 

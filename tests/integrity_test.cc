@@ -130,14 +130,16 @@ TEST_CASE("integrity: is on by default") { CHECK(spill::ArenaOptions{}.verify_in
 // records), with the bytes around the destination untouched. (A CPU without AVX2 takes
 // memcpy + hash_bytes, which this holds too.)
 TEST_CASE("integrity: copying and hashing in one pass gives hash_bytes of the copy") {
+  // clang-format off: a table; one element a line would hide the boundaries it lists
   std::vector<std::uint64_t> lengths = {0, 1, 64, 200, 240, 241, 255, 256, 1023, 1024, 1025,
                                         1087, 1088, 1089, 2047, 2048, 2049, 16 * 1024 + 63,
                                         4 * spill::MiB - 1, 4 * spill::MiB, 4 * spill::MiB + 1};
+  // clang-format on
   for (std::uint64_t n = 3000; n < 3000 + 64; ++n) lengths.push_back(n);
   const auto src = pattern(4 * spill::MiB + 256, 11);
   std::vector<char> dst(4 * spill::MiB + 256);
   for (const std::uint64_t n : lengths) {
-    for (std::size_t from = 0; from < 64; from += n > spill::MiB ? 21 : 1) {
+    for (std::size_t from = 0; from < 64; from += (n > spill::MiB ? 21 : 1)) {
       const std::size_t to = (from * 7 + 3) % 64;
       std::fill(dst.begin(), dst.end(), '\x5a');
       const char* s = reinterpret_cast<const char*>(src.data()) + from;

@@ -141,10 +141,10 @@ TEST_CASE("io engine: an aligned source is written from where it is, only its ta
   ScratchDir dir;
   for (auto backend : backends()) {
     SUBCASE(subcase_name(spill::IoMode::direct, backend).c_str()) {
-      spill::SpillArena arena(options_in(dir.path(), 64 * spill::MiB, spill::IoMode::direct,
-                                         backend, kStagingBytes));
+      spill::SpillArena arena(
+          options_in(dir.path(), 64 * spill::MiB, spill::IoMode::direct, backend, kStagingBytes));
       REQUIRE(arena.options().verify_integrity);
-      const std::uint64_t bytes = 16 * spill::MiB + 100;  // 4 staging slots' worth and a tail
+      const std::uint64_t bytes = 16 * spill::MiB + 100;     // 4 staging slots' worth and a tail
       const std::uint64_t room = (bytes / 4096 + 2) * 4096;  // aligned_alloc: a multiple
       const auto src = pattern(room, 5);
       struct Free {
@@ -212,7 +212,7 @@ TEST_CASE("io engine: a region is not reused while its write is queued") {
 // case runs several.
 TEST_CASE("io engine: destroying an arena with work in flight drains it") {
   constexpr std::uint64_t kRegionBytes = 8 * spill::MiB;  // each drop writes back 8 MiB
-  constexpr int kWorkers = 4;                              // of the thread pool
+  constexpr int kWorkers = 4;                             // of the thread pool
   constexpr int kWrites = 12;
   constexpr int kRounds = 2;
   ScratchDir dir;
@@ -321,8 +321,7 @@ TEST_CASE("io engine: many threads writing and reading with random delays lose n
         std::atomic<int> mismatches{0};
         auto worker = [&](unsigned id) {
           for (unsigned i = 0; i < 12; ++i) {
-            const auto src =
-                pattern(300 * 1024 + id * spill::page_size_bytes() + i, id * 100 + i);
+            const auto src = pattern(300 * 1024 + id * spill::page_size_bytes() + i, id * 100 + i);
             spill::Region r = arena.allocate(src.size());
             spill::Pending w = r.write_async(src.data(), src.size());
             w.wait();

@@ -85,13 +85,13 @@ struct Copy {
 // First in this file: the handler that was installed before the guard's first use is the one
 // that faults outside a guarded range reach.
 TEST_CASE("mapping: a SIGBUS inside a guarded read is EIO; outside, the earlier handler gets it") {
-  struct sigaction current {};
+  struct sigaction current{};
   REQUIRE(::sigaction(SIGBUS, nullptr, &current) == 0);
   if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) {
     MESSAGE("skipped: a SIGBUS handler is already installed in this process");
     return;
   }
-  struct sigaction test {};
+  struct sigaction test{};
   test.sa_sigaction = test_handler;
   test.sa_flags = SA_SIGINFO;
   sigemptyset(&test.sa_mask);

@@ -23,10 +23,10 @@ namespace {
 // them, against a few MiB of weights and one block's activations (attention runs without the
 // seq x seq matrix). Checkpointing in RAM holds all 48 inputs at the end of forward; the disk
 // path holds a handful. Two steps, so the second reuses the arena's regions.
-const std::vector<std::string> kModel = {"--layers", "48", "--hidden", "64", "--heads", "2",
-                                         "--seq", "64", "--batch", "128", "--steps", "2",
-                                         "--sample-chars", "0", "--compare-steps", "0",
-                                         "--json"};
+const std::vector<std::string> kModel = {
+    "--layers",       "48", "--hidden",        "64",  "--heads", "2",
+    "--seq",          "64", "--batch",         "128", "--steps", "2",
+    "--sample-chars", "0",  "--compare-steps", "0",   "--json"};
 
 // Note [Choosing the limit]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -61,9 +61,8 @@ ModeRun train(const std::string& mode, std::uint64_t limit, const std::string& d
   r.oom_kills = cg.oom_kills();
   if (r.child.exit_code == 0) r.summary = nlohmann::json::parse(r.child.out);
   const std::string what = mode + (limit ? " limited" : " unlimited");
-  MESSAGE(what << ": exit " << r.child.exit_code
-               << " signal " << r.child.signal << ", peak " << spill::human_bytes(r.peak_bytes)
-               << ", " << r.child.seconds << " s"
+  MESSAGE(what << ": exit " << r.child.exit_code << " signal " << r.child.signal << ", peak "
+               << spill::human_bytes(r.peak_bytes) << ", " << r.child.seconds << " s"
                << (r.summary.is_null() ? "" : ", step " + r.summary["step_ms_mean"].dump() + " ms")
                << (r.child.err.empty() ? "" : ", stderr: " + r.child.err));
   return r;
@@ -93,7 +92,8 @@ TEST_CASE("memory limit: under a limit below recompute's need, only the disk mod
   CHECK(peak_of(free_recompute) >= peak_of(free) + inputs / 2);
   const std::uint64_t limit = limit_between(free.summary);
   MESSAGE("limit " << spill::human_bytes(limit) << ": the unlimited disk run's peak RssAnon "
-                   << spill::human_bytes(free.summary["memory"]["peak_rss_anon_bytes"].get<std::uint64_t>())
+                   << spill::human_bytes(
+                          free.summary["memory"]["peak_rss_anon_bytes"].get<std::uint64_t>())
                    << " + half the inputs of a step, cgroup v" << probe.version());
 
   const ModeRun disk = train("disk", limit, dir.path());

@@ -16,11 +16,11 @@
 #include "test_support.h"
 
 using spill_test::engine_options;
+using spill_test::HookScope;
+using spill_test::ScratchDir;
 using spill_test::stash_arena;
 using spill_test::stash_settings;
 using spill_test::subcase_name;
-using spill_test::HookScope;
-using spill_test::ScratchDir;
 using namespace spill_test::gpt;
 
 namespace {}  // namespace
@@ -35,9 +35,8 @@ TEST_CASE("overlap: gradients are bit-identical in every I/O mode, backend and k
           const char* overlap = asynchronous ? "asynchronous" : "synchronous";
           const std::string keep = "keep_last " + std::to_string(keep_last);
           SUBCASE(subcase_name(io, overlap, backend, keep).c_str()) {
-            spill::SpillArena arena =
-                stash_arena(engine_options(dir.path(), io, backend),
-                            stash_settings(asynchronous, keep_last));
+            spill::SpillArena arena = stash_arena(engine_options(dir.path(), io, backend),
+                                                  stash_settings(asynchronous, keep_last));
             check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
             CHECK(arena.stats().bytes_in_use == 0);
             CHECK(arena.stats().allocations == 4 - keep_last);
@@ -54,15 +53,14 @@ TEST_CASE("overlap: backward queues the reads of the stash's own predecessors") 
   auto blocks = gpt_blocks(6);
   const torch::Tensor x0 = torch::randn({1, 16, 64});
   for (std::uint32_t depth : {0u, 1u, 2u}) {
-    auto o =
-        engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::automatic);
+    auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::automatic);
     spill::SpillArena arena = stash_arena(o, stash_settings(true, 0, depth));
     auto stash = spill::make_arena_stash(arena);
     spill::SpillArena other(o);  // a second chain in between must not confuse the first
     auto other_stash = spill::make_arena_stash(other);
     torch::Tensor noise = torch::randn({8, 8}, torch::TensorOptions().requires_grad(true));
-    torch::Tensor side = spill::checkpoint(
-        *other_stash, [](const torch::Tensor& t) { return t * 2; }, noise);
+    torch::Tensor side =
+        spill::checkpoint(*other_stash, [](const torch::Tensor& t) { return t * 2; }, noise);
     gpt_step(blocks, stash, x0);
     const spill::StashStats s = spill::stash_stats(arena);
     CAPTURE(depth);
@@ -78,8 +76,7 @@ TEST_CASE("overlap: keep_last keeps the last inputs where they are and spills th
   ScratchDir dir;
   auto blocks = gpt_blocks(5);
   const torch::Tensor x0 = torch::randn({1, 16, 64});
-  auto o =
-      engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::automatic);
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::automatic);
   spill::SpillArena arena = stash_arena(o, stash_settings(true, 2));
   gpt_step(blocks, spill::make_arena_stash(arena), x0);
   CHECK(arena.stats().allocations == 3);
@@ -93,8 +90,7 @@ TEST_CASE("overlap: spill::checkpoint(arena, ...) chains consecutive layers in o
   torch::Tensor x = torch::randn({64, 64}, torch::TensorOptions().requires_grad(true));
   torch::Tensor h = x;
   for (int i = 0; i < 5; ++i) {
-    h = spill::checkpoint(
-        arena, [](const torch::Tensor& t) { return torch::tanh(t) * 1.5; }, h);
+    h = spill::checkpoint(arena, [](const torch::Tensor& t) { return torch::tanh(t) * 1.5; }, h);
   }
   h.sum().backward();
   const spill::ArenaStats s = arena.stats();
@@ -144,9 +140,8 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
   CHECK_FALSE(torch::equal(reference.input, full_precision.input));
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     SUBCASE(subcase_name(io).c_str()) {
-      spill::SpillArena arena =
-          stash_arena(engine_options(dir.path(), io, spill::IoBackend::automatic),
-                      stash_settings(true, 0));
+      spill::SpillArena arena = stash_arena(
+          engine_options(dir.path(), io, spill::IoBackend::automatic), stash_settings(true, 0));
       Grads spilled;
       {
         // Forward under autocast; backward runs inside too, as users do.
@@ -185,15 +180,15 @@ TEST_CASE("overlap: an input changed in place before it was spilled is a clear e
   auto stash = spill::make_arena_stash(arena);
   torch::Tensor x = torch::randn({16, 16}, torch::TensorOptions().requires_grad(true));
   torch::Tensor h = x * 1;
-  torch::Tensor y = spill::checkpoint(
-      *stash, [](const torch::Tensor& t) { return t * 2; }, h);
+  torch::Tensor y = spill::checkpoint(*stash, [](const torch::Tensor& t) { return t * 2; }, h);
   {
     torch::NoGradGuard no_grad;
     h.add_(1);  // h is held (keep_last), not yet spilled
   }
   CHECK_THROWS_WITH_AS(spill::checkpoint(
                            *stash, [](const torch::Tensor& t) { return t * 2; }, y),
-                       doctest::Contains("modified by an inplace operation"), spill::CheckpointError);
+                       doctest::Contains("modified by an inplace operation"),
+                       spill::CheckpointError);
 }
 
 // Kernels choose their paths by strides: a transposed input restored contiguous made the
@@ -240,8 +235,7 @@ TEST_CASE("overlap: a non-contiguous input changed in place after store is refus
   torch::Tensor b = torch::randn({32, 64}, torch::TensorOptions().requires_grad(true));
   torch::Tensor h = b * 1;
   torch::Tensor xt = h.t();  // the stash stores a contiguous copy of it
-  torch::Tensor y = spill::checkpoint(
-      arena, [](const torch::Tensor& t) { return t * 2; }, xt);
+  torch::Tensor y = spill::checkpoint(arena, [](const torch::Tensor& t) { return t * 2; }, xt);
   {
     torch::NoGradGuard no_grad;
     xt.add_(1);  // changes h too; the stashed copy does not see it, the version counter does

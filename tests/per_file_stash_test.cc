@@ -68,7 +68,8 @@ class FileSizeLimit {
 
 }  // namespace
 
-TEST_CASE("per-file stash: a full disk is InsufficientSpaceError naming the file, bytes and errno") {
+TEST_CASE(
+    "per-file stash: a full disk is InsufficientSpaceError naming the file, bytes and errno") {
   spill_test::LoopMount disk(16);
   if (!disk.ok()) {
     MESSAGE("skipped: " << disk.reason());

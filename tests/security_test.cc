@@ -77,8 +77,7 @@ std::vector<SpillFd> spill_fds(const std::string& dir) {
 
 // 4 MiB through the thread pool; a 1 MiB staging pool in direct mode.
 spill::ArenaOptions small_arena_in(const std::string& dir, spill::IoMode io) {
-  return spill_test::options_in(dir, 4 * spill::MiB, io, spill::IoBackend::thread_pool,
-                                spill::MiB);
+  return spill_test::options_in(dir, 4 * spill::MiB, io, spill::IoBackend::thread_pool, spill::MiB);
 }
 
 std::string read_file(const std::string& path) {
@@ -304,7 +303,8 @@ TEST_CASE("security: the per-file stash writes 0600 files under names nobody can
   CHECK(list_dir(dir.path()).empty());
 }
 
-TEST_CASE("security: names squatted in a shared directory neither stop nor redirect the per-file stash") {
+TEST_CASE(
+    "security: names squatted in a shared directory neither stop nor redirect the per-file stash") {
   ScratchDir dir;
   ScratchDir elsewhere;
   const std::string victim = elsewhere.path() + "/victim";

@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "spill/core.h"
 #include "core/slab_allocator.h"
+#include "spill/core.h"
 
 TEST_CASE("sizing: a layer input is rounded as the arena rounds it") {
   // 1 x 8192 x 4096 x 2 bytes = 64 MiB: already page aligned, carved exactly.

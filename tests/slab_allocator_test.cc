@@ -57,7 +57,8 @@ TEST_CASE("slab allocator: there are four size classes per doubling") {
 
 TEST_CASE("slab allocator: requests above the exact-carve threshold are only page rounded") {
   const std::uint64_t bytes = SlabAllocator::kExactCarveAboveBytes + 5 * kPage + 7;
-  CHECK(SlabAllocator::rounded_size(bytes, kPage) == SlabAllocator::kExactCarveAboveBytes + 6 * kPage);
+  CHECK(SlabAllocator::rounded_size(bytes, kPage) ==
+        SlabAllocator::kExactCarveAboveBytes + 6 * kPage);
 }
 
 TEST_CASE("slab allocator: reuses the most recently freed block of a size") {
@@ -184,11 +185,14 @@ TEST_CASE("slab allocator: concurrent allocate and free keep every invariant") {
     live += v.size();
     all.insert(all.end(), v.begin(), v.end());
   }
-  std::sort(all.begin(), all.end(), [](const Block& a, const Block& b) { return a.offset < b.offset; });
-  for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].offset + all[i - 1].size <= all[i].offset);
+  std::sort(all.begin(), all.end(),
+            [](const Block& a, const Block& b) { return a.offset < b.offset; });
+  for (std::size_t i = 1; i < all.size(); ++i)
+    CHECK(all[i - 1].offset + all[i - 1].size <= all[i].offset);
   CHECK(slabs.stats().live_blocks == live);
   // Blocks allocated on one thread may be freed on another.
-  for (auto& v : leftovers) for (const Block& b : v) slabs.free(b);
+  for (auto& v : leftovers)
+    for (const Block& b : v) slabs.free(b);
   CHECK(slabs.stats().bytes_in_use == 0);
   CHECK(slabs.stats().largest_free_block == 256 * kMiB);
 }
@@ -225,7 +229,8 @@ TEST_CASE("slab allocator: a random workload agrees with a page-map reference mo
       const Block b = live.back();
       live.pop_back();
       slabs.free(b);
-      for (std::uint64_t p = b.offset / kPage; p < (b.offset + b.size) / kPage; ++p) used[p] = false;
+      for (std::uint64_t p = b.offset / kPage; p < (b.offset + b.size) / kPage; ++p)
+        used[p] = false;
     }
     if (i % 997 == 0) {
       REQUIRE(slabs.check_invariants());
@@ -262,9 +267,13 @@ TEST_CASE("slab allocator: every invariant holds after each operation of a rando
   std::vector<Block> live;
   auto random_bytes = [&]() -> std::uint64_t {
     switch (rng() % 8) {
-      case 0: return SlabAllocator::kExactCarveAboveBytes + 1 + rng() % (8 * kPage);  // exact
-      case 1: case 2: return 1 + rng() % (4 * kPage);                                 // <= 4 pages
-      default: return 1 + rng() % (300 * kPage);                                       // classes
+      case 0:
+        return SlabAllocator::kExactCarveAboveBytes + 1 + rng() % (8 * kPage);  // exact
+      case 1:
+      case 2:
+        return 1 + rng() % (4 * kPage);  // <= 4 pages
+      default:
+        return 1 + rng() % (300 * kPage);  // classes
     }
   };
   for (int i = 0; i < 6000; ++i) {

@@ -1,9 +1,9 @@
 // The spill file as the arena creates it: vetted directory, no name, preallocated, gone after.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -92,7 +92,9 @@ TEST_CASE("spill file: a missing directory is refused with its path") {
 TEST_CASE("spill file: a regular file as directory is refused") {
   ScratchDir dir;
   const std::string file = dir.path() + "/plain";
-  { std::ofstream(file) << "x"; }
+  {
+    std::ofstream(file) << "x";
+  }
   CHECK_THROWS_AS(spill::SpillArena(options_in(file, spill::MiB)), spill::DirectoryError);
 }
 
@@ -102,8 +104,8 @@ TEST_CASE("spill file: an unwritable directory is refused") {
     return;
   }
   ScratchDir dir;
-  spill_test::fs::permissions(dir.path(), spill_test::fs::perms::owner_read |
-                                              spill_test::fs::perms::owner_exec);
+  spill_test::fs::permissions(
+      dir.path(), spill_test::fs::perms::owner_read | spill_test::fs::perms::owner_exec);
   CHECK_THROWS_AS(spill::SpillArena(options_in(dir.path(), spill::MiB)), spill::DirectoryError);
   spill_test::fs::permissions(dir.path(), spill_test::fs::perms::owner_all);
 }
@@ -210,9 +212,9 @@ class OverlayMount {
     const std::string layers = upper_in_ram ? d + "/ram" : d + "/disk";
     std::string cmd = "mkdir -p " + d + "/lower " + merged_ + " " + layers;
     if (upper_in_ram) cmd += " && mount -t tmpfs tmpfs " + layers;
-    cmd += " && mkdir " + layers + "/upper " + layers + "/work && mount -t overlay overlay -o "
-           "lowerdir=" + d + "/lower,upperdir=" + layers + "/upper,workdir=" + layers + "/work " +
-           merged_ + " 2>/dev/null";
+    cmd += " && mkdir " + layers + "/upper " + layers +
+           "/work && mount -t overlay overlay -o lowerdir=" + d + "/lower,upperdir=" + layers +
+           "/upper,workdir=" + layers + "/work " + merged_ + " 2>/dev/null";
     ok_ = geteuid() == 0 && std::system(cmd.c_str()) == 0;
     ram_ = upper_in_ram ? layers : "";
   }

@@ -1,7 +1,8 @@
 // An arena whose stashes (spill::checkpoint(arena, ...), spill::make_arena_stash(arena)) use the
 // given stash settings: the tests' one way to pair spill::ArenaOptions with spill::StashOptions.
 //
-//   spill::SpillArena arena = stash_arena(engine_options(dir, io, backend), stash_settings(true, 0));
+//   spill::SpillArena arena =
+//       stash_arena(engine_options(dir, io, backend), stash_settings(true, 0));
 #pragma once
 
 #include <cstdint>

@@ -110,7 +110,7 @@ inline void truncate_spill_file(const std::string& dir, std::uint64_t bytes) {
 
 // A new region holding `src`, written synchronously.
 inline spill::Region written_region(spill::SpillArena& arena,
-                                   const std::vector<unsigned char>& src) {
+                                    const std::vector<unsigned char>& src) {
   spill::Region r = arena.allocate(src.size());
   r.write(src.data(), src.size());
   return r;

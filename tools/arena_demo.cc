@@ -39,9 +39,9 @@ int main(int argc, char** argv) {
     options.directory = dir;
     options.capacity_bytes = spill::bytes_for_layer_inputs(layers, {1, mib, spill::MiB}, 1);
     spill::SpillArena arena(options);
-    std::cout << "spill file in " << arena.directory() << " (" << arena.file_system_type()
-              << ", " << (arena.opened_without_name() ? "never named" : "named, then unlinked")
-              << "), " << layers << " layers x " << mib << " MiB\n";
+    std::cout << "spill file in " << arena.directory() << " (" << arena.file_system_type() << ", "
+              << (arena.opened_without_name() ? "never named" : "named, then unlinked") << "), "
+              << layers << " layers x " << mib << " MiB\n";
     const std::uint64_t bytes = mib * spill::MiB;
     std::vector<unsigned char> src(bytes), dst(bytes);
     for (int step = 0; step < steps; ++step) {
@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
       }
       const double read_s = seconds_since(t0);
       const double gb = static_cast<double>(layers * bytes) / 1e9;
-      std::cout << "step " << step << ": write " << gb / write_s << " GB/s, read "
-                << gb / read_s << " GB/s\n";
+      std::cout << "step " << step << ": write " << gb / write_s << " GB/s, read " << gb / read_s
+                << " GB/s\n";
     }
     print_stats(arena.stats());
   } catch (const spill::Error& e) {

@@ -40,8 +40,8 @@ int main(int argc, char** argv) {
   torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
   try {
     spill::harness::probe_stack_memory("none", 2, rows, hidden, dir);  // warm-up
-    std::cout << "layer input " << rows << " x " << hidden << " float32 = "
-              << spill::human_bytes(static_cast<std::uint64_t>(rows * hidden * 4))
+    std::cout << "layer input " << rows << " x " << hidden
+              << " float32 = " << spill::human_bytes(static_cast<std::uint64_t>(rows * hidden * 4))
               << "; LibTorch threads: " << torch::get_num_threads() << "\n\n"
               << "| layers | mode | RssAnon held after forward | peak RssAnon growth in the step |"
                  " spilled |\n|---:|---|---:|---:|---:|\n";

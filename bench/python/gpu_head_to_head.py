@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import h2h_support  # noqa: E402  (VmHWM, as the CPU head-to-head reads it)
+import h2h_support  # VmHWM, as the CPU head-to-head reads it
 
 MODES = ("none", "hf_checkpointing", "hf_offload", "spillarena_direct", "spillarena_gds")
 
@@ -55,7 +55,8 @@ def parse_args(argv):
                    help="add this run to the runs already in --out (one file for several lengths)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "seq", "batch", "steps"):
+    for name in ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "seq", "batch",
+                 "steps"):
         if not 1 <= getattr(args, name) <= 1 << 20:
             p.error(f"--{name.replace('_', '-')} must be between 1 and 1048576")
     if args.hidden % args.heads or args.heads % args.kv_heads:
@@ -69,10 +70,10 @@ def parse_args(argv):
 def build_model(args, torch):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                         num_key_value_heads=args.kv_heads, max_position_embeddings=args.seq,
-                         attention_dropout=0.0, use_cache=False)
+    config = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden,
+                         intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+                         num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+                         max_position_embeddings=args.seq, attention_dropout=0.0, use_cache=False)
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).to(device=args.device, dtype=getattr(torch, args.dtype))
     model.train()
@@ -89,7 +90,8 @@ def run_child(args):
     arena = None
     if mode.startswith("spillarena"):
         element = torch.tensor([], dtype=getattr(torch, args.dtype)).element_size()
-        capacity = spillarena.bytes_for_layer_inputs(args.layers, (args.batch, args.seq, args.hidden), element)
+        capacity = spillarena.bytes_for_layer_inputs(args.layers,
+                                                     (args.batch, args.seq, args.hidden), element)
         io = "gds" if mode == "spillarena_gds" else "direct"
         try:
             arena = spillarena.SpillArena(capacity, args.spill_dir, io=io, keep_last=0)
@@ -135,7 +137,8 @@ def run_mode(mode, argv):
     cmd = [sys.executable, os.path.abspath(__file__), *argv, "--child", mode]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        return {"mode": mode, "failed": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
+        failed = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        return {"mode": mode, "failed": failed}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -184,8 +187,10 @@ def main(argv):
             write_report(args, previous_runs, results)
     for r in results:
         if "step_s" in r:
-            print(f"{r['mode']:18s} step {r['step_s'] * 1e3:8.1f} ms  host peak {r['host_peak_rss_bytes'] / 2**20:8.1f} MiB"
-                  f"  spilled {r.get('spilled_bytes_per_step', 0) / 2**20:7.1f} MiB  losses equal: {r['losses_equal_to_first']}")
+            print(f"{r['mode']:18s} step {r['step_s'] * 1e3:8.1f} ms"
+                  f"  host peak {r['host_peak_rss_bytes'] / 2**20:8.1f} MiB"
+                  f"  spilled {r.get('spilled_bytes_per_step', 0) / 2**20:7.1f} MiB"
+                  f"  losses equal: {r['losses_equal_to_first']}")
         else:
             print(f"{r['mode']:18s} {r.get('skipped') or r.get('failed')}")
     return 0

@@ -1,8 +1,9 @@
-"""Head-to-head of activation-memory strategies on a Hugging Face Llama-like model, on the CPU.
+r"""Head-to-head of activation-memory strategies on a Hugging Face Llama-like model, on the CPU.
 
     python bench/python/head_to_head.py --out docs/bench/head_to_head_cpu.json     # all parts
     python bench/python/head_to_head.py --parts table --repeats 3 --out table.json
-    python bench/python/head_to_head.py --parts lengths --lengths 256,512,1024,2048 --out lengths.json
+    python bench/python/head_to_head.py --parts lengths --lengths 256,512,1024,2048 \
+        --out lengths.json
     python bench/python/head_to_head.py --parts longest --limit-mib 900 --out longest.json
     python bench/python/head_to_head.py --parts batch --batch-limit-mib 1100 --out batch.json
 
@@ -11,7 +12,8 @@ Modes (each run is a fresh process in its own memory cgroup):
   torch                transformers' gradient checkpointing (torch.utils.checkpoint, non-reentrant)
   disco                the seed: axolotl 0.21.0's disk offload ("Disco") driven directly,
                        Disco.get_instance(prefetch_size=1, prefetch_to_gpu=False, save_workers=4)
-                       and model._set_gradient_checkpointing(True, hf_grad_checkpoint_disk_offload_wrapper)
+                       and model._set_gradient_checkpointing(True,
+                                                             hf_grad_checkpoint_disk_offload_wrapper)
   spillarena_buffered  spillarena.enable with SpillArena(capacity, dir, io="buffered")
   spillarena_direct    the same with io="direct" (O_DIRECT through the staging pool)
 
@@ -70,7 +72,7 @@ import time
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import h2h_support  # noqa: E402
+import h2h_support
 
 MODES = ("none", "torch", "disco", "spillarena_buffered", "spillarena_direct")
 SPILLING = ("spillarena_buffered", "spillarena_direct")
@@ -99,8 +101,8 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=2, help="table: rounds, mode order rotated")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--limit-mib", type=int, default=0,
-                   help="longest: the memory cgroup limit; 0: transformers' checkpointing's peak at --start-seq "
-                        "+ --calibration-margin-mib")
+                   help="longest: the memory cgroup limit; 0: transformers' checkpointing's peak "
+                        "at --start-seq + --calibration-margin-mib")
     p.add_argument("--calibration-margin-mib", type=int, default=8)
     p.add_argument("--search-layers", type=int, default=32)
     p.add_argument("--search-hidden", type=int, default=64)
@@ -109,9 +111,11 @@ def parse_args(argv):
     p.add_argument("--granularity", type=int, default=256)
     p.add_argument("--max-seq", type=int, default=0, help="longest: the cap (0: 2 x --start-seq)")
     p.add_argument("--search-modes", default="torch,disco,spillarena_buffered,spillarena_direct")
-    p.add_argument("--lengths", default="256,512,1024,2048", help="lengths: the sequence lengths timed")
+    p.add_argument("--lengths", default="256,512,1024,2048",
+                   help="lengths: the sequence lengths timed")
     p.add_argument("--length-modes", default="torch,disco,spillarena_buffered,spillarena_direct")
-    p.add_argument("--batch-limit-mib", type=int, default=0, help="batch: as --limit-mib, at --start-batch")
+    p.add_argument("--batch-limit-mib", type=int, default=0,
+                   help="batch: as --limit-mib, at --start-batch")
     p.add_argument("--batch-layers", type=int, default=8)
     p.add_argument("--batch-hidden", type=int, default=256)
     p.add_argument("--batch-heads", type=int, default=4)
@@ -124,19 +128,23 @@ def parse_args(argv):
                    help="spillarena modes: the package's malloc policy, or glibc's defaults")
     p.add_argument("--trial-timeout-s", type=float, default=900.0)
     p.add_argument("--deadline-s", type=float, default=2400.0, help="start no trial after this")
-    p.add_argument("--spill-dir", default=None, help="default: spillarena.default_spill_directory()")
+    p.add_argument("--spill-dir", default=None,
+                   help="default: spillarena.default_spill_directory()")
     p.add_argument("--axolotl-dir", default=AXOLOTL_DIR)
     p.add_argument("--out", default=None)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
     p.add_argument("--reference", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in ("layers", "hidden", "heads", "intermediate", "vocab", "seq", "batch", "steps", "repeats"):
+    for name in ("layers", "hidden", "heads", "intermediate", "vocab", "seq", "batch", "steps",
+                 "repeats"):
         if not 1 <= getattr(args, name) <= 1 << 20:
             p.error(f"--{name} must be between 1 and 1048576")
-    for hidden, heads in (("hidden", "heads"), ("search_hidden", "search_heads"), ("batch_hidden", "batch_heads")):
+    for hidden, heads in (("hidden", "heads"), ("search_hidden", "search_heads"),
+                          ("batch_hidden", "batch_heads")):
         if getattr(args, hidden) % getattr(args, heads):
-            p.error(f"--{hidden.replace('_', '-')} must be a multiple of --{heads.replace('_', '-')}")
+            p.error(
+                f"--{hidden.replace('_', '-')} must be a multiple of --{heads.replace('_', '-')}")
     try:
         lengths = [int(v) for v in args.lengths.split(",")]
     except ValueError:
@@ -145,7 +153,8 @@ def parse_args(argv):
         p.error("--lengths: each between 1 and 1048576")
     unknown_parts = set(args.parts.split(",")) - {"table", "lengths", "longest", "batch"}
     if unknown_parts:
-        p.error(f"--parts: unknown part(s) {sorted(unknown_parts)}; choose from table,lengths,longest,batch")
+        p.error(f"--parts: unknown part(s) {sorted(unknown_parts)}; "
+                "choose from table,lengths,longest,batch")
     for flag in ("modes", "search_modes", "batch_modes", "length_modes"):
         unknown = set(getattr(args, flag).split(",")) - set(MODES)
         if unknown:
@@ -159,9 +168,10 @@ def parse_args(argv):
 
 def build_model(args, seq, torch):
     torch.manual_seed(0)
-    common = dict(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
-                  num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                  num_key_value_heads=args.heads, max_position_embeddings=seq, use_cache=False)
+    common = dict(vocab_size=args.vocab, hidden_size=args.hidden,
+                  intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+                  num_attention_heads=args.heads, num_key_value_heads=args.heads,
+                  max_position_embeddings=seq, use_cache=False)
     if args.arch == "stablelm":
         from transformers import StableLmConfig, StableLmForCausalLM
 
@@ -267,9 +277,12 @@ def gradient_comparison(model, reference_path, torch):
         return {"reference": True}
     reference = torch.load(reference_path)
     differing = [n for n in reference if n not in grads or not torch.equal(grads[n], reference[n])]
-    worst = max((float((grads[n] - reference[n]).abs().max()) for n in differing if n in grads), default=0.0)
-    return {"bitwise_equal": not differing and len(grads) == len(reference),
-            "parameters": len(reference), "parameters_differing": len(differing), "max_abs_diff": worst}
+    worst = max((float((grads[n] - reference[n]).abs().max()) for n in differing if n in grads),
+                default=0.0)
+    return {
+        "bitwise_equal": not differing and len(grads) == len(reference),
+        "parameters": len(reference), "parameters_differing": len(differing), "max_abs_diff": worst
+    }
 
 
 def run_child(args, mode, seq, batch):
@@ -282,7 +295,9 @@ def run_child(args, mode, seq, batch):
     arena = prepare(args, mode, shape, model, torch)
     torch.manual_seed(1)
     ids = torch.randint(0, args.vocab, (batch, seq))
-    times, losses, result = [], [], {"mode": mode, "seq": seq, "batch": batch, "threads": torch.get_num_threads()}
+    times, losses, result = [], [], {
+        "mode": mode, "seq": seq, "batch": batch, "threads": torch.get_num_threads()
+    }
     io_before = h2h_support.io_counters()
     with h2h_support.RssAnonSampler() as rss:
         for step in range(args.steps + 1):
@@ -301,11 +316,14 @@ def run_child(args, mode, seq, batch):
     io_after = h2h_support.io_counters()
     result.update(step_s=times, losses=losses, peak_rss_anon_bytes=rss.peak,
                   vm_hwm_bytes=h2h_support.status_bytes("VmHWM"),
-                  wchar_per_step=(io_after.get("wchar", 0) - io_before.get("wchar", 0)) / args.steps,
-                  write_bytes_per_step=(io_after.get("write_bytes", 0) - io_before.get("write_bytes", 0)) / args.steps)
+                  wchar_per_step=(io_after.get("wchar", 0)
+                                  - io_before.get("wchar", 0)) / args.steps,
+                  write_bytes_per_step=(io_after.get("write_bytes", 0)
+                                        - io_before.get("write_bytes", 0)) / args.steps)
     if arena is not None:
         stats = arena.stats()
-        result["arena_bytes_written_per_step"] = (stats["bytes_written"] - written_before) / args.steps
+        result["arena_bytes_written_per_step"] = (
+            (stats["bytes_written"] - written_before) / args.steps)
         result["io"] = {k: stats[k] for k in ("io_mode", "io_backend", "io_note", "staging_bytes")}
         from spillarena import malloc
 
@@ -327,9 +345,10 @@ def fetch_axolotl(axolotl_dir):
     wheels = os.path.dirname(axolotl_dir)
     wheel = os.path.join(wheels, f"axolotl-{AXOLOTL_VERSION}-py3-none-any.whl")
     if not os.path.exists(wheel):
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                               "--python-version", "3.12", "--only-binary=:all:",
-                               f"axolotl=={AXOLOTL_VERSION}", "-d", wheels], capture_output=True, text=True)
+        done = subprocess.run([
+            sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--python-version", "3.12",
+            "--only-binary=:all:", f"axolotl=={AXOLOTL_VERSION}", "-d", wheels
+        ], capture_output=True, text=True)
         if done.returncode != 0:
             return f"pip download axolotl=={AXOLOTL_VERSION} failed: {done.stderr.strip()[-300:]}"
     with zipfile.ZipFile(wheel) as z:
@@ -363,12 +382,13 @@ class Runner:
         env = dict(os.environ, TMPDIR=workdir)  # where Disco's mkdtemp puts its files
         cg = None
         if self.cgroup_reason is None:
-            cg = h2h_support.MemoryCgroup.create(f"spillarena-h2h-{os.getpid()}-{number}", limit_bytes)
+            cg = h2h_support.MemoryCgroup.create(f"spillarena-h2h-{os.getpid()}-{number}",
+                                                 limit_bytes)
         start = time.monotonic()
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                                  preexec_fn=cg.enter if cg else None,
-                                  timeout=max(1.0, min(self.args.trial_timeout_s, self.time_left())))
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, preexec_fn=cg.enter if cg else None,
+                timeout=max(1.0, min(self.args.trial_timeout_s, self.time_left())))
             result = parse_child(done)
         except subprocess.TimeoutExpired:
             result = {"status": "timeout"}
@@ -397,23 +417,29 @@ def parse_child(done):
 def summarize_mode(runs):
     ok = [r for r in runs if r["status"] == "ok"]
     if not ok:
-        return {"status": runs[0]["status"] if runs else "not run", "message": runs[0].get("message") if runs else None}
+        return {
+            "status": runs[0]["status"] if runs else "not run",
+            "message": runs[0].get("message") if runs else None
+        }
     grads = [r["gradients"] for r in ok if "gradients" in r and "reference" not in r["gradients"]]
-    return {"step_s_median": statistics.median(t for r in ok for t in r["step_s"]),
-            # Contention only ever adds time: the fastest step is the least disturbed estimate.
-            "step_s_min": min(t for r in ok for t in r["step_s"]),
-            "peak_rss_anon_bytes_max": max(r["peak_rss_anon_bytes"] for r in ok),
-            "cgroup_peak_bytes_max": max((r.get("cgroup_peak_bytes") or 0) for r in ok) or None,
-            # io_uring's writes do not show in /proc/self/io's wchar; the arena counts its own.
-            "bytes_written_per_step": statistics.median(max(r["wchar_per_step"], r.get("arena_bytes_written_per_step") or 0)
-                                                        for r in ok),
-            "malloc": ok[0].get("malloc"),
-            "arena_bytes_written_per_step": ok[0].get("arena_bytes_written_per_step"),
-            "files_created": max(r["created"]["files"] for r in ok),
-            "directories_created": max(r["created"]["directories"] for r in ok),
-            "gradients_bitwise_equal": all(g["bitwise_equal"] for g in grads) if grads else "reference",
-            "max_abs_grad_diff": max((g["max_abs_diff"] for g in grads), default=0.0),
-            "losses": ok[0]["losses"], "runs": len(ok)}
+    return {
+        "step_s_median": statistics.median(t for r in ok for t in r["step_s"]),
+        # Contention only ever adds time: the fastest step is the least disturbed estimate.
+        "step_s_min": min(t for r in ok for t in r["step_s"]),
+        "peak_rss_anon_bytes_max": max(r["peak_rss_anon_bytes"] for r in ok),
+        "cgroup_peak_bytes_max": max((r.get("cgroup_peak_bytes") or 0) for r in ok) or None,
+        # io_uring's writes do not show in /proc/self/io's wchar; the arena counts its own.
+        "bytes_written_per_step": statistics.median(
+            max(r["wchar_per_step"], r.get("arena_bytes_written_per_step") or 0) for r in ok),
+        "malloc": ok[0].get("malloc"),
+        "arena_bytes_written_per_step": ok[0].get("arena_bytes_written_per_step"),
+        "files_created": max(r["created"]["files"] for r in ok),
+        "directories_created": max(r["created"]["directories"] for r in ok),
+        "gradients_bitwise_equal": all(g["bitwise_equal"] for g in grads) if grads else "reference",
+        "max_abs_grad_diff": max((g["max_abs_diff"] for g in grads), default=0.0),
+        "losses": ok[0]["losses"],
+        "runs": len(ok)
+    }
 
 
 def run_rounds(runner, modes, seq, batch, repeats, label, overrides=(), reference=None,
@@ -427,8 +453,10 @@ def run_rounds(runner, modes, seq, batch, repeats, label, overrides=(), referenc
             r = runner.run(mode, seq, batch, overrides=overrides, reference=reference)
             runs[mode].append(r)
             progress(runs)
-            print(f"  {label} round {round_index + 1} {mode:20s} {r['status']:6s} "
-                  f"{statistics.median(r['step_s']) * 1e3 if r.get('step_s') else 0:8.0f} ms", file=sys.stderr, flush=True)
+            print(
+                f"  {label} round {round_index + 1} {mode:20s} {r['status']:6s} "
+                f"{statistics.median(r['step_s']) * 1e3 if r.get('step_s') else 0:8.0f} ms",
+                file=sys.stderr, flush=True)
     return runs
 
 
@@ -437,16 +465,19 @@ def run_table(args, runner, progress=lambda partial: None):
     reference = os.path.join(runner.spill_parent, "reference_grads.pt")
     if "none" in modes:  # the reference is written first, so every round can compare
         modes = ["none"] + [m for m in modes if m != "none"]
-    runs = run_rounds(runner, modes, args.seq, args.batch, args.repeats, "table", reference=reference,
-                      progress=lambda runs: progress({"runs": runs}))
+    runs = run_rounds(runner, modes, args.seq, args.batch, args.repeats, "table",
+                      reference=reference, progress=lambda runs: progress({"runs": runs}))
     return summarize_table(args, runs)
 
 
 def step_ratios(runs, base):
     """Per mode: the ratios of its median step to `base`'s, round by round."""
-    return {m: [statistics.median(r["step_s"]) / statistics.median(b["step_s"])
-                for r, b in zip(mode_runs, runs.get(base, [])) if r.get("step_s") and b.get("step_s")]
-            for m, mode_runs in runs.items()}
+    return {
+        m: [
+            statistics.median(r["step_s"]) / statistics.median(b["step_s"])
+            for r, b in zip(mode_runs, runs.get(base, [])) if r.get("step_s") and b.get("step_s")
+        ] for m, mode_runs in runs.items()
+    }
 
 
 def summarize_table(args, runs):
@@ -457,8 +488,8 @@ def summarize_table(args, runs):
         if ratios:
             summary[m]["step_vs_torch_median_of_rounds"] = statistics.median(ratios)
             summary[m]["step_vs_torch_rounds"] = ratios
-    return {"shape": {"seq": args.seq, "batch": args.batch, "layers": args.layers, "hidden": args.hidden},
-            "summary": summary, "runs": runs}
+    shape = {"seq": args.seq, "batch": args.batch, "layers": args.layers, "hidden": args.hidden}
+    return {"shape": shape, "summary": summary, "runs": runs}
 
 
 def longest_overrides(args):
@@ -522,8 +553,8 @@ def search(runner, mode, axis, start, granularity, cap, limit_bytes, fixed, over
         lo, hi = (mid, hi) if ok else (lo, mid)
     if good is None and bad == start:
         lo = 0  # not even the start trains
-    return {"largest_ok": lo, "first_failed": hi, "capped": bad is None and good is not None and value > cap,
-            "trials": trials}
+    return {"largest_ok": lo, "first_failed": hi,
+            "capped": bad is None and good is not None and value > cap, "trials": trials}
 
 
 def run_search(args, runner, part):
@@ -533,13 +564,17 @@ def run_search(args, runner, part):
     if part == "longest":
         modes, limit = args.search_modes.split(","), args.limit_mib << 20
         overrides = dict(longest_overrides(args), steps=1)
-        axis, start, granularity, cap, fixed = "seq", args.start_seq, args.granularity, args.max_seq, 1
+        axis, start, granularity, cap, fixed = (
+            "seq", args.start_seq, args.granularity, args.max_seq, 1)
         cap = cap or 2 * start
     else:
         modes, limit = args.batch_modes.split(","), args.batch_limit_mib << 20
-        overrides = {"layers": args.batch_layers, "hidden": args.batch_hidden, "heads": args.batch_heads, "steps": 1,
-                     "intermediate": int(args.batch_hidden * 2.6875) // 8 * 8, "vocab": 1024}
-        axis, start, granularity, cap, fixed = "batch", args.start_batch, args.batch_granularity, args.max_batch, args.batch_seq
+        overrides = {
+            "layers": args.batch_layers, "hidden": args.batch_hidden, "heads": args.batch_heads,
+            "steps": 1, "intermediate": int(args.batch_hidden * 2.6875) // 8 * 8, "vocab": 1024
+        }
+        axis, start, granularity, cap, fixed = (
+            "batch", args.start_batch, args.batch_granularity, args.max_batch, args.batch_seq)
         cap = cap or 2 * start
     calibration = None
     if limit == 0:
@@ -557,15 +592,20 @@ def run_search(args, runner, part):
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(len(modes)) as pool:
-        futures = {m: pool.submit(search, runner, m, axis, start, granularity, cap, limit, fixed, overrides, log)
-                   for m in modes}
+        futures = {
+            m: pool.submit(search, runner, m, axis, start, granularity, cap, limit, fixed,
+                           overrides, log) for m in modes
+        }
         results = {m: f.result() for m, f in futures.items()}
     base = results.get("torch", {}).get("largest_ok")
     for r in results.values():
-        r["ratio_vs_torch"] = r["largest_ok"] / base if base and r["largest_ok"] is not None else None
-    return {"axis": axis, "limit_bytes": limit, "fixed": fixed, "overrides": overrides, "results": results,
+        r["ratio_vs_torch"] = (r["largest_ok"] / base
+                               if base and r["largest_ok"] is not None else None)
+    return {"axis": axis, "limit_bytes": limit, "fixed": fixed, "overrides": overrides,
+            "results": results,
             "calibration": None if calibration is None else
-            {k: calibration.get(k) for k in ("seq", "batch", "cgroup_peak_bytes", "peak_rss_anon_bytes")}}
+            {k: calibration.get(k)
+             for k in ("seq", "batch", "cgroup_peak_bytes", "peak_rss_anon_bytes")}}
 
 
 def environment(runner):
@@ -598,16 +638,20 @@ def main(argv):
     import spillarena  # only for the default spill directory (never tmpfs)
 
     parent = args.spill_dir or spillarena.default_spill_directory()
-    report = {"command": "python bench/python/head_to_head.py " + " ".join(argv), "args": vars(args),
-              "disco": reason or f"axolotl {AXOLOTL_VERSION} from {args.axolotl_dir}"}
+    report = {
+        "command": "python bench/python/head_to_head.py " + " ".join(argv), "args": vars(args),
+        "disco": reason or f"axolotl {AXOLOTL_VERSION} from {args.axolotl_dir}"
+    }
     with tempfile.TemporaryDirectory(prefix="spillarena-h2h-", dir=parent) as spill:
         runner = Runner(args, spill)
         report["environment"] = environment(runner)
         for part in args.parts.split(","):
             if part == "table":
-                report[part] = run_table(args, runner, lambda partial: write(args.out, dict(report, table=partial)))
+                report[part] = run_table(
+                    args, runner, lambda partial: write(args.out, dict(report, table=partial)))
             elif part == "lengths":
-                report[part] = run_lengths(args, runner, lambda partial: write(args.out, dict(report, lengths=partial)))
+                report[part] = run_lengths(
+                    args, runner, lambda partial: write(args.out, dict(report, lengths=partial)))
             else:
                 report[part] = run_search(args, runner, part)
             write(args.out, report)
@@ -627,26 +671,32 @@ def write(path, report):
 def text_table(report):
     rows = []
     if "table" in report:
-        rows.append(f"{'mode':20s} {'step ms':>8s} {'vs torch':>8s} {'RssAnon MiB':>11s} {'cgroup MiB':>10s}"
-                    f" {'written MiB':>11s} {'files':>6s}  grads bitwise")
+        rows.append(f"{'mode':20s} {'step ms':>8s} {'vs torch':>8s} {'RssAnon MiB':>11s}"
+                    f" {'cgroup MiB':>10s} {'written MiB':>11s} {'files':>6s}  grads bitwise")
         for mode, s in report["table"]["summary"].items():
             if "step_s_median" not in s:
                 rows.append(f"{mode:20s} {s['status']}: {s.get('message')}")
                 continue
-            rows.append(f"{mode:20s} {s['step_s_median'] * 1e3:8.0f} {s.get('step_vs_torch_median_of_rounds', 0):8.2f}"
-                        f" {s['peak_rss_anon_bytes_max'] / 2**20:11.0f} {(s['cgroup_peak_bytes_max'] or 0) / 2**20:10.0f}"
-                        f" {s['bytes_written_per_step'] / 2**20:11.1f} {s['files_created']:6d}  {s['gradients_bitwise_equal']}")
+            rows.append(f"{mode:20s} {s['step_s_median'] * 1e3:8.0f}"
+                        f" {s.get('step_vs_torch_median_of_rounds', 0):8.2f}"
+                        f" {s['peak_rss_anon_bytes_max'] / 2**20:11.0f}"
+                        f" {(s['cgroup_peak_bytes_max'] or 0) / 2**20:10.0f}"
+                        f" {s['bytes_written_per_step'] / 2**20:11.1f} {s['files_created']:6d}"
+                        f"  {s['gradients_bitwise_equal']}")
     if "lengths" in report:
         for seq, entry in report["lengths"]["lengths"].items():
             rows.append(f"seq {seq}: " + ", ".join(
-                f"{m} {s['step_s_median'] * 1e3:.0f} ms ({s.get('step_vs_disco_median_of_rounds', 0):.2f}x disco)"
+                f"{m} {s['step_s_median'] * 1e3:.0f} ms"
+                f" ({s.get('step_vs_disco_median_of_rounds', 0):.2f}x disco)"
                 for m, s in entry["summary"].items() if "step_s_median" in s))
     for part in ("longest", "batch"):
         if part in report and "results" in report[part]:
-            rows.append(f"{part}: largest {report[part]['axis']} under {report[part]['limit_bytes'] >> 20} MiB")
+            rows.append(f"{part}: largest {report[part]['axis']}"
+                        f" under {report[part]['limit_bytes'] >> 20} MiB")
             for mode, r in report[part]["results"].items():
                 ratio = f"{r['ratio_vs_torch']:.2f}x" if r.get("ratio_vs_torch") else "-"
-                rows.append(f"  {mode:20s} {r['largest_ok']!s:>6s} {ratio:>7s}  (first failure {r['first_failed']})")
+                rows.append(f"  {mode:20s} {r['largest_ok']!s:>6s} {ratio:>7s}"
+                            f"  (first failure {r['first_failed']})")
         elif part in report:
             rows.append(f"{part}: skipped: {report[part].get('skipped')}")
     return "\n".join(rows)

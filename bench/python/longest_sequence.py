@@ -47,7 +47,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import h2h_support  # noqa: E402  (write_report)
+import h2h_support  # write_report
 
 MODES = ("none", "recompute", "spillarena_direct", "spillarena_gds")
 SPILLING = ("spillarena_direct", "spillarena_gds")
@@ -58,16 +58,19 @@ FULL = dict(layers=16, hidden=4096, heads=32, kv_heads=8, intermediate=14336,
             start_seq=2048, granularity=1024, max_seq=262144)
 SMOKE = dict(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=224,
              start_seq=256, granularity=128, max_seq=512)
-CHILD_SETTINGS = ("device", "dtype", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab",
-                  "batch", "steps", "device_memory_gb", "cpu_budget_mb")
+CHILD_SETTINGS = ("device", "dtype", "layers", "hidden", "heads", "kv_heads", "intermediate",
+                  "vocab", "batch", "steps", "device_memory_gb", "cpu_budget_mb")
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
-    p.add_argument("--smoke", action="store_true", help="tiny model and sequences (with --device cpu: fake budget)")
-    p.add_argument("--device-memory-gb", type=float, default=24.0, help="device memory to emulate (1e9 bytes)")
-    p.add_argument("--cpu-budget-mb", type=float, default=22.0, help="CPU smoke: peak RSS growth counted as oom")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny model and sequences (with --device cpu: fake budget)")
+    p.add_argument("--device-memory-gb", type=float, default=24.0,
+                   help="device memory to emulate (1e9 bytes)")
+    p.add_argument("--cpu-budget-mb", type=float, default=22.0,
+                   help="CPU smoke: peak RSS growth counted as oom")
     p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     for name in FULL:
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
@@ -76,9 +79,11 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--spill-dir", default=None, help="default: spillarena.default_spill_directory()")
+    p.add_argument("--spill-dir", default=None,
+                   help="default: spillarena.default_spill_directory()")
     p.add_argument("--trial-timeout-s", type=float, default=600.0)
-    p.add_argument("--deadline-s", type=float, default=1140.0, help="start no trial after this many seconds")
+    p.add_argument("--deadline-s", type=float, default=1140.0,
+                   help="start no trial after this many seconds")
     p.add_argument("--out", default=None)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--seq", type=int, default=None, help=argparse.SUPPRESS)
@@ -141,17 +146,19 @@ def cap_device_memory(args, torch):
 def versions(torch, spillarena):
     import transformers
 
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
-            "spillarena": spillarena.__version__}
+    return {
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "transformers": transformers.__version__, "spillarena": spillarena.__version__
+    }
 
 
 def build_model(args, seq, torch):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                         num_key_value_heads=args.kv_heads, max_position_embeddings=seq,
-                         attention_dropout=0.0, use_cache=False)
+    config = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden,
+                         intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+                         num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+                         max_position_embeddings=seq, attention_dropout=0.0, use_cache=False)
     torch.manual_seed(0)
     with torch.device(args.device):  # weights initialised where they live, in their dtype
         model = LlamaForCausalLM._from_config(config, dtype=getattr(torch, args.dtype))
@@ -217,7 +224,8 @@ def run_trial(args):
 
     mode, seq = args.child, args.seq
     result = {"seq": seq, "status": "ok", "step_ms": [], "losses": [], "message": None}
-    env = cap_device_memory(args, torch) if args.device.startswith("cuda") else {"device_name": "cpu"}
+    env = (cap_device_memory(args, torch) if args.device.startswith("cuda")
+           else {"device_name": "cpu"})
     env.update(versions(torch, spillarena))
     arena, baseline = None, reset_peak_rss()
     try:
@@ -234,14 +242,16 @@ def run_trial(args):
         ids = torch.randint(0, args.vocab, (args.batch, seq), device=args.device)
         baseline = reset_peak_rss()
         train_steps(args, model, ids, torch, result)
-    except Exception as e:  # noqa: BLE001 - sorted by classify; anything unexpected re-raises
+    except Exception as e:  # sorted by classify; anything unexpected re-raises
         status = classify(e, torch, spillarena)
         if status is None:
             raise
         result.update(status=status, message=first_line(e))
     record_peaks(args, result, baseline, torch)
     if arena is not None:
-        result["io"] = {k: arena.stats()[k] for k in ("io_mode", "io_backend", "io_note", "bytes_written")}
+        result["io"] = {
+            k: arena.stats()[k] for k in ("io_mode", "io_backend", "io_note", "bytes_written")
+        }
     return result, env
 
 
@@ -256,7 +266,8 @@ def record_peaks(args, result, baseline, torch):
     budget = args.cpu_budget_mb * 2**20
     if result["status"] == "ok" and growth > budget:
         result["status"] = "oom"
-        result["message"] = f"emulated: peak RSS growth {growth / 2**20:.1f} MiB > budget {args.cpu_budget_mb} MiB"
+        result["message"] = (f"emulated: peak RSS growth {growth / 2**20:.1f} MiB"
+                             f" > budget {args.cpu_budget_mb} MiB")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +297,8 @@ class Runner:
             cause = "--deadline-s" if self.time_left() <= 0 else "--trial-timeout-s"
             done = None
         result = parse_child(done, seq) if done else \
-            {"seq": seq, "status": "timeout", "message": f"no result within {timeout:.0f} s ({cause})"}
+            {"seq": seq, "status": "timeout",
+             "message": f"no result within {timeout:.0f} s ({cause})"}
         result["trial_s"] = round(time.monotonic() - start, 1)
         return result
 
@@ -303,7 +315,10 @@ def parse_child(done, seq):
 
 
 def new_state(skipped=None):
-    return {"largest_ok_seq": None, "capped": False, "incomplete": False, "skipped": skipped, "trials": []}
+    return {
+        "largest_ok_seq": None, "capped": False, "incomplete": False, "skipped": skipped,
+        "trials": []
+    }
 
 
 def gds_unavailable(spill_dir):
@@ -378,9 +393,10 @@ def summarize(args, runner, results):
     settings = {k: v for k, v in vars(args).items() if k not in ("child", "seq")}
     settings["pytorch_cuda_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     settings["environment"] = runner.env
-    settings["peak_bytes_means"] = ("torch.cuda.max_memory_allocated (weights and grads included)"
-                                    if args.device.startswith("cuda") else
-                                    "host peak RSS growth during the steps (VmHWM), the fake budget")
+    settings["peak_bytes_means"] = (
+        "torch.cuda.max_memory_allocated (weights and grads included)"
+        if args.device.startswith("cuda") else
+        "host peak RSS growth during the steps (VmHWM), the fake budget")
     return {"settings": settings, "goal": GOAL,
             "goal_met": {m: results[m]["meets_goal"] for m in SPILLING if m in results},
             "modes": results}
@@ -389,16 +405,19 @@ def summarize(args, runner, results):
 def budget_line(settings):
     env = settings["environment"] or {}
     if settings["device"].startswith("cuda"):
-        return (f"budget {settings['device_memory_gb']:g} GB of {env.get('device_name', '?')}"
-                f" (memory fraction {env.get('memory_fraction', 0):.3f}); {settings['layers']} layers,"
-                f" hidden {settings['hidden']}, {settings['dtype']}, batch {settings['batch']}")
-    return (f"CPU smoke: fake budget of {settings['cpu_budget_mb']:g} MiB peak RSS growth; tiny model."
-            " Plumbing only: these lengths and ratios say nothing about memory.")
+        return (
+            f"budget {settings['device_memory_gb']:g} GB of {env.get('device_name', '?')}"
+            f" (memory fraction {env.get('memory_fraction', 0):.3f}); {settings['layers']} layers,"
+            f" hidden {settings['hidden']}, {settings['dtype']}, batch {settings['batch']}")
+    return (
+        f"CPU smoke: fake budget of {settings['cpu_budget_mb']:g} MiB peak RSS growth; tiny model."
+        " Plumbing only: these lengths and ratios say nothing about memory.")
 
 
 def table(report):
-    header = (f"{'mode':18s} {'largest ok seq':>14s} {'vs recompute':>12s} {'goal ' + str(GOAL):>9s}"
-              f" {'trials':>6s} {'peak at largest':>16s} {'step ms':>9s}")
+    header = (
+        f"{'mode':18s} {'largest ok seq':>14s} {'vs recompute':>12s} {'goal ' + str(GOAL):>9s}"
+        f" {'trials':>6s} {'peak at largest':>16s} {'step ms':>9s}")
     rows = [budget_line(report["settings"]), header]
     for mode, state in report["modes"].items():
         if state["skipped"]:
@@ -409,9 +428,10 @@ def table(report):
         peak, step = best.get("peak_bytes"), (best.get("step_ms") or [None])[-1]
         goal = {True: "met", False: "missed", None: "-"}[state.get("meets_goal")]
         note = " (capped)" if state["capped"] else " (incomplete)" if state["incomplete"] else ""
-        rows.append(f"{mode:18s} {seq or '-':>14} {(f'{ratio:.2f}x' if ratio else '-'):>12s} {goal:>9s}"
-                    f" {len(state['trials']):6d} {(f'{peak / 2**20:.1f} MiB' if peak else '-'):>16s}"
-                    f" {(f'{step:.0f}' if step else '-'):>9s}{note}")
+        rows.append(
+            f"{mode:18s} {seq or '-':>14} {(f'{ratio:.2f}x' if ratio else '-'):>12s} {goal:>9s}"
+            f" {len(state['trials']):6d} {(f'{peak / 2**20:.1f} MiB' if peak else '-'):>16s}"
+            f" {(f'{step:.0f}' if step else '-'):>9s}{note}")
     return "\n".join(rows)
 
 
@@ -447,8 +467,9 @@ def check_device(args):
     import torch
 
     if not torch.cuda.is_available():
-        return ("CUDA is not available (torch.cuda.is_available() is False): the longest-sequence "
-                "benchmark needs a GPU. For a CPU check of the plumbing, pass --device cpu --smoke.")
+        return (
+            "CUDA is not available (torch.cuda.is_available() is False): the longest-sequence "
+            "benchmark needs a GPU. For a CPU check of the plumbing, pass --device cpu --smoke.")
     return None
 
 

@@ -24,9 +24,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import h2h_support  # noqa: E402
-
-import spillarena  # noqa: E402
+import spillarena
+import h2h_support
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 CANDIDATES = ("none", "trim_backward", "trim_layer", "thresholds_128k")
@@ -43,10 +42,11 @@ def main(mode, candidate, batch):
     from transformers import StableLmConfig, StableLmForCausalLM
 
     torch.manual_seed(0)
-    model = StableLmForCausalLM(StableLmConfig(
-        vocab_size=1024, hidden_size=256, intermediate_size=688, num_hidden_layers=layers,
-        num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=seq, hidden_dropout=0.1,
-        attention_dropout=0.0, partial_rotary_factor=1.0, use_cache=False))
+    model = StableLmForCausalLM(
+        StableLmConfig(vocab_size=1024, hidden_size=256, intermediate_size=688,
+                       num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=8,
+                       max_position_embeddings=seq, hidden_dropout=0.1, attention_dropout=0.0,
+                       partial_rotary_factor=1.0, use_cache=False))
     model.train()
 
     class TrimAfterBackward(torch.autograd.Function):
@@ -66,8 +66,9 @@ def main(mode, candidate, batch):
         inner = __import__("functools").partial(inner, use_reentrant=False)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     else:
-        arena = spillarena.SpillArena(spillarena.bytes_for_layer_inputs(layers + 1, (batch, seq, 256), torch.float32),
-                                      None, io="buffered", keep_last=0)
+        arena = spillarena.SpillArena(
+            spillarena.bytes_for_layer_inputs(layers + 1, (batch, seq, 256), torch.float32), None,
+            io="buffered", keep_last=0)
         inner = __import__("functools").partial(spillarena.checkpoint, arena=arena)
         spillarena.enable(model, arena)
 
@@ -89,9 +90,12 @@ def main(mode, candidate, batch):
             model(input_ids=ids, labels=ids).loss.backward()
             times.append(round(time.perf_counter() - start, 3))
             model.zero_grad(set_to_none=True)
-    print(json.dumps({"mode": mode, "candidate": candidate, "batch": batch, "layers": layers, "seq": seq,
-                      "base_mib": round(base / 2**20, 1), "peak_mib": round(rss.peak / 2**20, 1),
-                      "growth_mib": round((rss.peak - base) / 2**20, 1), "step_s": times}))
+    print(
+        json.dumps({
+            "mode": mode, "candidate": candidate, "batch": batch, "layers": layers, "seq": seq,
+            "base_mib": round(base / 2**20, 1), "peak_mib": round(rss.peak / 2**20, 1),
+            "growth_mib": round((rss.peak - base) / 2**20, 1), "step_s": times
+        }))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Merges head_to_head.py reports run part by part (side by side, to fit a time budget) into one.
+r"""Merges head_to_head.py reports run part by part (side by side, to fit a time budget) into one.
 
     python bench/python/merge_head_to_head.py docs/bench/head_to_head_cpu.json \
-        table.json lengths.json batch.json longest.json --regime "2 shared vCPUs, load average 10-23"
+        table.json lengths.json batch.json longest.json \
+        --regime "2 shared vCPUs, load average 10-23"
 
 Each part is taken from the first report that has it; the table's summary is recomputed from its
 runs (so a table cut short still gets one), and every part keeps the command that produced it.
@@ -13,7 +14,7 @@ import sys
 from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import head_to_head  # noqa: E402
+import head_to_head
 
 
 def main(target, *sources, regime=None):
@@ -32,7 +33,8 @@ def main(target, *sources, regime=None):
                 if part == "table":
                     args = SimpleNamespace(**report["args"])
                     merged[part].update(head_to_head.summarize_table(args, report[part]["runs"]))
-                    merged[part]["rounds_completed"] = min(len(r) for r in report[part]["runs"].values())
+                    merged[part]["rounds_completed"] = min(
+                        len(r) for r in report[part]["runs"].values())
     if regime:
         merged["environment"]["regime"] = regime
     head_to_head.write(target, merged)

@@ -19,9 +19,8 @@ int main(int argc, char** argv) {
   torch::nn::Sequential layers(torch::nn::Linear(64, 64), torch::nn::Linear(64, 64));
   torch::Tensor h = torch::randn({8, 64}, torch::requires_grad());
   for (auto& layer : *layers) {
-    h = spill::checkpoint(arena, [&layer](const torch::Tensor& in) mutable {
-      return layer.forward(in);
-    }, h);
+    h = spill::checkpoint(
+        arena, [&layer](const torch::Tensor& in) mutable { return layer.forward(in); }, h);
   }
   h.sum().backward();
   spill::ArenaStats s = arena.stats();

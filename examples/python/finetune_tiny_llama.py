@@ -58,9 +58,12 @@ def peak_rss_mib():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=["none", "transformers", "spillarena"], default="spillarena")
-    parser.add_argument("--spill-dir", default=None, help="default: spillarena.default_spill_directory()")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=["none", "transformers", "spillarena"],
+                        default="spillarena")
+    parser.add_argument("--spill-dir", default=None,
+                        help="default: spillarena.default_spill_directory()")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--seq", type=int, default=128)
@@ -77,7 +80,8 @@ def main():
 
     arena = None
     if args.mode == "spillarena":
-        capacity = spillarena.bytes_for_layer_inputs(args.layers, (args.batch, args.seq, args.hidden), torch.float32)
+        shape = (args.batch, args.seq, args.hidden)
+        capacity = spillarena.bytes_for_layer_inputs(args.layers, shape, torch.float32)
         arena = spillarena.SpillArena(capacity, args.spill_dir)
         # Trainer's own checkpointing stays off (TrainingArguments below); enable() plugs the
         # arena into the model's layers through transformers' _set_gradient_checkpointing.
@@ -91,14 +95,16 @@ def main():
             max_steps=args.steps, per_device_train_batch_size=args.batch, learning_rate=1e-3,
             logging_steps=max(1, args.steps // 5), save_strategy="no", report_to="none",
             use_cpu=True, seed=0, disable_tqdm=True)
-        trainer = transformers.Trainer(model=model, args=training_args, train_dataset=ByteBlocks(text_ids(), args.seq),
+        trainer = transformers.Trainer(model=model, args=training_args,
+                                       train_dataset=ByteBlocks(text_ids(), args.seq),
                                        callbacks=[timer])
         result = trainer.train()
 
     steady = timer.times[1:] or timer.times
-    print(f"mode={args.mode} layers={args.layers} batch={args.batch} seq={args.seq} hidden={args.hidden} "
-          f"threads={torch.get_num_threads()}")
-    print(f"final loss {result.training_loss:.4f}; step time {1000 * sum(steady) / len(steady):.0f} ms "
+    print(f"mode={args.mode} layers={args.layers} batch={args.batch} seq={args.seq} "
+          f"hidden={args.hidden} threads={torch.get_num_threads()}")
+    print(f"final loss {result.training_loss:.4f}; "
+          f"step time {1000 * sum(steady) / len(steady):.0f} ms "
           f"(mean of steps 2..{len(timer.times)}); peak RSS {peak_rss_mib():.0f} MiB")
     if arena is not None:
         stats = {**arena.stats(), **arena.stash_stats()}

@@ -30,7 +30,7 @@ namespace spill {
 namespace detail {
 class ArenaCore;
 struct ArenaAccess;  // spillarena's own layers: src/core/arena_internals.h
-}
+}  // namespace detail
 
 enum class Backing {
   disk,  // an unnamed, preallocated file in options.directory (the point of spillarena)
@@ -55,8 +55,8 @@ const char* to_string(PoolFull policy);  // "wait" or "keep_on_device"
 constexpr std::uint64_t kAutomaticHostPool = ~0ull;
 
 struct ArenaOptions {
-  std::string directory;              // "" -> default_spill_directory()
-  std::uint64_t capacity_bytes = 0;   // required; see spill::bytes_for_layer_inputs
+  std::string directory;             // "" -> default_spill_directory()
+  std::uint64_t capacity_bytes = 0;  // required; see spill::bytes_for_layer_inputs
   Backing backing = Backing::disk;
   bool allow_memory_backed_directory = false;  // permit tmpfs/ramfs/hugetlbfs (saves no memory)
   // Start writeback of each region as soon as it is written, so dirty pages do not pile up
@@ -119,24 +119,24 @@ constexpr std::uint64_t kMaxCapacityBytes = 1ull << 50;
 
 struct ArenaStats {
   std::uint64_t capacity_bytes = 0;
-  std::uint64_t bytes_in_use = 0;        // rounded sizes of live regions
+  std::uint64_t bytes_in_use = 0;  // rounded sizes of live regions
   std::uint64_t peak_bytes_in_use = 0;
-  std::uint64_t bytes_requested = 0;     // sizes asked for by live regions, before rounding
+  std::uint64_t bytes_requested = 0;  // sizes asked for by live regions, before rounding
   std::uint64_t live_regions = 0;
   std::uint64_t allocations = 0;
   std::uint64_t frees = 0;
-  std::uint64_t reuse_hits = 0;          // allocations placed entirely in space used before
+  std::uint64_t reuse_hits = 0;  // allocations placed entirely in space used before
   std::uint64_t largest_free_block = 0;
   std::uint64_t free_bytes = 0;
-  std::uint64_t high_water_bytes = 0;    // highest end offset ever handed out
-  std::uint64_t bytes_written = 0;       // through write(), all time
-  std::uint64_t bytes_read = 0;          // through read(), all time
+  std::uint64_t high_water_bytes = 0;  // highest end offset ever handed out
+  std::uint64_t bytes_written = 0;     // through write(), all time
+  std::uint64_t bytes_read = 0;        // through read(), all time
   // The I/O engine (disk backing). See Note [The I/O queue] in src/core/io_queue.cc.
-  IoMode io_mode = IoMode::buffered;     // resolved: buffered or direct
+  IoMode io_mode = IoMode::buffered;  // resolved: buffered or direct
   IoBackend io_backend = IoBackend::thread_pool;
-  std::string io_note;                   // why this mode/backend (automatic choices, fallbacks)
-  std::uint64_t staging_bytes = 0;       // the staging pool (direct mode)
-  std::uint64_t staging_waits = 0;       // writes that found every staging slot busy
+  std::string io_note;              // why this mode/backend (automatic choices, fallbacks)
+  std::uint64_t staging_bytes = 0;  // the staging pool (direct mode)
+  std::uint64_t staging_waits = 0;  // writes that found every staging slot busy
   std::uint64_t staging_wait_ns = 0;
   // verify_integrity: bytes hashed (written and read back), read bytes that matched the hash of
   // their write, and reads that did not (each one an IntegrityError).

@@ -68,10 +68,10 @@ auto checkpoint_call(Target& target, Fn fn, const torch::Tensor& x, const Extra&
   static_assert((std::is_same_v<Extra, torch::Tensor> && ...),
                 "spill::checkpoint: extra arguments must be torch::Tensor");
   using Result = std::decay_t<std::invoke_result_t<Fn&, const torch::Tensor&, const Extra&...>>;
-  static_assert(std::is_same_v<Result, torch::Tensor> ||
-                    std::is_same_v<Result, std::vector<torch::Tensor>>,
-                "spill::checkpoint: the layer must return torch::Tensor or "
-                "std::vector<torch::Tensor>");
+  static_assert(
+      std::is_same_v<Result, torch::Tensor> || std::is_same_v<Result, std::vector<torch::Tensor>>,
+      "spill::checkpoint: the layer must return torch::Tensor or "
+      "std::vector<torch::Tensor>");
   std::vector<torch::Tensor> inputs{x, extra...};
   std::vector<torch::Tensor> outs =
       checkpoint(target, make_layer<Fn, Extra...>(std::move(fn)), std::move(inputs));

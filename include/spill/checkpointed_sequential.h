@@ -42,8 +42,8 @@ class CheckpointedSequentialImpl : public torch::nn::Module {
 TORCH_MODULE(CheckpointedSequential);
 
 // Runs x through `layers` in order, each checkpointed into `stash` (nullptr: plainly).
-torch::Tensor checkpoint_layers(const std::shared_ptr<TensorStash>& stash,
-                                const std::vector<std::function<torch::Tensor(const torch::Tensor&)>>& layers,
-                                torch::Tensor x);
+torch::Tensor checkpoint_layers(
+    const std::shared_ptr<TensorStash>& stash,
+    const std::vector<std::function<torch::Tensor(const torch::Tensor&)>>& layers, torch::Tensor x);
 
 }  // namespace spill

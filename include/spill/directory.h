@@ -17,7 +17,7 @@ struct DirectoryInfo {
   bool usable = false;           // exists, is a directory, writable: an arena may be made there
   std::string problem;           // why not usable ("" when usable)
   std::string file_system_type;  // "ext4", "tmpfs", ...
-  bool memory_backed = false;       // tmpfs, ramfs, hugetlbfs
+  bool memory_backed = false;    // tmpfs, ramfs, hugetlbfs
   std::uint64_t free_bytes = 0;
   std::uint64_t total_bytes = 0;
 };

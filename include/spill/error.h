@@ -5,9 +5,9 @@
 //   try {
 //     spill::SpillArena arena(options);
 //   } catch (const spill::InsufficientSpaceError& e) {
-//     std::cerr << e.what() << "\n";            // "... needs 8589934592 bytes, 1073741824 free ..."
+//     std::cerr << e.what() << "\n";  // "... needs 8589934592 bytes, 1073741824 free ..."
 //     shrink_to(e.available_bytes());
-//   } catch (const spill::Error& e) {            // any other spillarena problem
+//   } catch (const spill::Error& e) {  // any other spillarena problem
 //     std::cerr << e.what() << "\n";
 //   }
 #pragma once
@@ -54,7 +54,7 @@ class DirectoryError : public PathError {
 class MemoryBackedDirectoryError : public Error {
  public:
   MemoryBackedDirectoryError(const std::string& path, const std::string& fs_type,
-                          const std::string& message)
+                             const std::string& message)
       : Error(message), path_(path), fs_type_(fs_type) {}
   const std::string& path() const { return path_; }
   const std::string& file_system_type() const { return fs_type_; }

@@ -9,7 +9,7 @@
 //   spill::Region r = arena.allocate(bytes);
 //   spill::Pending w = r.write_async(src, bytes);   // src stays valid until w completes
 //   // ... compute ...
-//   w.wait();                                       // throws spill::IoError {op, offset, bytes, errno}
+//   w.wait();  // throws spill::IoError {op, offset, bytes, errno}
 //   spill::Pending rd = r.read_async(dst, bytes);
 //   if (!rd.ready()) rd.wait();
 //   std::cout << spill::to_string(arena.stats().io_backend);  // "io_uring" or "thread_pool"

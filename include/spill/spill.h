@@ -11,7 +11,7 @@
 //   std::cout << arena.stats().peak_bytes_in_use << "\n";
 #pragma once
 
-#include "spill/core.h"
 #include "spill/checkpoint.h"
 #include "spill/checkpointed_sequential.h"
+#include "spill/core.h"
 #include "spill/tensor_stash.h"

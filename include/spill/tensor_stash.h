@@ -72,9 +72,9 @@ std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, StashOptions>> vis
   visit("gds_buffer_bytes", options.gds_buffer_bytes);
 }
 
-// What the arena stashes of one arena did and hold (zeros for the other stashes). Device bytes are those of
-// accelerator inputs the stash references: stored and not yet copied off, or brought back and
-// not yet restored. See Note [The host pool] in src/torch_layer/host_pool.cc.
+// What the arena stashes of one arena did and hold (zeros for the other stashes). Device bytes are
+// those of accelerator inputs the stash references: stored and not yet copied off, or brought back
+// and not yet restored. See Note [The host pool] in src/torch_layer/host_pool.cc.
 struct StashStats {
   std::uint64_t inputs_stored = 0;
   // Inputs whose bytes reached the arena: writes that completed, including an input backward
@@ -82,7 +82,7 @@ struct StashStats {
   std::uint64_t inputs_spilled = 0;
   std::uint64_t device_bytes_held = 0;
   std::uint64_t peak_device_bytes_held = 0;
-  std::uint64_t host_pool_bytes = 0;       // the pool's size once made (first accelerator input)
+  std::uint64_t host_pool_bytes = 0;  // the pool's size once made (first accelerator input)
   bool host_pool_pinned = false;
   std::uint64_t peak_host_pool_bytes_in_use = 0;
   std::uint64_t host_bytes_in_flight = 0;  // CPU inputs held while their writes are in flight
@@ -91,12 +91,12 @@ struct StashStats {
   std::uint64_t pool_wait_ns = 0;
   std::uint64_t inputs_kept_on_device = 0;  // PoolFull::keep_on_device found no room
   std::uint64_t bytes_kept_on_device = 0;
-  std::uint64_t pieces = 0;  // transfers of inputs larger than the pool, piece by piece
-  std::uint64_t restores = 0;         // stashed tensors given back
-  std::uint64_t restore_waits = 0;    // ... that had to wait for their I/O
+  std::uint64_t pieces = 0;         // transfers of inputs larger than the pool, piece by piece
+  std::uint64_t restores = 0;       // stashed tensors given back
+  std::uint64_t restore_waits = 0;  // ... that had to wait for their I/O
   std::uint64_t restore_wait_ns = 0;
-  std::uint64_t prefetches = 0;       // reads queued ahead of backward
-  std::uint64_t prefetch_hits = 0;    // ... whose tensor was ready when backward asked
+  std::uint64_t prefetches = 0;     // reads queued ahead of backward
+  std::uint64_t prefetch_hits = 0;  // ... whose tensor was ready when backward asked
   // io = gds (zeros and "" until the first device input): the registered device staging buffer
   // (device memory besides the inputs), cuFile's mode, the host memory its bounce buffers may
   // take (compatibility mode; part of the host budget: Note [cuFile's bounce buffers] in

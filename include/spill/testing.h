@@ -53,10 +53,10 @@ void set_io_test_hook(std::function<int(IoOp op)> hook);
 
 // LibTorch layer (spillarena::spillarena): while enabled, the arena stash treats CPU inputs as
 // accelerator inputs — through the host pool, with device <-> host copies made on a thread of
-// their own after a random delay of min_delay_us to max_delay_us each — so tests check the accelerator
-// path's budget, back-pressure, release timing and gradients without a GPU. Entries stored
-// meanwhile keep that engine until they are restored. The emulated device pins host memory as a
-// GPU's host allocator does (a power-of-two pool, page-aligned host memory standing in for
+// their own after a random delay of min_delay_us to max_delay_us each — so tests check the
+// accelerator path's budget, back-pressure, release timing and gradients without a GPU. Entries
+// stored meanwhile keep that engine until they are restored. The emulated device pins host memory
+// as a GPU's host allocator does (a power-of-two pool, page-aligned host memory standing in for
 // pinned, StashStats::host_pool_pinned true) unless pinning_refused. Each call is a fresh device:
 // the host pool's once-per-process warning may be given again. See Note [Accelerator copies] in
 // src/torch_layer/device_copy.cc.

@@ -129,7 +129,9 @@ class _SpillCheckpoint(torch.autograd.Function):
         # Python] in malloc.py).
         _malloc.layer_done(tensors[job.spill_index].device.type)
         leaves, job.output_spec = tree_flatten(outputs)
-        job.output_template = [_TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        job.output_template = [
+            _TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves
+        ]
         out_tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         if not out_tensors:
             job.stashed.free()
@@ -191,7 +193,7 @@ def _pick_spilled(args, prefix, keywords):
             )
         return sum(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(prefix)[0])
     leaves = tree_flatten((prefix, keywords))[0]
-    for i, leaf in enumerate(t for t in leaves if isinstance(t, torch.Tensor)):
+    for i, _leaf in enumerate(t for t in leaves if isinstance(t, torch.Tensor)):
         return i
     raise InvalidArgumentError(
         "spillarena.checkpoint: no tensor among the arguments; pass the layer input (a "

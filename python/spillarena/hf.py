@@ -77,7 +77,9 @@ class _Enabled:
         self.paused = False
 
     def switch_on(self):
-        self.target._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=self.function, **self.options)
+        self.target._set_gradient_checkpointing(
+            enable=True, gradient_checkpointing_func=self.function, **self.options
+        )
         if getattr(self.target, "main_input_name", None) == "input_ids" or getattr(
             self.target, "_hf_peft_config_loaded", False
         ):
@@ -171,7 +173,10 @@ def _check_supported(model, target):
 def _compiled(module):
     from torch._dynamo.eval_frame import OptimizedModule
 
-    return isinstance(module, OptimizedModule) or getattr(module, "_compiled_call_impl", None) is not None
+    return (
+        isinstance(module, OptimizedModule)
+        or getattr(module, "_compiled_call_impl", None) is not None
+    )
 
 
 def _check_not_compiled(model):
@@ -190,12 +195,16 @@ def _check_not_compiled(model):
 def _enabled_arena(target):
     for module in target.modules():
         function = getattr(module, "_gradient_checkpointing_func", None)
-        if getattr(module, "gradient_checkpointing", False) and isinstance(function, _ArenaCheckpointFunction):
+        if getattr(module, "gradient_checkpointing", False) and isinstance(
+            function, _ArenaCheckpointFunction
+        ):
             return function.arena
     return None
 
 
-_CHECKPOINT_ARGUMENTS = ("use_reentrant", "preserve_rng_state", "context_fn") + tuple(_TORCH_ONLY_ARGUMENTS)
+_CHECKPOINT_ARGUMENTS = ("use_reentrant", "preserve_rng_state", "context_fn") + tuple(
+    _TORCH_ONLY_ARGUMENTS
+)
 
 
 def _check_checkpoint_kwargs(kwargs):
@@ -227,7 +236,11 @@ def enable(model, arena, every_n_layers=1, **checkpoint_kwargs):
             "SpillArena, or will again once transformers' checkpointing is turned back on); call "
             "spillarena.disable(model) first to change the arena or the options"
         )
-    if isinstance(every_n_layers, bool) or not isinstance(every_n_layers, int) or every_n_layers < 1:
+    if (
+        isinstance(every_n_layers, bool)
+        or not isinstance(every_n_layers, int)
+        or every_n_layers < 1
+    ):
         raise InvalidArgumentError(
             f"spillarena.enable: every_n_layers must be an integer >= 1, got {every_n_layers!r}"
         )

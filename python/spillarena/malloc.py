@@ -2,7 +2,7 @@
 
     arena = spillarena.SpillArena(capacity, "/mnt/nvme/spill")
     spillarena.enable(model, arena)          # puts the policy in force (use_for_spilling)
-    spillarena.malloc.state()                # {'policy': 'pressure', 'active': True, 'trims': 0, ...}
+    spillarena.malloc.state()  # {'policy': 'pressure', 'active': True, 'trims': 0, ...}
 
     SPILLARENA_MALLOC=return python train.py # trim after every spilled layer, whatever the pressure
     SPILLARENA_MALLOC=keep python train.py   # opt out: glibc's own behaviour, untouched
@@ -89,8 +89,8 @@ def _policy_from_environment():
     value = os.environ.get(ENVIRONMENT_VARIABLE, "pressure").strip().lower() or "pressure"
     if value not in POLICIES:
         raise InvalidArgumentError(
-            f"{ENVIRONMENT_VARIABLE}={value!r}: use 'pressure' (the default: give freed memory back "
-            "after a spilled layer once memory is at least half used), 'return' (after every "
+            f"{ENVIRONMENT_VARIABLE}={value!r}: use 'pressure' (the default: give freed memory "
+            "back after a spilled layer once memory is at least half used), 'return' (after every "
             "spilled layer) or 'keep' (leave glibc's malloc alone)"
         )
     return value

@@ -119,12 +119,12 @@ py::str describe(const spill::SpillArena& arena) {
   // repr() of the decoded path: quotes and escapes as Python writes them, whatever its bytes.
   const std::string where =
       arena.backing() == spill::Backing::disk
-          ? "directory=" + py::repr(path_to_python(arena.directory())).cast<std::string>() +
-                " (" + arena.file_system_type() + ")"
+          ? "directory=" + py::repr(path_to_python(arena.directory())).cast<std::string>() + " (" +
+                arena.file_system_type() + ")"
           : std::string("backing='ram'");
-  return message_to_python("<spillarena.SpillArena capacity_bytes=" +
-                           std::to_string(s.capacity_bytes) + " " + where +
-                           " bytes_in_use=" + std::to_string(s.bytes_in_use) + ">");
+  return message_to_python(
+      "<spillarena.SpillArena capacity_bytes=" + std::to_string(s.capacity_bytes) + " " + where +
+      " bytes_in_use=" + std::to_string(s.bytes_in_use) + ">");
 }
 
 std::uint64_t layer_inputs_bytes(py::handle layers, py::handle shape,
@@ -139,10 +139,9 @@ std::uint64_t layer_inputs_bytes(py::handle layers, py::handle shape,
   parsed.batch = U::from_python(dims[0], "bytes_for_layer_inputs: batch");
   parsed.seq = U::from_python(dims[1], "bytes_for_layer_inputs: seq");
   parsed.hidden = U::from_python(dims[2], "bytes_for_layer_inputs: hidden");
-  return spill::bytes_for_layer_inputs(U::from_python(layers, "bytes_for_layer_inputs: layers"),
-                                       parsed,
-                                       U::from_python(element_size_bytes,
-                                                      "bytes_for_layer_inputs: element size"));
+  return spill::bytes_for_layer_inputs(
+      U::from_python(layers, "bytes_for_layer_inputs: layers"), parsed,
+      U::from_python(element_size_bytes, "bytes_for_layer_inputs: element size"));
 }
 
 py::dict memory_limits_dict() {

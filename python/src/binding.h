@@ -145,17 +145,19 @@ struct Convert<std::string> {
 template <class PyClass>
 void share_on_copy(PyClass& cls, const char* what) {
   const std::string refusal =
-      std::string("spillarena: a ") + what + " cannot be pickled: it is an open spill file of "
+      std::string("spillarena: a ") + what +
+      " cannot be pickled: it is an open spill file of "
       "this process. Save the model's state_dict(), or call spillarena.disable(model) before "
       "pickling it (copy.deepcopy works: the copy shares the arena)";
   cls.def("__copy__", [](py::object self) { return self; })
-      .def("__deepcopy__", [](py::object self, py::handle) { return self; }, py::arg("memo"))
-      .def("__reduce_ex__", [refusal](py::handle, py::handle) -> py::object {
-        throw spill::InvalidArgumentError(refusal);
-      })
-      .def("__reduce__", [refusal](py::handle) -> py::object {
-        throw spill::InvalidArgumentError(refusal);
-      });
+      .def(
+          "__deepcopy__", [](py::object self, py::handle) { return self; }, py::arg("memo"))
+      .def("__reduce_ex__",
+           [refusal](py::handle, py::handle) -> py::object {
+             throw spill::InvalidArgumentError(refusal);
+           })
+      .def("__reduce__",
+           [refusal](py::handle) -> py::object { throw spill::InvalidArgumentError(refusal); });
 }
 
 // Python sees an enum as the names spill::to_string gives its values (found by argument-dependent

@@ -82,8 +82,7 @@ const std::vector<ErrorClass>& error_classes() {
           "DirectoryError", "",
           "The spill directory is missing, not a directory or not writable (``path``, "
           "``errno``).",
-          path_fields,
-          [](const std::string& m) { throw spill::DirectoryError("/nowhere", 2, m); }),
+          path_fields, [](const std::string& m) { throw spill::DirectoryError("/nowhere", 2, m); }),
       row<spill::PreallocationError, spill::PathError>(
           "PreallocationError", "",
           "The file system cannot preallocate, or the mapping failed (``path``, ``errno``).",

@@ -69,7 +69,8 @@ void bind_stash(py::module_& m) {
       "Where spillarena.checkpoint keeps layer inputs between forward and backward. Copies share "
       "it; it cannot be pickled.");
   share_on_copy(stash, "TensorStash");
-  stash.def(
+  stash
+      .def(
           "store",
           [](spill::TensorStash& stash, const torch::Tensor& tensor) {
             return Stashed(stash.store(tensor));

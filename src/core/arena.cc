@@ -91,8 +91,8 @@ IoMode resolve_io_mode(const ArenaOptions& o, std::string* note) {
     return IoMode::buffered;
   }
   if (o.io == IoMode::gds) {
-    *note = "io = gds as asked: device memory through cuFile (" +
-            detail::cufile_library_name() + "); host-side I/O as direct";
+    *note = "io = gds as asked: device memory through cuFile (" + detail::cufile_library_name() +
+            "); host-side I/O as direct";
     return IoMode::direct;
   }
   if (o.io != IoMode::automatic) {

@@ -33,7 +33,8 @@ ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> stora
 void ArenaCore::write_from_device(std::uint64_t start, std::uint64_t at, const void* device_ptr,
                                   std::uint64_t bytes) {
   owner_.check("a write from device memory (io = gds)");
-  if (!gds_) throw InvalidArgumentError("spill: write_from_device needs an arena made with io = gds");
+  if (!gds_)
+    throw InvalidArgumentError("spill: write_from_device needs an arena made with io = gds");
   engine_->throw_if_failed();
   if (ledger_) ledger_->forget(start, Span{at, bytes});
   gds_->write(device_ptr, bytes, start + at);
@@ -75,8 +76,7 @@ void ArenaCore::free(const Block& block) noexcept {
 // Synchronous buffered writes stay on the calling thread: a queue hop buys nothing when the
 // caller waits anyway (see Note [Why pwrite, not memcpy, for the forward copy] in
 // src/core/spill_file.cc).
-void ArenaCore::write(std::uint64_t start, std::uint64_t at, const void* src,
-                      std::uint64_t bytes) {
+void ArenaCore::write(std::uint64_t start, std::uint64_t at, const void* src, std::uint64_t bytes) {
   owner_.check("a write of a region");
   if (engine_ && options_.io != IoMode::buffered) {
     write_async(start, at, src, bytes).wait();
@@ -221,8 +221,7 @@ void run(void* read) {
 // before it runs; a SIGBUS while it runs is one after (the file shrank meanwhile, or the disk
 // failed to read a page in). Host memory has no file: `read` just runs.
 template <class Read>
-void ArenaCore::read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op,
-                             Read& read) const {
+void ArenaCore::read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op, Read& read) const {
   if (storage_->fd() < 0) return read();
   throw_if_shrunk(offset, bytes, op);
   if (platform::read_mapped(storage_->base() + offset, bytes, &run<Read>, &read) == 0) return;
@@ -263,9 +262,10 @@ void ArenaCore::throw_if_shrunk(std::uint64_t offset, std::uint64_t bytes, IoOp 
           std::to_string(status.size_bytes) + " bytes long, not the " +
           std::to_string(storage_->info().capacity_bytes) +
           " it was made with: something truncated it behind the arena's back (a process writing "
-          "through /proc/" + std::to_string(platform::process_id()) + "/fd/" +
-          std::to_string(storage_->fd()) + ", or a tool cleaning the directory), and the " +
-          std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+          "through /proc/" +
+          std::to_string(platform::process_id()) + "/fd/" + std::to_string(storage_->fd()) +
+          ", or a tool cleaning the directory), and the " + std::to_string(bytes) +
+          " bytes at offset " + std::to_string(offset) +
           " are gone. Nothing was read; create a new SpillArena, and keep cleanup tools and other "
           "processes away from the spill directory while it is in use",
       op, offset, bytes);
@@ -299,14 +299,14 @@ IoEngine::Hooks ArenaCore::hash_written(std::uint64_t start, std::uint64_t at, c
       hasher->copy(slot, src, n);
     };
     hooks.after = [ledger = ledger_.get(), start, hasher](bool all_succeeded,
-                                                           const std::vector<IoEngine::Piece>&) {
+                                                          const std::vector<IoEngine::Piece>&) {
       if (all_succeeded) ledger->record(start, *hasher);
       return std::exception_ptr();
     };
     return hooks;
   }
   hooks.piece = [ledger = ledger_.get(), start, written](std::uint64_t offset, const char* memory,
-                                                          std::uint64_t n) {
+                                                         std::uint64_t n) {
     ledger->record(start, written, Span{offset - start, n}, memory);
     return std::exception_ptr();
   };
@@ -326,7 +326,7 @@ IoEngine::Hooks ArenaCore::check_read(std::uint64_t start, std::uint64_t at, voi
                                       std::uint64_t bytes) {
   IoEngine::Hooks hooks;
   hooks.piece = [ledger = ledger_.get(), start](std::uint64_t offset, const char* memory,
-                                                 std::uint64_t n) {
+                                                std::uint64_t n) {
     return ledger->check(start, Span{offset - start, n}, memory);
   };
   hooks.after = [ledger = ledger_.get(), start, read = Span{at, bytes}, dst](

@@ -14,8 +14,8 @@
 #include "integrity.h"
 #include "io_engine.h"
 #include "mutex.h"
-#include "spill/arena.h"
 #include "slab_allocator.h"
+#include "spill/arena.h"
 #include "storage.h"
 
 namespace spill::detail {
@@ -62,8 +62,7 @@ class ArenaCore {
   // hashed: a write forgets the hashes of the range it covers.
   void write_from_device(std::uint64_t start, std::uint64_t at, const void* device_ptr,
                          std::uint64_t bytes);
-  void read_to_device(std::uint64_t start, std::uint64_t at, void* device_ptr,
-                      std::uint64_t bytes);
+  void read_to_device(std::uint64_t start, std::uint64_t at, void* device_ptr, std::uint64_t bytes);
   std::uint64_t io_alignment() const;
   const ArenaOptions& options() const { return options_; }
   const Storage& storage() const {
@@ -77,8 +76,7 @@ class ArenaCore {
   // spill::IntegrityError.
   IoEngine::Hooks hash_written(std::uint64_t start, std::uint64_t at, const void* src,
                                std::uint64_t bytes);
-  IoEngine::Hooks check_read(std::uint64_t start, std::uint64_t at, void* dst,
-                             std::uint64_t bytes);
+  IoEngine::Hooks check_read(std::uint64_t start, std::uint64_t at, void* dst, std::uint64_t bytes);
   void write_hashed(std::uint64_t start, std::uint64_t at, const char* src, std::uint64_t bytes);
   void write_memory_hashed(std::uint64_t start, const Span& write, const char* src);
   void read_resident(std::uint64_t start, std::uint64_t at, char* dst, std::uint64_t bytes);
@@ -101,10 +99,10 @@ class ArenaCore {
   mutable std::atomic<std::uint64_t> bytes_read_{0};
   std::unique_ptr<IntegrityLedger> ledger_;  // verify_integrity only; outlives the engine
   std::unique_ptr<GdsFile> gds_;             // io = gds only
-  mutable HashPipeline hash_pipeline_;  // verify_integrity: hashes beside synchronous copies
+  mutable HashPipeline hash_pipeline_;       // verify_integrity: hashes beside synchronous copies
   Mutex attachment_mutex_;
   std::shared_ptr<void> attachment_ GUARDED_BY(attachment_mutex_);
-  std::unique_ptr<IoEngine> engine_;         // disk only; last member: drained first
+  std::unique_ptr<IoEngine> engine_;  // disk only; last member: drained first
 };
 
 }  // namespace spill::detail

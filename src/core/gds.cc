@@ -447,9 +447,8 @@ void GdsFile::transfer(IoOp op, char* device_ptr, std::uint64_t bytes, std::uint
     const auto in_buffer = static_cast<std::int64_t>(place.offset + done);
     errno = 0;
     const std::int64_t moved =
-        op == IoOp::write
-            ? api.write(handle_, place.base, left, at, in_buffer)
-            : api.read(handle_, const_cast<char*>(place.base), left, at, in_buffer);
+        op == IoOp::write ? api.write(handle_, place.base, left, at, in_buffer)
+                          : api.read(handle_, const_cast<char*>(place.base), left, at, in_buffer);
     const int os_error = errno;
     if (moved > 0) {
       done += std::min(static_cast<std::uint64_t>(moved), left);

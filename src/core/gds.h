@@ -77,7 +77,7 @@ struct CuFileDriverProperties {
   unsigned char reserved[256];
 };
 constexpr unsigned int kCuFileNvmeP2pSupportedBit = 11;  // CU_FILE_NVME_P2P_SUPPORTED
-constexpr int kCuFileParamForceCompatMode = 2;          // CUFILE_PARAM_FORCE_COMPAT_MODE
+constexpr int kCuFileParamForceCompatMode = 2;           // CUFILE_PARAM_FORCE_COMPAT_MODE
 
 // The entry points used, as function pointers: the real library fills them (cufile_library()),
 // a test fills them with fakes.
@@ -93,8 +93,8 @@ struct CuFileApi {
   // The bytes moved, -1 with errno set, or -CUfileOpError.
   std::int64_t (*read)(void* handle, void* base, std::size_t bytes, std::int64_t file_offset,
                        std::int64_t base_offset);
-  std::int64_t (*write)(void* handle, const void* base, std::size_t bytes,
-                        std::int64_t file_offset, std::int64_t base_offset);
+  std::int64_t (*write)(void* handle, const void* base, std::size_t bytes, std::int64_t file_offset,
+                        std::int64_t base_offset);
   // cuFileDriverSetMaxCacheSize, in KiB; null where the library has none.
   CuFileStatus (*driver_set_max_cache_size)(std::size_t max_cache_kib);
 };

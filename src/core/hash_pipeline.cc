@@ -107,8 +107,8 @@ bool HashPipeline::begin(Run* r) {
 
 void HashPipeline::publish(Run* r, std::uint64_t copied) {
   const std::size_t next = r->next.load();
-  const bool newly_ready = next < r->units && r->ready[next] > r->copied.load() &&
-                           r->ready[next] <= copied;
+  const bool newly_ready =
+      next < r->units && r->ready[next] > r->copied.load() && r->ready[next] <= copied;
   r->copied.store(copied);
   if (!newly_ready || !thread_sleeping_.load()) return;
   MutexLock lock(mutex_);

@@ -42,8 +42,8 @@ class HashPipeline {
   template <class Copy, class Hash>
   bool run(std::uint64_t bytes, std::uint64_t slice, const std::vector<std::uint64_t>& ready,
            Copy&& copy, Hash&& hash) {
-    Run r{&call<std::remove_reference_t<Hash>>,
-          const_cast<void*>(static_cast<const void*>(&hash)), ready.data(), ready.size()};
+    Run r{&call<std::remove_reference_t<Hash>>, const_cast<void*>(static_cast<const void*>(&hash)),
+          ready.data(), ready.size()};
     if (ready.size() < 2 || !begin(&r)) return false;
     std::uint64_t copied = 0;
     while (copied < bytes) {
@@ -78,12 +78,12 @@ class HashPipeline {
   void publish(Run* r, std::uint64_t copied);
   void finish(Run* r, std::uint64_t copied);
   static bool take(Run* r, std::size_t* unit);  // the next unit, if ready
-  void loop();  // the pipeline's thread
+  void loop();                                  // the pipeline's thread
   bool work_waiting();
 
   ProcessOwner owner_;
   std::atomic<bool> claimed_{false};  // a run holds the pipeline
-  bool started_ = false;  // these three: the claiming run's (and the destructor's)
+  bool started_ = false;              // these three: the claiming run's (and the destructor's)
   bool unusable_ = false;
   int skip_runs_ = 0;  // runs left to go alone
   std::atomic<Run*> run_{nullptr};

@@ -41,8 +41,8 @@ std::unique_ptr<Storage> make_host_memory(std::uint64_t capacity_bytes) {
   if (capacity_bytes > physical) {
     throw InsufficientSpaceError(
         "<host memory>", capacity_bytes, physical,
-        "spill: a RAM arena of " + bytes_with_units(capacity_bytes) +
-            " exceeds this machine's " + bytes_with_units(physical) +
+        "spill: a RAM arena of " + bytes_with_units(capacity_bytes) + " exceeds this machine's " +
+            bytes_with_units(physical) +
             " of physical memory; use the disk backing or lower capacity_bytes");
   }
   void* base = nullptr;

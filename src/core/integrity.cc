@@ -164,7 +164,7 @@ XXH_FORCE_INLINE XXH_TARGET_AVX2 void copy_accumulate(xxh_u64* acc, char* dst, c
 
 // bytes > XXH3_MIDSIZE_MAX: XXH3's long-input hash, over the bytes as they are copied.
 XXH_NO_INLINE XXH_TARGET_AVX2 XXH64_hash_t copy_hash_long_avx2(char* dst, const char* src,
-                                                              std::size_t bytes) {
+                                                               std::size_t bytes) {
   alignas(32) xxh_u64 acc[XXH_ACC_NB] = XXH3_INIT_ACC;
   constexpr std::size_t kSecret = sizeof(XXH3_kSecret);
   constexpr std::size_t kStripesPerBlock = (kSecret - XXH_STRIPE_LEN) / XXH_SECRET_CONSUME_RATE;

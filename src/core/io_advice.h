@@ -42,8 +42,8 @@ inline IoError transfer_error(const std::string& what, IoOp op, int error_number
   return IoError(error_number,
                  "spill: " + what + " of " + std::to_string(bytes) + " bytes at offset " +
                      std::to_string(offset) + " of the spill file" +
-                     (directory.empty() ? "" : " in " + quote(directory)) + " failed: " +
-                     std::strerror(error_number) + "; " + io_error_fix(error_number),
+                     (directory.empty() ? "" : " in " + quote(directory)) +
+                     " failed: " + std::strerror(error_number) + "; " + io_error_fix(error_number),
                  op, offset, bytes);
 }
 

@@ -207,8 +207,7 @@ Pending IoEngine::write(std::uint64_t offset, const void* src, std::uint64_t byt
 // copies). The transfer's `after` hook, which keeps the hashes, runs only once submission ended
 // (Transfer::count_down), so it never sees a hash still being taken.
 void IoEngine::write_direct(std::uint64_t offset, const char* src, std::uint64_t bytes,
-                            const TransferPtr& t, const Hooks& hooks,
-                            std::vector<Ticket>* parts) {
+                            const TransferPtr& t, const Hooks& hooks, std::vector<Ticket>* parts) {
   const bool aligned = reinterpret_cast<std::uintptr_t>(src) % alignment_ == 0;
   const std::uint64_t direct_bytes = aligned ? bytes / alignment_ * alignment_ : 0;
   for (std::uint64_t at = 0; at < direct_bytes; at += kPieceBytes) {
@@ -327,8 +326,8 @@ void IoEngine::read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes,
   std::vector<IoRequest> pieces;
   for (std::uint64_t at = 0; at < direct_bytes; at += kPieceBytes) {
     const std::uint64_t n = std::min(kPieceBytes, direct_bytes - at);
-    pieces.push_back(tracked(IoRequest{IoOp::read, storage_.direct_fd(), dst + at, n, offset + at, {}},
-                             t, dst + at, n));
+    pieces.push_back(tracked(
+        IoRequest{IoOp::read, storage_.direct_fd(), dst + at, n, offset + at, {}}, t, dst + at, n));
   }
   for (Ticket& ticket : queue_->submit_all(std::move(pieces))) parts->push_back(std::move(ticket));
   for (std::uint64_t at = direct_bytes; at < bytes; at += staging_->slot_bytes()) {
@@ -349,6 +348,5 @@ Ticket IoEngine::read_staged(std::uint64_t offset, char* dst, std::uint64_t byte
   };
   return submit(std::move(r), t, dst, bytes);
 }
-
 
 }  // namespace spill::detail

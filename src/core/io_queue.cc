@@ -25,9 +25,7 @@ namespace spill {
 const char* to_string(IoMode mode) {
   return name_in({"buffered", "direct", "automatic", "gds"}, mode);
 }
-const char* to_string(IoOp op) {
-  return name_in({"write", "read", "writeback", "drop"}, op);
-}
+const char* to_string(IoOp op) { return name_in({"write", "read", "writeback", "drop"}, op); }
 const char* to_string(IoBackend backend) {
   return name_in({"automatic", "io_uring", "thread_pool"}, backend);
 }
@@ -130,10 +128,18 @@ std::vector<Ticket> IoQueue::submit_all(std::vector<IoRequest> requests) {
 IoStatus run_request(const IoRequest& r) {
   IoStatus s{0, r.op, r.offset, r.bytes};
   switch (r.op) {
-    case IoOp::write: s.error_number = platform::write_at(r.fd, r.buffer, r.bytes, r.offset); break;
-    case IoOp::read: s.error_number = platform::read_at(r.fd, r.buffer, r.bytes, r.offset); break;
-    case IoOp::writeback: s.error_number = platform::start_writeback(r.fd, r.offset, r.bytes); break;
-    case IoOp::drop: s.error_number = platform::drop_cached_pages(r.fd, r.offset, r.bytes); break;
+    case IoOp::write:
+      s.error_number = platform::write_at(r.fd, r.buffer, r.bytes, r.offset);
+      break;
+    case IoOp::read:
+      s.error_number = platform::read_at(r.fd, r.buffer, r.bytes, r.offset);
+      break;
+    case IoOp::writeback:
+      s.error_number = platform::start_writeback(r.fd, r.offset, r.bytes);
+      break;
+    case IoOp::drop:
+      s.error_number = platform::drop_cached_pages(r.fd, r.offset, r.bytes);
+      break;
   }
   return s;
 }

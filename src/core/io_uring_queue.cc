@@ -11,9 +11,9 @@
 #include <liburing.h>
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 #include <vector>
-#include <thread>
 
 #include "platform.h"
 
@@ -174,7 +174,9 @@ class IoUringQueue final : public IoQueue {
       // The submitter wrote each *op before handing it to the kernel under submit_mutex_; taking
       // the mutex here makes that ordering visible to the memory model (and ThreadSanitizer),
       // which cannot see through the ring.
-      { MutexLock ordered(submit_mutex_); }
+      {
+        MutexLock ordered(submit_mutex_);
+      }
       bool stop = false;
       for (unsigned i = 0; i < n; ++i) {
         Operation* op = taken[i].first;

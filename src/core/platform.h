@@ -50,7 +50,7 @@ struct FileSystemInfo {
   std::uint64_t free_bytes = 0;   // available to an unprivileged writer (f_bavail)
   std::uint64_t total_bytes = 0;  // size of the file system
   std::string type_name;          // "ext4", "tmpfs", ... (or "0x<magic>" when unknown)
-  bool memory_backed = false;        // tmpfs, ramfs, hugetlbfs: spilling there saves no memory
+  bool memory_backed = false;     // tmpfs, ramfs, hugetlbfs: spilling there saves no memory
 };
 
 // [Linux] Fills *info for the file system holding `directory`.
@@ -124,8 +124,7 @@ int advise_will_need(void* addr, std::uint64_t bytes);
 // that needs destroying (plain copies and hashes). SIGBUS elsewhere goes to the handler installed
 // before the first call (by default the process dies, as without this). Per thread.
 // See Note [SIGBUS on the mapping] in src/core/platform_posix.cc.
-int read_mapped(const void* begin, std::uint64_t bytes, void (*read)(void* context),
-                void* context);
+int read_mapped(const void* begin, std::uint64_t bytes, void (*read)(void* context), void* context);
 
 // ---------------------------------------------------------------------------------------------
 // Bulk I/O and page-cache control on a file range

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -56,19 +56,32 @@ namespace {
 
 std::string type_name_of(long magic) {
   switch (static_cast<unsigned long>(magic)) {
-    case EXT4_SUPER_MAGIC: return "ext2/ext3/ext4";  // see ext_family_name
-    case TMPFS_MAGIC: return "tmpfs";
-    case RAMFS_MAGIC: return "ramfs";
-    case HUGETLBFS_MAGIC: return "hugetlbfs";
-    case XFS_SUPER_MAGIC: return "xfs";
-    case BTRFS_SUPER_MAGIC: return "btrfs";
-    case OVERLAYFS_SUPER_MAGIC: return "overlayfs";
-    case NFS_SUPER_MAGIC: return "nfs";
-    case 0x65735546: return "fuse";
-    case 0xf15f: return "ecryptfs";
-    case 0x2011BAB0: return "exfat";
-    case 0x4d44: return "vfat";
-    default: break;
+    case EXT4_SUPER_MAGIC:
+      return "ext2/ext3/ext4";  // see ext_family_name
+    case TMPFS_MAGIC:
+      return "tmpfs";
+    case RAMFS_MAGIC:
+      return "ramfs";
+    case HUGETLBFS_MAGIC:
+      return "hugetlbfs";
+    case XFS_SUPER_MAGIC:
+      return "xfs";
+    case BTRFS_SUPER_MAGIC:
+      return "btrfs";
+    case OVERLAYFS_SUPER_MAGIC:
+      return "overlayfs";
+    case NFS_SUPER_MAGIC:
+      return "nfs";
+    case 0x65735546:
+      return "fuse";
+    case 0xf15f:
+      return "ecryptfs";
+    case 0x2011BAB0:
+      return "exfat";
+    case 0x4d44:
+      return "vfat";
+    default:
+      break;
   }
   char text[32];
   std::snprintf(text, sizeof text, "0x%lx", static_cast<unsigned long>(magic));
@@ -161,7 +174,8 @@ int file_system_info(const std::string& directory, FileSystemInfo* info) {
   struct statfs s;
   if (statfs(directory.c_str(), &s) != 0) return errno;
   info->free_bytes = static_cast<std::uint64_t>(s.f_bavail) * static_cast<std::uint64_t>(s.f_bsize);
-  info->total_bytes = static_cast<std::uint64_t>(s.f_blocks) * static_cast<std::uint64_t>(s.f_bsize);
+  info->total_bytes =
+      static_cast<std::uint64_t>(s.f_blocks) * static_cast<std::uint64_t>(s.f_bsize);
   info->type_name = static_cast<unsigned long>(s.f_type) == EXT4_SUPER_MAGIC
                         ? ext_family_name(directory)
                         : type_name_of(s.f_type);
@@ -186,9 +200,8 @@ int os::open_unnamed(const std::string& directory, int* fd) {
   if (std::int64_t v = fault_verdict(testing::FaultSite::open_unnamed, 0, 0); v < 0) {
     return static_cast<int>(-v);
   }
-  const int f = static_cast<int>(retry_eintr([&] {
-    return open(directory.c_str(), O_TMPFILE | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  }));
+  const int f = static_cast<int>(retry_eintr(
+      [&] { return open(directory.c_str(), O_TMPFILE | O_EXCL | O_RDWR | O_CLOEXEC, 0600); }));
   if (f < 0) return errno;
   *fd = f;
   return 0;
@@ -234,7 +247,8 @@ int pages_resident(void* addr, std::uint64_t bytes, std::uint64_t* resident_byte
   const std::uint64_t page = capabilities().page_size_bytes;
   std::vector<unsigned char> vec((bytes + page - 1) / page);
   if (mincore(addr, bytes, vec.data()) != 0) return errno;
-  const auto pages = std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1) != 0; });
+  const auto pages =
+      std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1) != 0; });
   *resident_bytes = std::min<std::uint64_t>(static_cast<std::uint64_t>(pages) * page, bytes);
   return 0;
 }
@@ -330,10 +344,10 @@ std::string cgroup_path(const std::string& controller_match) {
     const auto second = line.find(':', first + 1);
     if (first == std::string::npos || second == std::string::npos) continue;
     const std::string controllers = line.substr(first + 1, second - first - 1);
-    const bool match = controller_match.empty()
-                           ? line.compare(0, 3, "0::") == 0
-                           : ("," + controllers + ",").find("," + controller_match + ",") !=
-                                 std::string::npos;
+    const bool match =
+        controller_match.empty()
+            ? line.compare(0, 3, "0::") == 0
+            : ("," + controllers + ",").find("," + controller_match + ",") != std::string::npos;
     if (match) return line.substr(second + 1);
   }
   return "";

@@ -278,7 +278,7 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
   } else {
     // The default action: reinstalled and raised again, it runs once this handler returns (a
     // fault also repeats when its instruction does).
-    struct sigaction fallback {};
+    struct sigaction fallback{};
     fallback.sa_handler = SIG_DFL;
     sigemptyset(&fallback.sa_mask);
     sigaction(sig, &fallback, nullptr);
@@ -287,7 +287,7 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
 }
 
 void install_sigbus_handler() {
-  struct sigaction action {};
+  struct sigaction action{};
   action.sa_sigaction = on_sigbus;
   action.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&action.sa_mask);
@@ -325,16 +325,14 @@ int read_mapped(const void* begin, std::uint64_t bytes, void (*read)(void* conte
 
 std::uint64_t process_id() { return static_cast<std::uint64_t>(getpid()); }
 
-int register_fork_handler(void (*in_child)()) {
-  return pthread_atfork(nullptr, nullptr, in_child);
-}
+int register_fork_handler(void (*in_child)()) { return pthread_atfork(nullptr, nullptr, in_child); }
 
 std::uint64_t physical_memory_bytes() {
   return static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * capabilities().page_size_bytes;
 }
 
 std::uint64_t locked_memory_limit_bytes() {
-  struct rlimit limit {};
+  struct rlimit limit{};
   if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return ~0ull;
   return static_cast<std::uint64_t>(limit.rlim_cur);
 }

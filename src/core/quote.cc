@@ -44,10 +44,17 @@ void append_escaped(std::string* out, unsigned char c, bool in_quotes) {
     return;
   }
   switch (c) {
-    case '\n': *out += "\\n"; return;
-    case '\r': *out += "\\r"; return;
-    case '\t': *out += "\\t"; return;
-    default: break;
+    case '\n':
+      *out += "\\n";
+      return;
+    case '\r':
+      *out += "\\r";
+      return;
+    case '\t':
+      *out += "\\t";
+      return;
+    default:
+      break;
   }
   if (c >= 0x20 && c < 0x7F) {
     *out += static_cast<char>(c);

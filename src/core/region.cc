@@ -87,8 +87,7 @@ void Region::read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region
   core_->read(offset_, offset_in_region, dst, bytes);
 }
 
-Pending Region::write_async(const void* src, std::uint64_t bytes,
-                            std::uint64_t offset_in_region) {
+Pending Region::write_async(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region) {
   core_or_throw();
   check_range(size_, bytes, offset_in_region);
   Pending p = core_->write_async(offset_, offset_in_region, src, bytes);

@@ -3,8 +3,8 @@
 #include <string>
 
 #include "platform.h"
-#include "spill/error.h"
 #include "slab_allocator.h"
+#include "spill/error.h"
 
 namespace spill {
 namespace {

@@ -28,16 +28,16 @@ struct Block {
 
 struct AllocatorStats {
   std::uint64_t capacity_bytes = 0;
-  std::uint64_t bytes_in_use = 0;        // sum of rounded sizes of live blocks
-  std::uint64_t peak_bytes_in_use = 0;   // maximum of bytes_in_use so far
-  std::uint64_t bytes_requested = 0;     // sum of the sizes asked for by live blocks
+  std::uint64_t bytes_in_use = 0;       // sum of rounded sizes of live blocks
+  std::uint64_t peak_bytes_in_use = 0;  // maximum of bytes_in_use so far
+  std::uint64_t bytes_requested = 0;    // sum of the sizes asked for by live blocks
   std::uint64_t live_blocks = 0;
   std::uint64_t allocations = 0;
   std::uint64_t frees = 0;
   std::uint64_t reuse_hits = 0;          // allocations that fit entirely in space used before
   std::uint64_t largest_free_block = 0;  // after coalescing (the allocator always coalesces)
   std::uint64_t free_bytes = 0;
-  std::uint64_t high_water_bytes = 0;    // highest end offset ever handed out
+  std::uint64_t high_water_bytes = 0;  // highest end offset ever handed out
 };
 
 class SlabAllocator {

@@ -68,12 +68,11 @@ struct SlabAllocator::State {
                                 std::uint64_t* free_sum) const REQUIRES(mutex);
   const char* check_live_blocks(std::uint64_t alignment, Extents* blocks, std::uint64_t* live_sum,
                                 std::uint64_t* requested_sum) const REQUIRES(mutex);
-  const char* check_counters(std::uint64_t capacity, std::uint64_t free_sum,
-                             std::uint64_t live_sum, std::uint64_t requested_sum) const
-      REQUIRES(mutex);
+  const char* check_counters(std::uint64_t capacity, std::uint64_t free_sum, std::uint64_t live_sum,
+                             std::uint64_t requested_sum) const REQUIRES(mutex);
 
   mutable detail::Mutex mutex;
-  FreeByOffset free_by_offset GUARDED_BY(mutex);   // for coalescing with neighbours
+  FreeByOffset free_by_offset GUARDED_BY(mutex);     // for coalescing with neighbours
   std::set<SizeKey> free_by_size GUARDED_BY(mutex);  // for best fit
   std::unordered_map<std::uint64_t, LiveBlock> live GUARDED_BY(mutex);  // by offset
   std::uint64_t seq GUARDED_BY(mutex) = 0;  // the latest free's freed_seq (0: none yet)

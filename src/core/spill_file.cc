@@ -87,7 +87,8 @@ class SpillFile final : public Storage {
   // (first version)"). memcpy only wins in a loop that rewrites pages before their writeback,
   // which is a benchmark artefact, not a training step.
   void write(std::uint64_t offset, const void* src, std::uint64_t bytes) override {
-    if (int e = platform::write_at(fd_, src, bytes, offset); e != 0) fail("write", e, bytes, offset);
+    if (int e = platform::write_at(fd_, src, bytes, offset); e != 0)
+      fail("write", e, bytes, offset);
   }
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) override {
     platform::start_writeback(fd_, offset, bytes);
@@ -151,21 +152,26 @@ void check_directory_or_throw(const std::string& dir) {
   const int e = platform::check_writable_directory(dir);
   if (e == 0) return;
   std::string why;
-  if (e == ENOENT) why = "does not exist; create it or choose another with options.directory "
-                         "or $SPILL_DIR";
-  else if (e == ENOTDIR) why = "is not a directory; point options.directory at a directory";
+  if (e == ENOENT)
+    why =
+        "does not exist; create it or choose another with options.directory "
+        "or $SPILL_DIR";
+  else if (e == ENOTDIR)
+    why = "is not a directory; point options.directory at a directory";
   else if (e == EACCES || e == EROFS || e == EPERM)
     why = std::string("is not writable (") + std::strerror(e) +
           "); fix its permissions or choose another with options.directory or $SPILL_DIR";
-  else why = std::string("cannot be used: ") + std::strerror(e);
+  else
+    why = std::string("cannot be used: ") + std::strerror(e);
   throw DirectoryError(dir, e, "spill: spill directory " + quote(dir) + " " + why);
 }
 
 platform::FileSystemInfo vet_file_system(const SpillFileOptions& o) {
   platform::FileSystemInfo fs;
   if (int e = platform::file_system_info(o.directory, &fs); e != 0) {
-    throw DirectoryError(o.directory, e, "spill: cannot statfs spill directory " + quote(o.directory) +
-                                             ": " + std::strerror(e));
+    throw DirectoryError(
+        o.directory, e,
+        "spill: cannot statfs spill directory " + quote(o.directory) + ": " + std::strerror(e));
   }
   if (fs.memory_backed && !o.allow_memory_backed_directory) {
     throw MemoryBackedDirectoryError(
@@ -181,12 +187,13 @@ platform::FileSystemInfo vet_file_system(const SpillFileOptions& o) {
                              "options.directory or $SPILL_DIR");
   }
   if (fs.free_bytes < o.capacity_bytes) {
-    throw InsufficientSpaceError(
-        o.directory, o.capacity_bytes, fs.free_bytes,
-        "spill: spill directory " + quote(o.directory) + " (" + fs.type_name + ") has " +
-            bytes_with_units(fs.free_bytes) + " free but the arena needs " +
-            bytes_with_units(o.capacity_bytes) + "; free space there, lower capacity_bytes, or choose "
-            "another directory");
+    throw InsufficientSpaceError(o.directory, o.capacity_bytes, fs.free_bytes,
+                                 "spill: spill directory " + quote(o.directory) + " (" +
+                                     fs.type_name + ") has " + bytes_with_units(fs.free_bytes) +
+                                     " free but the arena needs " +
+                                     bytes_with_units(o.capacity_bytes) +
+                                     "; free space there, lower capacity_bytes, or choose "
+                                     "another directory");
   }
   return fs;
 }
@@ -215,11 +222,11 @@ void preallocate_or_throw(int fd, const SpillFileOptions& o, const platform::Fil
             bytes_with_units(fs.free_bytes) + " free); free space there or lower capacity_bytes");
   }
   if (e == EFBIG) {
-    throw PreallocationError(
-        o.directory, e,
-        "spill: the spill file of " + bytes_with_units(o.capacity_bytes) + " in " + quote(o.directory) +
-            " would be larger than this process may write (fallocate: " + std::strerror(e) +
-            "): " + io_error_fix(e));
+    throw PreallocationError(o.directory, e,
+                             "spill: the spill file of " + bytes_with_units(o.capacity_bytes) +
+                                 " in " + quote(o.directory) +
+                                 " would be larger than this process may write (fallocate: " +
+                                 std::strerror(e) + "): " + io_error_fix(e));
   }
   throw PreallocationError(
       o.directory, e,
@@ -267,8 +274,8 @@ int open_direct_or_throw(int fd, const SpillFileOptions& o, const platform::File
   if (e == 0) platform::close_file(direct);
   if (e != 0 && e != EINVAL) {  // see Note [Who refused O_DIRECT]
     throw PathError(o.directory, e,
-                    "spill: ArenaOptions::io = direct, but for the spill file in " + quote(o.directory) +
-                        " " + direct_refusal(e));
+                    "spill: ArenaOptions::io = direct, but for the spill file in " +
+                        quote(o.directory) + " " + direct_refusal(e));
   }
   throw InvalidArgumentError(
       "spill: ArenaOptions::io = direct, but the file system of " + quote(o.directory) + " (" +
@@ -302,11 +309,13 @@ std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
   bool opened_without_name = false;
   if (int e = platform::open_unnamed_file(o.directory, &raw_fd, &opened_without_name); e != 0) {
     if (out_of_descriptors(e)) {  // not the directory's fault: see Note [Who refused O_DIRECT]
-      throw PathError(o.directory, e, "spill: cannot create the spill file in " + quote(o.directory) +
-                                          ": " + descriptors_exhausted(e));
+      throw PathError(o.directory, e,
+                      "spill: cannot create the spill file in " + quote(o.directory) + ": " +
+                          descriptors_exhausted(e));
     }
-    throw DirectoryError(o.directory, e, "spill: cannot create the spill file in " +
-                                             quote(o.directory) + ": " + std::strerror(e));
+    throw DirectoryError(
+        o.directory, e,
+        "spill: cannot create the spill file in " + quote(o.directory) + ": " + std::strerror(e));
   }
   FileDescriptor fd(raw_fd);
   preallocate_or_throw(fd.get(), o, fs);

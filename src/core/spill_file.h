@@ -21,8 +21,9 @@ struct SpillFileOptions {
 // Creates, preallocates and maps the file in a directory that passed check_directory (the
 // SpillArena constructor checks it once, before its I/O-mode probe uses it). Throws
 // DirectoryError, MemoryBackedDirectoryError, InsufficientSpaceError, PreallocationError or
-// IoError; on a throw nothing is left open and nothing is left on disk. With `direct`, a file system that refuses
-// O_DIRECT raises InvalidArgumentError (IoMode::automatic checks direct_io_supported first).
+// IoError; on a throw nothing is left open and nothing is left on disk. With `direct`, a file
+// system that refuses O_DIRECT raises InvalidArgumentError (IoMode::automatic checks
+// direct_io_supported first).
 std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& options);
 
 // Throws DirectoryError when `directory` is missing, not a directory or not writable.

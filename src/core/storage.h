@@ -22,11 +22,11 @@ inline void copy_in_slices(char* dst, const char* src, std::uint64_t bytes) {
 }
 
 struct StorageInfo {
-  std::string directory;        // where the file lives ("" for host memory)
-  std::string file_system_type; // "ext4", ... ("ram" for host memory)
+  std::string directory;         // where the file lives ("" for host memory)
+  std::string file_system_type;  // "ext4", ... ("ram" for host memory)
   std::uint64_t capacity_bytes = 0;
   std::uint64_t free_bytes_before = 0;  // free space of the file system when the arena was made
-  bool opened_without_name = false;    // never named; false: created then unlinked, or host memory
+  bool opened_without_name = false;     // never named; false: created then unlinked, or host memory
 };
 
 class Storage {

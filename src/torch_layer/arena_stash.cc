@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/arena_internals.h"
 #include "spill/error.h"
 #include "spill/tensor_stash.h"
 #include "stash_chain.h"
 #include "storable.h"
-#include "core/arena_internals.h"
 
 namespace spill {
 namespace detail {
@@ -53,16 +53,17 @@ namespace {
 // is kept and rethrown on the training thread at the next store() or restore().
 
 std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now() - since)
-                                        .count());
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
+          .count());
 }
 
 [[noreturn]] void throw_modified(const Entry& e, const char* when) {
-  throw CheckpointError("spill::checkpoint: one of the variables needed for gradient computation "
-                        "has been modified by an inplace operation: the stashed " +
-                        e.describe() + " was changed " + when +
-                        "; clone it before changing it, or do not modify layer inputs in place");
+  throw CheckpointError(
+      "spill::checkpoint: one of the variables needed for gradient computation "
+      "has been modified by an inplace operation: the stashed " +
+      e.describe() + " was changed " + when +
+      "; clone it before changing it, or do not modify layer inputs in place");
 }
 
 // A write that has completed (its region freed, so it is settled): whether it succeeded. A
@@ -166,9 +167,9 @@ void Chain::spill(const EntryPtr& e) {
   try {
     e->region = arena_.allocate(e->bytes);
   } catch (const ArenaExhaustedError& x) {
-    throw ArenaExhaustedError(x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
-                              "spill::checkpoint: no room to stash the " + e->describe() +
-                                  ": " + x.what());
+    throw ArenaExhaustedError(
+        x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
+        "spill::checkpoint: no room to stash the " + e->describe() + ": " + x.what());
   }
   if (e->accelerator) return spill_device(e);
   spill_cpu(e);
@@ -214,10 +215,10 @@ torch::Tensor Chain::restore(const EntryPtr& e) {
     counters_->record_restore(was_prefetched, ready, elapsed_ns(start));
   } else {
     queue_cpu_read(entry);
-    const bool ready = !entry.region.valid() ||
-                       (reads_through_mapping() && arena_.backing() == Backing::disk
-                            ? resident(entry.region)
-                            : entry.read.ready());
+    const bool ready =
+        !entry.region.valid() ||
+        (reads_through_mapping() && arena_.backing() == Backing::disk ? resident(entry.region)
+                                                                      : entry.read.ready());
     lock.unlock();
     prefetch_predecessors(entry);
     lock.lock();
@@ -414,8 +415,9 @@ torch::Tensor Chain::restore_cpu(Entry& e) {
       return copy;
     }
     auto region = std::make_shared<Region>(std::move(e.region));
-    return torch::from_blob(const_cast<void*>(region->read_in_place(e.bytes)), e.sizes,
-                            [region](void*) mutable { region.reset(); }, e.options);
+    return torch::from_blob(
+        const_cast<void*>(region->read_in_place(e.bytes)), e.sizes,
+        [region](void*) mutable { region.reset(); }, e.options);
   }
   e.read.wait();
   e.region.free();
@@ -452,9 +454,7 @@ class ArenaStashed final : public StashedTensor {
     chain_->prefetch(*entry_);
   }
 
-  torch::Tensor restore() override {
-    return entry_->in_stored_layout(chain_->restore(entry_));
-  }
+  torch::Tensor restore() override { return entry_->in_stored_layout(chain_->restore(entry_)); }
 
  private:
   std::shared_ptr<detail::Chain> chain_;

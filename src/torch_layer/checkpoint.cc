@@ -83,7 +83,7 @@ class SpillCheckpointFunction : public torch::autograd::Function<SpillCheckpoint
   static std::vector<torch::Tensor> restore_inputs(CheckpointState& state,
                                                    const variable_list& extras) {
     torch::Tensor x = state.stashed->restore();  // queues its predecessors' reads first
-    state.stashed.reset();  // the region is free for the next layer's forward
+    state.stashed.reset();                       // the region is free for the next layer's forward
     std::vector<torch::Tensor> inputs;
     inputs.push_back(x.detach().requires_grad_(state.needs_grad[0]));
     for (std::size_t i = 0; i < extras.size(); ++i) {
@@ -148,8 +148,7 @@ std::vector<torch::Tensor> checkpoint(const SpillArena& arena, Layer layer,
 
 std::uint64_t bytes_for_layer_inputs(std::uint64_t layers, const ActivationShape& shape,
                                      torch::Dtype dtype) {
-  return bytes_for_layer_inputs(layers, shape,
-                                static_cast<std::uint64_t>(c10::elementSize(dtype)));
+  return bytes_for_layer_inputs(layers, shape, static_cast<std::uint64_t>(c10::elementSize(dtype)));
 }
 
 }  // namespace spill

@@ -20,9 +20,12 @@ torch::Tensor CheckpointedSequentialImpl::forward(torch::Tensor x) {
     }
     // The closure holds the Sequential itself, so the graph stays valid if this wrapper dies.
     torch::nn::Sequential seq = inner_;
-    x = checkpoint(*stash_, [seq, i](const torch::Tensor& in) mutable {
-      return seq->begin()[static_cast<std::ptrdiff_t>(i)].forward(in);
-    }, x);
+    x = checkpoint(
+        *stash_,
+        [seq, i](const torch::Tensor& in) mutable {
+          return seq->begin()[static_cast<std::ptrdiff_t>(i)].forward(in);
+        },
+        x);
   }
   return x;
 }

@@ -37,8 +37,9 @@ namespace {
 // the pageable fallback a memlock cap forces on a real device (Note [The host pool]).
 
 torch::Tensor bytes_of(const torch::Tensor& t, std::uint64_t offset, std::uint64_t bytes) {
-  return t.reshape({-1}).view(torch::kUInt8).narrow(0, static_cast<std::int64_t>(offset),
-                                                    static_cast<std::int64_t>(bytes));
+  return t.reshape({-1})
+      .view(torch::kUInt8)
+      .narrow(0, static_cast<std::int64_t>(offset), static_cast<std::int64_t>(bytes));
 }
 
 c10::Event record_on(const c10::Stream& stream) {

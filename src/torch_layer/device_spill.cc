@@ -213,11 +213,11 @@ torch::Tensor Chain::device_tensor(const Entry& e) const {
   try {
     return e.engine->empty(e.sizes, e.options);
   } catch (const c10::OutOfMemoryError& x) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false,
-                     "spill::checkpoint: no device memory to restore the stashed ", e.describe(),
-                     " with prefetch_depth ", options_.prefetch_depth, " (",
-                     x.what_without_backtrace(),
-                     "); lower StashOptions::prefetch_depth, the batch size or the sequence length");
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, false, "spill::checkpoint: no device memory to restore the stashed ",
+        e.describe(), " with prefetch_depth ", options_.prefetch_depth, " (",
+        x.what_without_backtrace(),
+        "); lower StashOptions::prefetch_depth, the batch size or the sequence length");
   }
 }
 
@@ -310,11 +310,11 @@ GdsStaging& Chain::staging_for(const Entry& e) {
   MutexLock lock(shared_->mutex);
   if (!shared_->gds_staging) {
     std::shared_ptr<GdsDriver> driver = GdsDriver::shared();  // the arena's session
-    const std::uint64_t asked = options_.gds_buffer_bytes;  // rounded up, without overflow
+    const std::uint64_t asked = options_.gds_buffer_bytes;    // rounded up, without overflow
     const std::uint64_t pages = std::max<std::uint64_t>(
         asked / kGdsAlignmentBytes + (asked % kGdsAlignmentBytes != 0 ? 1 : 0), 1);
-    shared_->gds_staging = std::make_shared<GdsStaging>(
-        *e.engine, e.options.device(), pages * kGdsAlignmentBytes, driver);
+    shared_->gds_staging = std::make_shared<GdsStaging>(*e.engine, e.options.device(),
+                                                        pages * kGdsAlignmentBytes, driver);
     driver->limit_bounce_bytes(host_budget(e));
     shared_->cufile = std::move(driver);
   }

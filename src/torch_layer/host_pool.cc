@@ -63,8 +63,9 @@ void warn_pageable_once() {
   static std::atomic<std::uint64_t> warned_epoch{~std::uint64_t{0}};
   const std::uint64_t epoch = emulation_epoch();
   if (warned_epoch.exchange(epoch) == epoch) return;
-  TORCH_WARN("spillarena: pinned host memory is unavailable; the host pool is pageable "
-             "(device copies are then synchronous)");
+  TORCH_WARN(
+      "spillarena: pinned host memory is unavailable; the host pool is pageable "
+      "(device copies are then synchronous)");
 }
 
 // Pinned for `device` through LibTorch's host allocator (or the emulated device's stand-in);
@@ -161,8 +162,8 @@ std::optional<HostPool::Lease> HostPool::try_take(std::uint64_t bytes, std::uint
   Lease lease;
   lease.pool_ = shared_from_this();
   lease.block_ = *block;
-  lease.host_ = memory_.narrow(0, static_cast<std::int64_t>(block->offset),
-                               static_cast<std::int64_t>(bytes));
+  lease.host_ =
+      memory_.narrow(0, static_cast<std::int64_t>(block->offset), static_cast<std::int64_t>(bytes));
   return lease;
 }
 

@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "core/platform.h"
-#include "spill/tensor_stash.h"
 #include "spill/quote.h"
+#include "spill/tensor_stash.h"
 #include "spill/units.h"
 #include "storable.h"
 
@@ -50,8 +50,9 @@ std::string errno_text(int e) {
 
 [[noreturn]] void fail(IoOp op, const std::string& what, const std::string& path, int e,
                        std::uint64_t offset = 0, std::uint64_t bytes = 0) {
-  throw IoError(e, "spill: per-file stash: " + what + " " + quote(path) + " failed: " + errno_text(e) +
-                       "; check the directory's free space and that nothing else writes there",
+  throw IoError(e,
+                "spill: per-file stash: " + what + " " + quote(path) + " failed: " + errno_text(e) +
+                    "; check the directory's free space and that nothing else writes there",
                 op, offset, bytes);
 }
 
@@ -89,9 +90,9 @@ int create_file(const std::string& directory, std::string* path) {
 // bytes, torch::save returns normally, and the failure (its errno, where it happened, how large
 // the file had to be) becomes a typed error here, after the file is removed.
 struct WriteOutcome {
-  int error = 0;                 // the first failed write's errno
-  std::uint64_t failed_at = 0;   // file offset of that write
-  std::uint64_t total_bytes = 0; // the whole archive, written or not
+  int error = 0;                  // the first failed write's errno
+  std::uint64_t failed_at = 0;    // file offset of that write
+  std::uint64_t total_bytes = 0;  // the whole archive, written or not
 };
 
 WriteOutcome save(const torch::Tensor& host, int fd) {
@@ -113,8 +114,8 @@ WriteOutcome save(const torch::Tensor& host, int fd) {
 [[noreturn]] void fail_save(const WriteOutcome& w, const std::string& path,
                             const std::string& directory) {
   const std::string where = "spill: per-file stash: writing " + quote(path) + " failed at byte " +
-                            std::to_string(w.failed_at) + " of " +
-                            std::to_string(w.total_bytes) + ": " + errno_text(w.error);
+                            std::to_string(w.failed_at) + " of " + std::to_string(w.total_bytes) +
+                            ": " + errno_text(w.error);
   if (w.error == ENOSPC || w.error == EDQUOT) {
     platform::FileSystemInfo fs;
     const std::uint64_t free_bytes =
@@ -126,8 +127,9 @@ WriteOutcome save(const torch::Tensor& host, int fd) {
             "or use a disk arena, which reserves its space when it is made");
   }
   throw IoError(w.error,
-                where + " (the partial file is removed); check the directory's file system, "
-                        "its free space and the file size limit (ulimit -f)",
+                where +
+                    " (the partial file is removed); check the directory's file system, "
+                    "its free space and the file size limit (ulimit -f)",
                 IoOp::write, w.failed_at, w.total_bytes);
 }
 

@@ -79,8 +79,7 @@ const char* to_string(State state) {
 void advance(Entry& e, State to) {
   if (!allowed(e.state, to)) {
     throw std::logic_error(std::string("spill: stashed tensor moved from ") + to_string(e.state) +
-                           " to " + to_string(to) +
-                           "; see Note [Lifecycle of a stashed tensor]");
+                           " to " + to_string(to) + "; see Note [Lifecycle of a stashed tensor]");
   }
   e.state = to;
 }
@@ -123,7 +122,7 @@ Entry::Entry(const torch::Tensor& t, std::shared_ptr<StashCounters> c)
       version(version_counter.current_version()),
       sizes(t.sizes().vec()),
       strides(!t.is_contiguous() && t.is_non_overlapping_and_dense() ? t.strides().vec()
-                                                                       : std::vector<int64_t>()),
+                                                                     : std::vector<int64_t>()),
       options(t.options()),
       bytes(static_cast<std::uint64_t>(t.nbytes())),
       accelerator(CopyEngine::is_accelerator_input(t)),

@@ -65,7 +65,8 @@ def workdir():
 
 @pytest.fixture(scope="session")
 def model_dir(workdir):
-    """A 2-layer Llama (random weights, dropout on) and its tokenizer, saved with save_pretrained."""
+    """A 2-layer Llama (random weights, dropout on) and its tokenizer, saved with
+    save_pretrained."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     path = workdir / "tiny-llama"
@@ -94,7 +95,8 @@ def dataset(workdir):
 @pytest.fixture
 def spill_dir():
     """A fresh directory on disk (never tmpfs); the test fails if anything is left in it."""
-    path = pathlib.Path(tempfile.mkdtemp(prefix="spillarena-axolotl-", dir=spillarena.default_spill_directory()))
+    path = pathlib.Path(
+        tempfile.mkdtemp(prefix="spillarena-axolotl-", dir=spillarena.default_spill_directory()))
     yield path
     leftovers = sorted(p.name for p in path.iterdir())
     shutil.rmtree(path, ignore_errors=True)
@@ -140,7 +142,8 @@ def write_config(path, model_dir, dataset, **keys):
 
 def axolotl_train(config):
     """`axolotl train config --launcher python` in a child process; the finished process."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
     env["HF_HOME"] = str(config.parent / "hf-home")
     axolotl = pathlib.Path(sys.executable).parent / "axolotl"
     return subprocess.run([str(axolotl), "train", str(config), "--launcher", "python"],

@@ -10,8 +10,7 @@ from axolotl.cli.config import load_cfg
 from axolotl.integrations.base import PluginManager
 
 import spillarena
-from conftest import (HIDDEN, LAYERS, MICRO_BATCH, PLUGIN, RECORDER, SEQ, axolotl_train,
-                      write_config)
+from conftest import HIDDEN, LAYERS, MICRO_BATCH, PLUGIN, RECORDER, SEQ, axolotl_train, write_config
 
 NEEDED_BYTES = spillarena.bytes_for_layer_inputs(LAYERS, (MICRO_BATCH, SEQ, HIDDEN), torch.float32)
 
@@ -32,7 +31,7 @@ def _plugin():
 
 def test_a_missing_directory_is_refused_when_the_config_loads(config, workdir):
     missing = workdir / "no-such-directory"
-    with pytest.raises(spillarena.DirectoryError, match="does not exist.*spillarena_directory="):
+    with pytest.raises(spillarena.DirectoryError, match=r"does not exist.*spillarena_directory="):
         load_cfg(str(config(spillarena_directory=str(missing))))
 
 
@@ -48,7 +47,7 @@ def test_a_memory_backed_directory_is_refused_when_the_config_loads(config):
 
 
 def test_an_unknown_io_mode_is_refused_when_the_config_loads(config):
-    with pytest.raises(spillarena.InvalidArgumentError, match="io must be one of.*'fast'"):
+    with pytest.raises(spillarena.InvalidArgumentError, match=r"io must be one of.*'fast'"):
         load_cfg(str(config(spillarena_io="fast")))
 
 
@@ -103,10 +102,11 @@ def test_the_default_capacity_is_one_layer_input_per_decoder_layer(config):
 
 def test_a_capacity_too_small_for_the_model_is_refused_before_the_model_loads(config):
     cfg = load_cfg(str(config(spillarena_capacity_bytes=NEEDED_BYTES - 1)))
-    with pytest.raises(spillarena.InvalidArgumentError,
-                       match=f"spillarena_capacity_bytes is {NEEDED_BYTES - 1}, less than .* "
-                             f"{LAYERS} layers x micro_batch_size {MICRO_BATCH} x sequence_len "
-                             f"{SEQ} x hidden_size {HIDDEN} x torch.float32 = {NEEDED_BYTES} bytes"):
+    with pytest.raises(
+            spillarena.InvalidArgumentError,
+            match=f"spillarena_capacity_bytes is {NEEDED_BYTES - 1}, less than .* "
+            f"{LAYERS} layers x micro_batch_size {MICRO_BATCH} x sequence_len "
+            f"{SEQ} x hidden_size {HIDDEN} x torch.float32 = {NEEDED_BYTES} bytes"):
         PluginManager.get_instance().pre_model_load(cfg)
 
 

@@ -1,4 +1,5 @@
-"""`axolotl train` with the spillarena plugin against axolotl's own `gradient_checkpointing: true`."""
+"""`axolotl train` with the spillarena plugin against axolotl's own
+`gradient_checkpointing: true`."""
 
 import re
 

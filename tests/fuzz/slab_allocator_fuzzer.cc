@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "allocator_model.h"
+#include "core/slab_allocator.h"
 #include "fuzz_check.h"
 #include "spill/error.h"
-#include "core/slab_allocator.h"
 
 using spill::Block;
 using spill::SlabAllocator;

@@ -20,7 +20,8 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 @pytest.fixture
 def spill_dir():
     """A fresh directory on disk (never tmpfs); the test fails if anything is left in it."""
-    path = pathlib.Path(tempfile.mkdtemp(prefix="spillarena-pytest-", dir=spillarena.default_spill_directory()))
+    path = pathlib.Path(
+        tempfile.mkdtemp(prefix="spillarena-pytest-", dir=spillarena.default_spill_directory()))
     yield path
     leftovers = sorted(p.name for p in path.iterdir())
     shutil.rmtree(path, ignore_errors=True)

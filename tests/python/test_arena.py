@@ -29,8 +29,8 @@ def test_stats_are_keyed_by_arena_stats_fields(spill_dir):
 
 
 def test_options_map_to_arena_options(spill_dir):
-    arena = spillarena.SpillArena(4 << 20, directory=str(spill_dir), start_writeback_after_write=False,
-                                  page_cache_limit_bytes=1 << 20)
+    arena = spillarena.SpillArena(4 << 20, directory=str(spill_dir),
+                                  start_writeback_after_write=False, page_cache_limit_bytes=1 << 20)
     options = arena.options()
     assert tuple(options) == spillarena.ARENA_OPTIONS
     # The arena's keywords, then its stash's (spill::StashOptions, kept with the arena).
@@ -121,7 +121,8 @@ def test_too_large_a_capacity_is_insufficient_space_and_leaks_nothing(spill_dir)
     with pytest.raises(spillarena.InsufficientSpaceError) as caught:
         spillarena.SpillArena(spillarena.MAX_CAPACITY_BYTES // 2, spill_dir)
     e = caught.value
-    assert e.needed_bytes == spillarena.MAX_CAPACITY_BYTES // 2 and 0 < e.available_bytes < e.needed_bytes
+    assert e.needed_bytes == spillarena.MAX_CAPACITY_BYTES // 2
+    assert 0 < e.available_bytes < e.needed_bytes
     assert str(e.needed_bytes) in str(e)
     assert open_fds() == before
 
@@ -150,7 +151,7 @@ def test_an_exhausted_arena_raises_and_stays_usable(spill_dir):
 
 @pytest.mark.parametrize("first", [None, 3, [torch.ones(2)], "hidden"])
 def test_a_non_tensor_first_argument_is_an_invalid_argument(first, arena):
-    with pytest.raises(spillarena.InvalidArgumentError, match="must be a torch.Tensor"):
+    with pytest.raises(spillarena.InvalidArgumentError, match=r"must be a torch.Tensor"):
         spillarena.checkpoint(torch.nn.Identity(), first, arena=arena)
     with pytest.raises(spillarena.InvalidArgumentError, match="arena"):
         spillarena.checkpoint(torch.nn.Identity(), torch.ones(2), arena=None)
@@ -190,7 +191,8 @@ def test_every_cpp_error_becomes_its_python_class_with_message_and_fields(name):
 
 def test_import_fails_clearly_under_another_torch():
     code = "import torch; torch.__version__ = '2.4.0'; import spillarena"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
     assert result.returncode != 0
     assert "ImportError" in result.stderr
     assert "spillarena was built against torch" in result.stderr and "2.4.0" in result.stderr
@@ -256,8 +258,10 @@ def test_the_staging_pool_never_exceeds_the_arena(spill_dir):
     assert arena.stats()["staging_bytes"] <= 1 << 20
 
 
-@pytest.mark.parametrize("make", [lambda: torch.eye(4).to_sparse(), lambda: torch.empty(4, device="meta"),
-                                  lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])])
+@pytest.mark.parametrize("make", [
+    lambda: torch.eye(4).to_sparse(), lambda: torch.empty(4, device="meta"),
+    lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+])
 def test_tensors_without_dense_data_are_an_invalid_argument(make, arena):
     with pytest.raises(spillarena.InvalidArgumentError, match="dense"):
         spillarena.shared_arena_stash(arena).store(make())
@@ -270,7 +274,7 @@ def test_one_handle_restored_and_freed_from_two_threads_never_crashes(arena):
         handle = stash.store(source)
         results = []
 
-        def restore():
+        def restore(handle=handle, results=results):
             try:
                 results.append(torch.equal(handle.restore(), source))
             except spillarena.CheckpointError:
@@ -286,7 +290,8 @@ def test_one_handle_restored_and_freed_from_two_threads_never_crashes(arena):
 
 
 def test_the_host_budget_is_a_keyword_with_typed_errors(spill_dir):
-    arena = spillarena.SpillArena(4 << 20, spill_dir, host_pool_bytes=1 << 20, when_pool_full="keep_on_device")
+    arena = spillarena.SpillArena(4 << 20, spill_dir, host_pool_bytes=1 << 20,
+                                  when_pool_full="keep_on_device")
     assert arena.options()["host_pool_bytes"] == 1 << 20
     assert arena.options()["when_pool_full"] == "keep_on_device"
     for bad in (0, 100):

@@ -15,9 +15,8 @@ from conftest import assert_drained
 def encoder_stack(layers=3, width=32):
     torch.manual_seed(0)
     return torch.nn.ModuleList(
-        torch.nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=64, dropout=0.2, batch_first=True)
-        for _ in range(layers)
-    ).train()
+        torch.nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=64, dropout=0.2,
+                                         batch_first=True) for _ in range(layers)).train()
 
 
 def grads_of(module):
@@ -34,7 +33,8 @@ def test_transformer_encoder_stack_in_a_plain_loop_is_bit_identical(arena):
         start = h
         torch.manual_seed(5)
         for layer in stack:
-            h = spillarena.checkpoint(layer, h, arena=arena, use_reentrant=False) if checkpointed else layer(h)
+            h = (spillarena.checkpoint(layer, h, arena=arena, use_reentrant=False)
+                 if checkpointed else layer(h))
         loss = h.pow(2).mean()
         loss.backward()
         return loss.detach(), grads_of(stack), start.grad
@@ -54,12 +54,15 @@ def test_tensors_inside_a_partial_and_in_kwargs_get_their_gradients(arena):
 
     def layer(h, scale, *, bias, mask=None, tag="x"):
         assert tag == "kept"
-        return torch.nn.functional.dropout(linear(h) * scale + bias, 0.3) * mask, None, {"aux": h.sum()}
+        y = torch.nn.functional.dropout(linear(h) * scale + bias, 0.3) * mask
+        return y, None, {"aux": h.sum()}
 
     def make_inputs():
         g = torch.Generator().manual_seed(2)
-        return (torch.randn(4, 8, generator=g, requires_grad=True), torch.randn(8, generator=g, requires_grad=True),
-                torch.randn(8, generator=g, requires_grad=True), (torch.rand(4, 8, generator=g) > 0.2).float())
+        return (torch.randn(4, 8, generator=g, requires_grad=True),
+                torch.randn(8, generator=g, requires_grad=True),
+                torch.randn(8, generator=g, requires_grad=True),
+                (torch.rand(4, 8, generator=g) > 0.2).float())
 
     def run(checkpointed):
         linear.zero_grad(set_to_none=True)
@@ -102,7 +105,7 @@ def test_autograd_grad_is_refused_with_a_clear_error(arena):
     linear = torch.nn.Linear(8, 8)
     x = torch.randn(2, 8, requires_grad=True)
     y = spillarena.checkpoint(linear, x, arena=arena).sum()
-    with pytest.raises(spillarena.CheckpointError, match="torch.autograd.grad"):
+    with pytest.raises(spillarena.CheckpointError, match=r"torch.autograd.grad"):
         torch.autograd.grad(y, x)
     del y
     assert_drained(arena)
@@ -128,7 +131,8 @@ def test_stash_round_trip_through_the_arena(arena):
     {"io_backend": "thread_pool", "prefetch_depth": 0}, {"keep_last": 2}, {"backing": "ram"},
 ], ids=["buffered", "direct", "synchronous", "thread_pool", "keep_last_2", "ram"])
 def test_every_arena_configuration_gives_the_same_gradients(options, spill_dir):
-    arena = spillarena.SpillArena(16 << 20, None if options.get("backing") == "ram" else spill_dir, **options)
+    arena = spillarena.SpillArena(16 << 20, None if options.get("backing") == "ram" else spill_dir,
+                                  **options)
     stack = encoder_stack()
     x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))
 

@@ -51,9 +51,11 @@ def test_pickling_an_arena_a_stash_or_an_enabled_model_is_a_typed_error(spill_di
     model = spillarena.enable(tiny_llama(), arena)
     layer = model.model.layers[0]  # holds the checkpoint function enable() gave it
     for thing in (layer, model):  # the model once failed first on transformers' embedding hook
-        with pytest.raises(spillarena.InvalidArgumentError, match="state_dict.*spillarena.disable"):
+        with pytest.raises(spillarena.InvalidArgumentError,
+                           match=r"state_dict.*spillarena.disable"):
             pickle.dumps(thing)
-        with pytest.raises(spillarena.InvalidArgumentError, match="state_dict.*spillarena.disable"):
+        with pytest.raises(spillarena.InvalidArgumentError,
+                           match=r"state_dict.*spillarena.disable"):
             torch.save(thing, io.BytesIO())
     torch.save(model.state_dict(), io.BytesIO())
     # What the error says to do works: a disabled model pickles and comes back whole.

@@ -23,7 +23,8 @@ class Squares(torch.utils.data.Dataset):
 def step(weights, batch, arena):
     x = batch.requires_grad_(True)
     for w in weights:
-        x = spillarena.checkpoint(lambda t, w=w: torch.tanh(t @ w), x, arena=arena) if arena else torch.tanh(x @ w)
+        x = (spillarena.checkpoint(lambda t, w=w: torch.tanh(t @ w), x, arena=arena)
+             if arena else torch.tanh(x @ w))
     x.square().mean().backward()
     grads = [w.grad.clone() for w in weights]
     for w in weights:

@@ -1,5 +1,6 @@
 """Two ranks on CPU (gloo), each with its own arena: DDP and FSDP2 through spillarena, by
-spillarena.enable and by torch's apply_activation_checkpointing(checkpoint_fn=spillarena.checkpoint)."""
+spillarena.enable and by torch's
+apply_activation_checkpointing(checkpoint_fn=spillarena.checkpoint)."""
 
 import faulthandler
 import functools
@@ -50,7 +51,8 @@ def checkpoint_layers(model, **checkpoint_fn):
     model.config.use_cache = False
     apply_activation_checkpointing(
         model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, **checkpoint_fn),
-        check_fn=lambda module: isinstance(module, transformers.models.llama.modeling_llama.LlamaDecoderLayer))
+        check_fn=lambda module: isinstance(
+            module, transformers.models.llama.modeling_llama.LlamaDecoderLayer))
     return model
 
 
@@ -108,10 +110,12 @@ def fsdp2(model):
 
 
 def spawn(tmp_path, wrap, checkpointing="enable"):
-    spill_root = pathlib.Path(spillarena.default_spill_directory()) / f"spillarena-dist-{os.getpid()}"
+    spill_root = (pathlib.Path(spillarena.default_spill_directory())
+                  / f"spillarena-dist-{os.getpid()}")
     spill_root.mkdir()
     try:
-        mp.spawn(run_rank, args=(str(tmp_path / "init"), str(spill_root), str(tmp_path), wrap, checkpointing),
+        mp.spawn(run_rank,
+                 args=(str(tmp_path / "init"), str(spill_root), str(tmp_path), wrap, checkpointing),
                  nprocs=WORLD, join=True)
         assert sorted(p.name for p in spill_root.iterdir()) == ["rank0", "rank1"]
     finally:
@@ -142,10 +146,12 @@ def test_fsdp2_gradients_are_bit_identical(tmp_path):
     check(spawn(tmp_path, fsdp2))
 
 
-def test_fsdp2_with_torch_checkpoint_wrapper_around_spillarena_is_bit_identical_to_torch_checkpoint(tmp_path):
+def test_fsdp2_with_torch_checkpoint_wrapper_around_spillarena_is_bit_identical_to_torch_checkpoint(
+        tmp_path):
     # apply_activation_checkpointing(checkpoint_fn=spillarena.checkpoint, arena=arena), then
     # fully_shard on each wrapper: the reference is the same recipe with torch's own checkpoint.
     pytest.importorskip("torch.distributed.fsdp")
     results = spawn(tmp_path, fsdp2, checkpointing="wrapper")
     check(results)
-    assert all("_checkpoint_wrapped_module" in name for name in results[0]["result"] if ".layers." in name)
+    assert all("_checkpoint_wrapped_module" in name for name in results[0]["result"]
+               if ".layers." in name)

@@ -20,7 +20,8 @@ SCRIPTS = ("gpu_head_to_head.py", "longest_sequence.py")
 
 
 def load(script):
-    spec = importlib.util.spec_from_file_location(script[:-3], os.path.join(REPO, "bench", "python", script))
+    spec = importlib.util.spec_from_file_location(script[:-3],
+                                                  os.path.join(REPO, "bench", "python", script))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -70,9 +71,10 @@ def test_longest_sequence_skips_gds_without_libcufile_before_any_trial(tmp_path,
     missing = str(tmp_path / "no-such-libcufile.so.0")
     out = tmp_path / "longest.json"
     env = dict(os.environ, SPILLARENA_CUFILE_LIBRARY=missing)
-    done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "python", "longest_sequence.py"),
-                           "--device", "cpu", "--smoke", "--modes", "spillarena_gds",
-                           "--spill-dir", str(spill_dir), "--out", str(out)],
+    script = os.path.join(REPO, "bench", "python", "longest_sequence.py")
+    done = subprocess.run([sys.executable, script, "--device", "cpu", "--smoke",
+                           "--modes", "spillarena_gds", "--spill-dir", str(spill_dir),
+                           "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -86,11 +88,13 @@ def test_longest_sequence_skips_gds_without_libcufile_before_any_trial(tmp_path,
 def test_gpu_head_to_head_runs_on_the_cpu_with_equal_losses(tmp_path, spill_dir):
     pytest.importorskip("transformers")
     out = tmp_path / "h2h.json"
-    argv = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--intermediate", "128",
-            "--vocab", "128", "--seq", "32", "--steps", "1", "--spill-dir", spill_dir, "--out", str(out)]
+    argv = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+            "--intermediate", "128", "--vocab", "128", "--seq", "32", "--steps", "1",
+            "--spill-dir", spill_dir, "--out", str(out)]
     for extra in ([], ["--append", "--seq", "48", "--modes", "none"]):  # a second length, same file
-        done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "python", "gpu_head_to_head.py"),
-                               *argv, *extra], capture_output=True, text=True, timeout=600)
+        script = os.path.join(REPO, "bench", "python", "gpu_head_to_head.py")
+        done = subprocess.run([sys.executable, script, *argv, *extra],
+                              capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
     runs = json.loads(out.read_text())["runs"]
     assert [r["args"]["seq"] for r in runs] == [32, 48]

@@ -46,10 +46,12 @@ def assert_same(result, reference):
 
 
 def spillarena_graph_breaks():
-    return sum(count for reason, count in dynamo.utils.counters["graph_break"].items() if "spillarena" in reason)
+    return sum(count for reason, count in dynamo.utils.counters["graph_break"].items()
+               if "spillarena" in reason)
 
 
-def test_whole_model_compile_breaks_the_graph_at_each_layer_and_matches_eager_bit_for_bit(spill_dir):
+def test_whole_model_compile_breaks_the_graph_at_each_layer_and_matches_eager_bit_for_bit(
+        spill_dir):
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
     torch.manual_seed(0)
     model = spillarena.enable(tiny_llama().train(), arena)  # enable first, then compile
@@ -81,10 +83,12 @@ def test_compiled_decoder_layers_match_eager_bit_for_bit(how, spill_dir):
     assert_drained(arena)
 
 
-def test_inductor_whole_model_the_spill_changes_nothing_and_only_the_compiled_head_differs(spill_dir):
+def test_inductor_whole_model_the_spill_changes_nothing_and_only_the_compiled_head_differs(
+        spill_dir):
     # The layers run eagerly either way; Inductor compiles the embedding, the final norm, lm_head
-    # and the loss, whose fused kernels round differently from eager in the last bits. The same compile with in-RAM checkpointing through the same code
-    # (make_in_memory_stash: no spill) must give the same bits as the spill.
+    # and the loss, whose fused kernels round differently from eager in the last bits. The same
+    # compile with in-RAM checkpointing through the same code (make_in_memory_stash: no spill)
+    # must give the same bits as the spill.
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
     runs = {}
     for name, stash in (("spilled", arena), ("in RAM", spillarena.make_in_memory_stash())):

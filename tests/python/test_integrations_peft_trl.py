@@ -16,7 +16,8 @@ STEPS, BATCH, SEQ = 3, 2, 16
 
 def lora_llama():
     torch.manual_seed(0)
-    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1, target_modules=["q_proj", "v_proj"])
+    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1,
+                             target_modules=["q_proj", "v_proj"])
     return peft.get_peft_model(tiny_llama(), config).train()
 
 
@@ -56,7 +57,7 @@ def test_peft_lora_trains_as_with_transformers_checkpointing(spill_dir):
     assert arena.stats()["allocations"] == STEPS * LAYERS
     # The guard is on the wrapper and on the base model both (Trainer calls the wrapper).
     for holder in (model, model.get_base_model()):
-        with pytest.raises(spillarena.InvalidArgumentError, match="spillarena.disable"):
+        with pytest.raises(spillarena.InvalidArgumentError, match=r"spillarena.disable"):
             holder.activation_checkpointing_enable()
     spillarena.disable(model)
     assert not model.is_activation_checkpointing
@@ -71,21 +72,25 @@ def test_peft_lora_trains_as_with_transformers_checkpointing(spill_dir):
 def byte_tokenizer():
     """A word-level tokenizer over the bundled text's words, built here (no hub)."""
     tokenizers = pytest.importorskip("tokenizers")
-    words = bundled_text_ids(max_bytes=16 * 1024).numpy().tobytes().decode("utf-8", "replace").split()
+    text = bundled_text_ids(max_bytes=16 * 1024).numpy().tobytes().decode("utf-8", "replace")
+    words = text.split()
     vocab = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3}
     for word in words:
         if len(vocab) < 256:
             vocab.setdefault(word, len(vocab))
     core = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>",
+                                                unk_token="<unk>", bos_token="<s>",
+                                                eos_token="</s>")
 
 
 def text_dataset():
     datasets = pytest.importorskip("datasets")
-    lines = bundled_text_ids(max_bytes=16 * 1024).numpy().tobytes().decode("utf-8", "replace").splitlines()
-    return datasets.Dataset.from_list([{"text": line} for line in lines if len(line.split()) > 8][:16])
+    text = bundled_text_ids(max_bytes=16 * 1024).numpy().tobytes().decode("utf-8", "replace")
+    lines = text.splitlines()
+    return datasets.Dataset.from_list([{"text": line} for line in lines
+                                       if len(line.split()) > 8][:16])
 
 
 
@@ -98,12 +103,13 @@ def sft_train(tmp_path, model, gradient_checkpointing):
             self.losses.append((loss[0] if isinstance(loss, tuple) else loss).detach().clone())
             return loss
 
-    args = trl.SFTConfig(
-        output_dir=str(tmp_path / f"sft-{gradient_checkpointing}"), gradient_checkpointing=gradient_checkpointing,
-        max_steps=STEPS, per_device_train_batch_size=BATCH, learning_rate=1e-2, max_length=SEQ,
-        logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0,
-        dataloader_num_workers=0, disable_tqdm=True)
-    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1, target_modules=["q_proj", "v_proj"])
+    args = trl.SFTConfig(output_dir=str(tmp_path / f"sft-{gradient_checkpointing}"),
+                         gradient_checkpointing=gradient_checkpointing, max_steps=STEPS,
+                         per_device_train_batch_size=BATCH, learning_rate=1e-2, max_length=SEQ,
+                         logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
+                         seed=0, dataloader_num_workers=0, disable_tqdm=True)
+    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1,
+                             target_modules=["q_proj", "v_proj"])
     trainer = LossRecordingSFTTrainer(model=model, args=args, train_dataset=text_dataset(),
                                       processing_class=byte_tokenizer(), peft_config=config)
     trainer.losses = []
@@ -119,7 +125,8 @@ def test_trl_sft_trainer_with_lora_matches_its_own_checkpointing_step_for_step(t
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
     torch.manual_seed(0)
     model = spillarena.enable(tiny_llama(), arena)  # before SFTTrainer wraps it in LoRA
-    trainer = sft_train(tmp_path, model, gradient_checkpointing=False)  # SFTConfig's default is True
+    # SFTConfig's default is True.
+    trainer = sft_train(tmp_path, model, gradient_checkpointing=False)
     trainer.train()
     losses = torch.stack(trainer.losses)
 

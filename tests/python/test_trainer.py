@@ -49,7 +49,8 @@ def train(tmp_path, transformers_checkpointing, arena=None):
     return torch.stack(trainer.losses)
 
 
-def test_trainer_loss_falls_and_matches_transformers_checkpointing_step_for_step(tmp_path, spill_dir):
+def test_trainer_loss_falls_and_matches_transformers_checkpointing_step_for_step(
+        tmp_path, spill_dir):
     reference = train(tmp_path, transformers_checkpointing=True)
     arena = spillarena.SpillArena(8 << 20, spill_dir, keep_last=0)
     spilled = train(tmp_path, transformers_checkpointing=False, arena=arena)

@@ -48,10 +48,12 @@ def step(model, seed):
     torch.manual_seed(seed)
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads
 
 
-@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2, tiny_qwen2], ids=["llama", "gpt2", "qwen2-sdpa"])
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2, tiny_qwen2],
+                         ids=["llama", "gpt2", "qwen2-sdpa"])
 def test_loss_and_every_gradient_are_bit_identical_to_no_checkpointing(build, spill_dir):
     torch.manual_seed(0)
     model = build().train()
@@ -132,7 +134,8 @@ def test_enable_refuses_a_model_without_gradient_checkpointing(spill_dir):
             self.linear = torch.nn.Linear(4, 4)
 
     model = NoCheckpointing(transformers.PretrainedConfig())
-    with pytest.raises(spillarena.InvalidArgumentError, match="does not support gradient checkpointing"):
+    with pytest.raises(spillarena.InvalidArgumentError,
+                       match="does not support gradient checkpointing"):
         spillarena.enable(model, arena)
     with pytest.raises(ValueError):  # InvalidArgumentError is a ValueError too
         spillarena.enable(torch.nn.Linear(2, 2), arena)
@@ -160,7 +163,7 @@ def spilled_layers(model, arena):
 def test_transformers_checkpointing_after_enable_is_an_error_and_the_spill_stays(spill_dir):
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
     model = spillarena.enable(tiny_llama().train(), arena)
-    with pytest.raises(spillarena.InvalidArgumentError, match="spillarena.disable"):
+    with pytest.raises(spillarena.InvalidArgumentError, match=r"spillarena.disable"):
         model.activation_checkpointing_enable()
     with pytest.raises(spillarena.InvalidArgumentError, match="TrainingArguments"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -169,7 +172,8 @@ def test_transformers_checkpointing_after_enable_is_an_error_and_the_spill_stays
 
 
 @pytest.mark.parametrize("argument", ["activation_checkpointing", "gradient_checkpointing"])
-def test_trainer_with_checkpointing_on_refuses_an_enabled_model_before_the_first_step(argument, spill_dir, tmp_path):
+def test_trainer_with_checkpointing_on_refuses_an_enabled_model_before_the_first_step(
+        argument, spill_dir, tmp_path):
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
     model = spillarena.enable(tiny_llama(), arena)
     args = transformers.TrainingArguments(
@@ -213,7 +217,8 @@ def test_transformers_disable_then_enable_pauses_and_resumes_the_spill(spill_dir
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
     assert spilled_layers(model, arena) == LAYERS  # the arena again, not torch's checkpoint
     spillarena.disable(model)
-    model.activation_checkpointing_enable()  # the user's own choice now: transformers' checkpointing
+    # The user's own choice now: transformers' checkpointing.
+    model.activation_checkpointing_enable()
     assert model.is_activation_checkpointing and spilled_layers(model, arena) == 0
     assert_drained(arena)
 
@@ -222,7 +227,8 @@ def test_enable_twice_is_an_error_until_disable(spill_dir):
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
     other = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
     model = spillarena.enable(tiny_llama().train(), arena)
-    with pytest.raises(spillarena.InvalidArgumentError, match="already enabled.*spillarena.disable"):
+    with pytest.raises(spillarena.InvalidArgumentError,
+                       match=r"already enabled.*spillarena.disable"):
         spillarena.enable(model, other)
     with pytest.raises(spillarena.InvalidArgumentError, match="already enabled"):
         spillarena.enable(model, arena, every_n_layers=2)
@@ -236,13 +242,14 @@ def test_enable_twice_is_an_error_until_disable(spill_dir):
 def test_enable_after_torch_compile_is_an_error(spill_dir):
     arena = spillarena.SpillArena(1 << 20, spill_dir)
     model = tiny_llama()
-    with pytest.raises(spillarena.InvalidArgumentError, match="enable.*first and torch.compile afterwards"):
+    with pytest.raises(spillarena.InvalidArgumentError,
+                       match=r"enable.*first and torch.compile afterwards"):
         spillarena.enable(torch.compile(model), arena)
     model.compile()  # in place
     with pytest.raises(spillarena.InvalidArgumentError, match="already compiled"):
         spillarena.enable(model, arena)
     model = tiny_llama()
     model.model.layers[1].compile()
-    with pytest.raises(spillarena.InvalidArgumentError, match="model.layers.1"):
+    with pytest.raises(spillarena.InvalidArgumentError, match=r"model.layers.1"):
         spillarena.enable(model, arena)
     assert not model.is_activation_checkpointing  # nothing was changed

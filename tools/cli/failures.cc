@@ -41,8 +41,7 @@ struct Rewording {
 constexpr Rewording kRewordings[] = {
     {"choose another with options.directory or $SPILL_DIR", "choose another with --dir"},
     {"point options.directory at a directory", "point --dir at a directory"},
-    {"(options.directory or $SPILL_DIR), or set options.allow_memory_backed_directory",
-     "(--dir)"},
+    {"(options.directory or $SPILL_DIR), or set options.allow_memory_backed_directory", "(--dir)"},
     {"lower capacity_bytes", "lower --capacity (or use a smaller model)"},
 };
 
@@ -64,7 +63,8 @@ std::string in_cli_words(std::string message) {
 // (RLIMIT_NPROC, counted per user) or the cgroup's pids.max.
 std::string system_failure(const std::system_error& e) {
   if (e.code() == std::errc::resource_unavailable_try_again) {
-    return std::string("cannot start a thread (") + e.what() + "): the limit on processes and "
+    return std::string("cannot start a thread (") + e.what() +
+           "): the limit on processes and "
            "threads is reached (ulimit -u, or the container's pids.max); raise it or stop other "
            "processes of this user";
   }
@@ -113,7 +113,8 @@ int finish_output(int exit_code) {
   std::cout.flush();
   if (std::cout.good()) return exit_code;
   const int e = errno;
-  print_error(std::string("cannot write to standard output") + (e ? ": " + std::string(std::strerror(e)) : "") +
+  print_error(std::string("cannot write to standard output") +
+              (e ? ": " + std::string(std::strerror(e)) : "") +
               "; send it to a file system with free space (or drop the redirection)");
   return 1;
 }

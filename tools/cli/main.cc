@@ -9,8 +9,8 @@
 // a --capacity too small for the model included). Every failure is one line on stderr; an option
 // that does nothing in the chosen mode is one warning line there (see Note [Options a mode does
 // not use] in tools/cli/train_command.cc).
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <iostream>
@@ -98,14 +98,17 @@ void add_train_model(CLI::App& train, TrainRequest& r) {
 
 void add_train(CLI::App& app, TrainRequest& r) {
   auto* train = app.add_subcommand(
-      "train", "Train a small GPT-style model through a SpillArena. An option the chosen --mode "
-               "does not use (--io: disk only; --capacity: disk, ram; --dir: disk, per-file) is "
-               "ignored with a one-line warning on stderr");
+      "train",
+      "Train a small GPT-style model through a SpillArena. An option the chosen --mode "
+      "does not use (--io: disk only; --capacity: disk, ram; --dir: disk, per-file) is "
+      "ignored with a one-line warning on stderr");
   train->add_option("--mode", r.mode, "disk, ram, recompute, none or per-file")
       ->capture_default_str()
       ->check(CLI::IsMember(spill::harness::mode_spellings()));
-  train->add_option("--io", r.io, "Disk mode I/O: auto, also spelled automatic as in Python "
-                    "and C++ (direct when the arena exceeds usable memory), buffered or direct")
+  train
+      ->add_option("--io", r.io,
+                   "Disk mode I/O: auto, also spelled automatic as in Python "
+                   "and C++ (direct when the arena exceeds usable memory), buffered or direct")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "automatic", "buffered", "direct"}));
   add_train_model(*train, r);
@@ -173,7 +176,6 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == 0) return spill::cli::finish_output(app.exit(e));  // --help
     return spill::cli::report_usage_error(spill::printable(e.what()) + " (see spillarena --help)");
   }
-  return spill::cli::finish_output(spill::cli::run_guarded([&] {
-    return run_command(app, plan, train);
-  }));
+  return spill::cli::finish_output(
+      spill::cli::run_guarded([&] { return run_command(app, plan, train); }));
 }

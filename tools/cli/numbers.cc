@@ -16,8 +16,7 @@ namespace {
 std::string shown(std::string_view text) {
   constexpr std::size_t kMaxShown = 40;
   if (text.size() <= kMaxShown) return quote(text);
-  return quote(text.substr(0, kMaxShown)) + "... (" + std::to_string(text.size()) +
-         " characters)";
+  return quote(text.substr(0, kMaxShown)) + "... (" + std::to_string(text.size()) + " characters)";
 }
 
 std::string count_range(CountBounds b) {
@@ -112,16 +111,16 @@ Parsed<std::uint64_t> whole_number(std::string_view option, std::string_view tex
                                    std::uint64_t multiplier, const std::string& range) {
   const bool nonzero = text.find_first_of("123456789") != std::string_view::npos;
   if (!text.empty() && text[0] == '-' && nonzero) {
-    return failure<std::uint64_t>(option, "cannot be negative, got " + shown(text) + "; pass " +
-                                              range);
+    return failure<std::uint64_t>(option,
+                                  "cannot be negative, got " + shown(text) + "; pass " + range);
   }
   if (!all_digits(text)) {
     return failure<std::uint64_t>(option, "must be " + range + ", got " + shown(text));
   }
   std::uint64_t v = 0;
   if (!digits_to_u64(text, &v) || (multiplier > 1 && v > UINT64_MAX / multiplier)) {
-    return failure<std::uint64_t>(option, "is too large to count, got " + shown(text) +
-                                              "; pass " + range);
+    return failure<std::uint64_t>(option,
+                                  "is too large to count, got " + shown(text) + "; pass " + range);
   }
   Parsed<std::uint64_t> p;
   p.value = v * multiplier;
@@ -149,8 +148,8 @@ Parsed<std::uint64_t> add_fraction(std::string_view option, std::string_view tex
   while (digits.size() > 1 && digits.back() == '0') digits.remove_suffix(1);
   std::uint64_t numerator = 0;
   if (digits.size() > kMaxFractionDigits || !digits_to_u64(digits, &numerator)) {
-    return failure<std::uint64_t>(option, "has more fraction digits than any size needs, got " +
-                                              shown(text));
+    return failure<std::uint64_t>(
+        option, "has more fraction digits than any size needs, got " + shown(text));
   }
   __extension__ typedef unsigned __int128 Wide;
   Wide scale = 1;
@@ -192,17 +191,19 @@ Parsed<std::uint64_t> parse_size(std::string_view option, std::string_view text,
   }
   if (multiplier == 0) {
     return failure<std::uint64_t>(option, "has an unknown unit " + shown(unit) + " in " +
-                                              shown(text) + "; use B, KiB, MiB, GiB, TiB or PiB "
+                                              shown(text) +
+                                              "; use B, KiB, MiB, GiB, TiB or PiB "
                                               "(K, KB, M, ... mean the same binary units)");
   }
-  Parsed<std::uint64_t> p =
-      whole == 0 ? Parsed<std::uint64_t>{} : whole_number(option, text.substr(0, whole), multiplier, range);
+  Parsed<std::uint64_t> p = whole == 0
+                                ? Parsed<std::uint64_t>{}
+                                : whole_number(option, text.substr(0, whole), multiplier, range);
   if (!p.ok()) {  // the message names all that was typed, the unit included
-    return failure<std::uint64_t>(option, "is more bytes than can be counted, got " +
-                                              shown(text) + "; pass " + range);
+    return failure<std::uint64_t>(
+        option, "is more bytes than can be counted, got " + shown(text) + "; pass " + range);
   }
-  if (p.ok() && fraction > 0) p = add_fraction(option, text, p.value,
-                                               text.substr(whole + 1, fraction), multiplier);
+  if (p.ok() && fraction > 0)
+    p = add_fraction(option, text, p.value, text.substr(whole + 1, fraction), multiplier);
   return bounded(option, text, p, bounds, range);
 }
 

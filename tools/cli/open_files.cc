@@ -14,7 +14,7 @@ namespace spill::cli {
 // run needs is raised to it when the hard limit allows, as an unprivileged process may; only a
 // hard limit below it is an error, naming both limits.
 std::string ensure_open_file_limit() {
-  struct rlimit limit {};
+  struct rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return "";  // unknown: let the opens say
   if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= kMinOpenFiles) return "";
   if (limit.rlim_max == RLIM_INFINITY || limit.rlim_max >= kMinOpenFiles) {
@@ -22,10 +22,11 @@ std::string ensure_open_file_limit() {
     raised.rlim_cur = kMinOpenFiles;
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return "";
   }
-  return "this process may open only " + std::to_string(limit.rlim_cur) + " files (ulimit -n; hard "
-         "limit " + (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited") :
-                     std::to_string(limit.rlim_max)) + ") but a run needs " +
-         std::to_string(kMinOpenFiles) + "; raise it (ulimit -n 1024)";
+  return "this process may open only " + std::to_string(limit.rlim_cur) +
+         " files (ulimit -n; hard limit " +
+         (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                          : std::to_string(limit.rlim_max)) +
+         ") but a run needs " + std::to_string(kMinOpenFiles) + "; raise it (ulimit -n 1024)";
 }
 
 }  // namespace spill::cli

@@ -10,9 +10,9 @@
 #include <sstream>
 #include <vector>
 
+#include "clock.h"
 #include "core/arena_internals.h"
 #include "core/slab_allocator.h"
-#include "clock.h"
 #include "failures.h"
 #include "memory_budget.h"
 #include "spill/core.h"
@@ -56,7 +56,8 @@ Probe probe_bandwidth(const std::string& dir, std::uint64_t bytes) {
     regions.push_back(arena.allocate(std::min(kProbeChunkBytes, bytes - done)));
     regions.back().write(buffer.data(), regions.back().requested_bytes());
   }
-  for (auto& r : regions) spill::detail::drop_cached_pages(r);  // waits for writeback: the disk's write rate
+  // Waits for writeback: the disk's write rate.
+  for (auto& r : regions) spill::detail::drop_cached_pages(r);
   Probe p;
   p.bytes = bytes;
   p.write_gbps = static_cast<double>(bytes) / seconds_since(t0) / 1e9;
@@ -118,15 +119,14 @@ void assess(Plan& p) {
   }
   p.fits = d.usable && !d.memory_backed && d.free_bytes >= p.capacity;
   if (d.usable && d.free_bytes < p.capacity) {
-    p.problems.push_back("the arena needs " + bytes_with_units(p.capacity) + " but " + quote(d.path) +
-                         " has " + bytes_with_units(d.free_bytes) +
+    p.problems.push_back("the arena needs " + bytes_with_units(p.capacity) + " but " +
+                         quote(d.path) + " has " + bytes_with_units(d.free_bytes) +
                          " free; free space there or pass another --dir");
   }
   if (p.fits) try_preallocation(p);
   if (!p.memory.disk_path_fits) {
-    p.problems.push_back("even the disk path holds " +
-                         bytes_with_units(p.memory.disk_path_bytes) + " in RAM but only " +
-                         bytes_with_units(p.memory.limits.usable_bytes()) +
+    p.problems.push_back("even the disk path holds " + bytes_with_units(p.memory.disk_path_bytes) +
+                         " in RAM but only " + bytes_with_units(p.memory.limits.usable_bytes()) +
                          " is usable; use a smaller --batch or --seq");
   }
 }
@@ -137,7 +137,8 @@ void estimate_speed(Plan& p) {
   p.keeps_up = p.io_ms_per_layer <= p.request.layer_ms;
   const double budget_ms = p.request.layer_ms * static_cast<double>(p.request.layers);
   const double layers = static_cast<double>(p.request.layers);
-  const double spillable = p.io_ms_per_layer > 0 ? std::floor(budget_ms / p.io_ms_per_layer) : layers;
+  const double spillable =
+      p.io_ms_per_layer > 0 ? std::floor(budget_ms / p.io_ms_per_layer) : layers;
   p.spillable_layers = static_cast<std::uint64_t>(std::min(layers, spillable));  // bounded first
 }
 
@@ -148,8 +149,8 @@ void run_probe(Plan& p) {
   if (p.request.probe_bytes == 0) {
     p.probe_skipped = "--probe-bytes 0";
   } else if (p.request.probe_bytes < (1 << 20)) {
-    p.probe_skipped = "--probe-bytes " + std::to_string(p.request.probe_bytes) +
-                      " is below the probe's 1 MiB";
+    p.probe_skipped =
+        "--probe-bytes " + std::to_string(p.request.probe_bytes) + " is below the probe's 1 MiB";
   } else if (probe_bytes == 0) {
     p.probe_skipped = "less than 2 MiB free in " + quote(p.dir.path);
   }
@@ -166,13 +167,21 @@ void run_probe(Plan& p) {
 
 nlohmann::json to_json(const Plan& p) {
   const PlanRequest& r = p.request;
-  nlohmann::json j = {
-      {"layers", r.layers}, {"batch", r.batch}, {"seq", r.seq}, {"hidden", r.hidden},
-      {"dtype", r.dtype}, {"element_size_bytes", p.element_size},
-      {"bytes_per_layer", p.bytes_per_layer}, {"capacity_bytes", p.capacity},
-      {"capacity_human", human_bytes(p.capacity)}, {"directory", p.dir.path},
-      {"file_system", p.dir.file_system_type}, {"memory_backed", p.dir.memory_backed},
-      {"free_bytes", p.dir.free_bytes}, {"fits", p.fits}, {"problems", p.problems}};
+  nlohmann::json j = {{"layers", r.layers},
+                      {"batch", r.batch},
+                      {"seq", r.seq},
+                      {"hidden", r.hidden},
+                      {"dtype", r.dtype},
+                      {"element_size_bytes", p.element_size},
+                      {"bytes_per_layer", p.bytes_per_layer},
+                      {"capacity_bytes", p.capacity},
+                      {"capacity_human", human_bytes(p.capacity)},
+                      {"directory", p.dir.path},
+                      {"file_system", p.dir.file_system_type},
+                      {"memory_backed", p.dir.memory_backed},
+                      {"free_bytes", p.dir.free_bytes},
+                      {"fits", p.fits},
+                      {"problems", p.problems}};
   j["probe"] = p.probed ? nlohmann::json{{"bytes", p.probe.bytes},
                                          {"write_GBps", p.probe.write_gbps},
                                          {"read_GBps", p.probe.read_gbps}}
@@ -234,9 +243,9 @@ std::string verdict_line(const Plan& p) {
 
 std::uint64_t element_size_of(const std::string& dtype) {
   static const std::map<std::string, std::uint64_t> sizes = {
-      {"fp32", 4}, {"float32", 4}, {"f32", 4}, {"float", 4},   {"fp16", 2},
-      {"float16", 2}, {"f16", 2}, {"half", 2}, {"bf16", 2},    {"bfloat16", 2},
-      {"fp64", 8}, {"float64", 8}, {"f64", 8}, {"double", 8}, {"fp8", 1}, {"int8", 1}};
+      {"fp32", 4}, {"float32", 4}, {"f32", 4},  {"float", 4},    {"fp16", 2}, {"float16", 2},
+      {"f16", 2},  {"half", 2},    {"bf16", 2}, {"bfloat16", 2}, {"fp64", 8}, {"float64", 8},
+      {"f64", 8},  {"double", 8},  {"fp8", 1},  {"int8", 1}};
   auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
 }
@@ -247,7 +256,8 @@ std::string check_plan_request(const PlanRequest& r) {
   } catch (const spill::InvalidArgumentError&) {
     return std::to_string(r.layers) + " layers of [" + std::to_string(r.batch) + ", " +
            std::to_string(r.seq) + ", " + std::to_string(r.hidden) + "] " + r.dtype +
-           " inputs are more bytes than can be counted; check --layers, --batch, --seq and --hidden";
+           " inputs are more bytes than can be counted; check --layers, --batch, --seq and "
+           "--hidden";
   }
   return "";
 }

@@ -14,8 +14,8 @@ struct PlanRequest {
   std::uint64_t seq = 0;
   std::uint64_t hidden = 0;
   std::string dtype = "bf16";
-  std::string directory;          // "" -> the default spill directory
-  double layer_ms = 0;            // 0: not given
+  std::string directory;                     // "" -> the default spill directory
+  double layer_ms = 0;                       // 0: not given
   std::uint64_t probe_bytes = 256ull << 20;  // 0: skip the bandwidth probe
   bool json = false;
 };

@@ -38,13 +38,13 @@ namespace {
 // out, and keeps its meaning (the red-team pass found nohup'd runs killed by SIGHUP). SIGKILL
 // cannot be caught: it leaves the files, as with torch.save (a disk arena is the way not to).
 bool has_default_action(int signal_number) {
-  struct sigaction current {};
+  struct sigaction current{};
   return sigaction(signal_number, nullptr, &current) == 0 && current.sa_handler == SIG_DFL;
 }
 
 sigset_t stop_signals() {
-  std::vector<int> candidates = {SIGINT,  SIGTERM, SIGHUP,    SIGQUIT, SIGXCPU, SIGPWR, SIGALRM,
-                                 SIGVTALRM, SIGPROF, SIGUSR1, SIGUSR2, SIGPIPE};
+  std::vector<int> candidates = {SIGINT,  SIGTERM,   SIGHUP,  SIGQUIT, SIGXCPU, SIGPWR,
+                                 SIGALRM, SIGVTALRM, SIGPROF, SIGUSR1, SIGUSR2, SIGPIPE};
   for (int s = SIGRTMIN; s <= SIGRTMAX; ++s) candidates.push_back(s);
   sigset_t set;
   sigemptyset(&set);
@@ -107,12 +107,14 @@ SignalCleanedDirectory::SignalCleanedDirectory(const std::string& parent) {
   std::string name = parent + "/spillarena-per-file-XXXXXX";
   if (mkdtemp(name.data()) == nullptr) {
     const int e = errno;
-    const std::string what = "making per-file mode's directory " + quote(name) + " failed: " +
-                             std::strerror(e);
+    const std::string what =
+        "making per-file mode's directory " + quote(name) + " failed: " + std::strerror(e);
     if (e == ENOSPC || e == EDQUOT) {
-      throw InsufficientSpaceError(parent, 0, 0, what + ". Free space there, choose another "
-                                                 "directory (--dir), or use --mode disk, which "
-                                                 "reserves its space when it starts");
+      throw InsufficientSpaceError(parent, 0, 0,
+                                   what +
+                                       ". Free space there, choose another "
+                                       "directory (--dir), or use --mode disk, which "
+                                       "reserves its space when it starts");
     }
     throw DirectoryError(parent, e, what + "; choose another with --dir");
   }

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -87,7 +87,8 @@ std::string load_corpus(const std::string& path) {
     const ssize_t n = read(file.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      throw InvalidArgumentError("cannot read --corpus " + quote(path) + ": " + std::strerror(errno));
+      throw InvalidArgumentError("cannot read --corpus " + quote(path) + ": " +
+                                 std::strerror(errno));
     }
     if (n == 0) break;
     done += static_cast<std::size_t>(n);
@@ -176,9 +177,10 @@ std::string check_train_request(const TrainRequest& r) {
   }
   const std::uint64_t needed = needed_capacity(r);
   if (r.capacity != 0 && r.capacity < needed && uses_arena(r.mode)) {
-    return "--capacity " + std::to_string(r.capacity) + " bytes is too small for this model: a "
-           "step stashes " + std::to_string(r.layers) + " block inputs, " +
-           bytes_with_units(needed) + "; raise --capacity to at least that, or omit it";
+    return "--capacity " + std::to_string(r.capacity) +
+           " bytes is too small for this model: a step stashes " + std::to_string(r.layers) +
+           " block inputs, " + bytes_with_units(needed) +
+           "; raise --capacity to at least that, or omit it";
   }
   return "";
 }
@@ -231,8 +233,9 @@ double check_finite_loss(const TrainRequest& r, std::int64_t step, const torch::
 
 void check_output(std::ostream& out) {
   if (!out) {
-    throw spill::Error("cannot write the progress to standard output (closed, or on a full file "
-                       "system); leave it open, or send it to a file system with free space");
+    throw spill::Error(
+        "cannot write the progress to standard output (closed, or on a full file "
+        "system); leave it open, or send it to a file system with free space");
   }
 }
 
@@ -271,8 +274,7 @@ struct Trainer {
     const auto steps = static_cast<double>(summary.losses.size());
     const std::uint64_t n = summary.losses.size();
     summary.step_ms_mean = total_s / steps * 1e3;
-    summary.tokens_per_s =
-        total_s > 0 ? static_cast<double>(r.batch * r.seq) * steps / total_s : 0;
+    summary.tokens_per_s = total_s > 0 ? static_cast<double>(r.batch * r.seq) * steps / total_s : 0;
     summary.layer_inputs_per_step = needed_capacity(r);
     if (mode.arena) {
       summary.arena = mode.arena->stats();
@@ -394,17 +396,19 @@ int run_train(const TrainRequest& request, std::ostream& out) {
   torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const std::string text = load_corpus(r.corpus);
   if (text.size() < static_cast<std::uint64_t>(r.seq) + 2) {
-    throw InvalidArgumentError("the corpus has " + std::to_string(text.size()) +
-                               " bytes, fewer than --seq + 2; use a longer text or a smaller --seq");
+    throw InvalidArgumentError(
+        "the corpus has " + std::to_string(text.size()) +
+        " bytes, fewer than --seq + 2; use a longer text or a smaller --seq");
   }
   set_up(t, r.mode, t.per_file_directory ? t.per_file_directory->path() : r.directory);
-  torch::Tensor data =
-      torch::from_blob(const_cast<char*>(text.data()), {static_cast<std::int64_t>(text.size())},
-                       torch::kUInt8).to(torch::kLong);
+  torch::Tensor data = torch::from_blob(const_cast<char*>(text.data()),
+                                        {static_cast<std::int64_t>(text.size())}, torch::kUInt8)
+                           .to(torch::kLong);
   BatchSampler sampler(data, r.batch, r.seq, r.seed);
   train_loop(t, sampler, out);
   torch::manual_seed(r.seed);
-  if (r.sample_chars > 0) t.summary.sample = generate(t.model, "And God said", r.sample_chars, r.seq);
+  if (r.sample_chars > 0)
+    t.summary.sample = generate(t.model, "And God said", r.sample_chars, r.seq);
   compare_with_recompute(t, data);
   print_summary(r, t.summary, out);
   check_output(out);

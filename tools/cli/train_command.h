@@ -45,7 +45,7 @@ constexpr std::uint64_t kMaxCorpusBytes = 64ull << 20;
 // (the last block's input is kept) — enough that the summary's memory figures mean something —
 // while 16 steps and 3 paired comparison steps take about a minute on 2 cores (2.6 s a step).
 struct TrainRequest {
-  std::string mode = "disk";      // none | recompute | ram | disk | per-file
+  std::string mode = "disk";  // none | recompute | ram | disk | per-file
   std::int64_t layers = 12;
   std::int64_t hidden = 96;
   std::int64_t heads = 4;
@@ -54,14 +54,14 @@ struct TrainRequest {
   std::int64_t steps = 16;
   double lr = 3e-3;
   std::uint64_t seed = 1;
-  std::string directory;          // "" -> the default spill directory
-  std::uint64_t capacity = 0;     // 0 -> computed from the model
-  std::string io = "auto";         // auto | buffered | direct (disk mode)
+  std::string directory;       // "" -> the default spill directory
+  std::uint64_t capacity = 0;  // 0 -> computed from the model
+  std::string io = "auto";     // auto | buffered | direct (disk mode)
   double dropout = 0.1;
   double attention_dropout = 0.0;
   bool json = false;
-  bool keep_freed_memory = false;  // true: leave glibc's malloc thresholds as they are
-  std::string corpus;             // "" -> the embedded text
+  bool keep_freed_memory = false;   // true: leave glibc's malloc thresholds as they are
+  std::string corpus;               // "" -> the embedded text
   std::int64_t sample_chars = 200;  // 0: no sample
   std::int64_t compare_steps = 3;   // paired steps against recompute mode after training; 0: none
 };

@@ -43,8 +43,9 @@ std::uint64_t cgroup_beyond_anonymous(const Summary& s) {
 nlohmann::json memory_json(const Summary& s) {
   nlohmann::json j = cgroup_json(s.memory);
   j["peak_rss_anon_bytes"] = s.peak_rss_anon;
-  j["cgroup_beyond_rss_anon_bytes"] =
-      s.memory.cgroup_version ? nlohmann::json(cgroup_beyond_anonymous(s)) : nlohmann::json(nullptr);
+  j["cgroup_beyond_rss_anon_bytes"] = s.memory.cgroup_version
+                                          ? nlohmann::json(cgroup_beyond_anonymous(s))
+                                          : nlohmann::json(nullptr);
   j["returns_freed_memory"] = s.returns_freed_memory;
   return j;
 }
@@ -88,7 +89,8 @@ void print_json(const TrainRequest& r, const Summary& s, std::ostream& out) {
                       {"spilled_bytes_per_step", s.spilled_per_step},
                       {"memory", memory_json(s)},
                       {"sample", s.sample}};
-  j["diverged_at_step"] = s.diverged_at_step ? nlohmann::json(s.diverged_at_step) : nlohmann::json(nullptr);
+  j["diverged_at_step"] =
+      s.diverged_at_step ? nlohmann::json(s.diverged_at_step) : nlohmann::json(nullptr);
   j["layer_inputs"] = layer_inputs_json(s);
   j["recompute_comparison"] = comparison_json(s);
   j["arena"] = s.arena ? stats_json(*s.arena) : nlohmann::json(nullptr);
@@ -103,8 +105,8 @@ void print_what_it_bought(const TrainRequest& r, const Summary& s, std::ostream&
   if (s.arena) {
     out << "  layer inputs    " << s.inputs_per_step << " per step, "
         << human_bytes(s.layer_inputs_per_step) << ": in-RAM checkpointing holds them all; "
-        << "this run wrote " << s.inputs_spilled_per_step << " ("
-        << human_bytes(s.spilled_per_step) << ") to " << where << " and kept "
+        << "this run wrote " << s.inputs_spilled_per_step << " (" << human_bytes(s.spilled_per_step)
+        << ") to " << where << " and kept "
         << s.inputs_per_step - std::min(s.inputs_per_step, s.inputs_spilled_per_step) << " ("
         << human_bytes(kept_in_ram(s)) << ") in RAM\n";
   }
@@ -136,11 +138,12 @@ std::string progress_text(const TrainRequest& r, std::int64_t step, const StepRe
                           double mean_s, const SpillArena* arena) {
   std::ostringstream t;
   t << std::fixed << std::setprecision(3) << "step " << step << "/" << r.steps << "  loss "
-    << s.loss << std::setprecision(0) << "  "
-    << static_cast<double>(r.batch * r.seq) / s.seconds << " tok/s";
+    << s.loss << std::setprecision(0) << "  " << static_cast<double>(r.batch * r.seq) / s.seconds
+    << " tok/s";
   if (arena) {
     const ArenaStats a = arena->stats();
-    t << "  arena " << human_bytes(a.bytes_in_use) << " / peak " << human_bytes(a.peak_bytes_in_use);
+    t << "  arena " << human_bytes(a.bytes_in_use) << " / peak "
+      << human_bytes(a.peak_bytes_in_use);
   }
   t << std::setprecision(2) << "  spill " << static_cast<double>(s.io_bytes) / s.seconds / 1e9
     << " GB/s  ETA " << std::setprecision(0) << mean_s * static_cast<double>(r.steps - step)
@@ -167,11 +170,10 @@ void print_summary(const TrainRequest& r, const Summary& s, std::ostream& out) {
         << "  I/O engine      " << to_string(a.io_mode) << " I/O on " << to_string(a.io_backend)
         << (a.staging_bytes ? ", staging " + human_bytes(a.staging_bytes) : std::string()) << "; "
         << a.io_note << "\n"
-        << "  waits           " << a.staging_waits << " for staging ("
-        << std::setprecision(1) << static_cast<double>(a.staging_wait_ns) / 1e6 << " ms), "
-        << st.restore_waits << " of " << st.restores << " restores ("
-        << static_cast<double>(st.restore_wait_ns) / 1e6 << " ms); prefetch hits "
-        << st.prefetch_hits << " of " << st.prefetches << "\n"
+        << "  waits           " << a.staging_waits << " for staging (" << std::setprecision(1)
+        << static_cast<double>(a.staging_wait_ns) / 1e6 << " ms), " << st.restore_waits << " of "
+        << st.restores << " restores (" << static_cast<double>(st.restore_wait_ns) / 1e6
+        << " ms); prefetch hits " << st.prefetch_hits << " of " << st.prefetches << "\n"
         << "  integrity       XXH3 over " << human_bytes(a.bytes_hashed)
         << " (written and read back), " << human_bytes(a.bytes_verified)
         << " of the reads matched their write, " << a.integrity_failures << " failures\n";

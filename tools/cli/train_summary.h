@@ -28,15 +28,15 @@ struct StepRecord {
 };
 
 struct Summary {
-  std::vector<double> losses;        // one per step run
+  std::vector<double> losses;  // one per step run
   double step_ms_mean = 0;
   double tokens_per_s = 0;
-  std::uint64_t peak_rss_anon = 0;   // sampled after each forward and backward
+  std::uint64_t peak_rss_anon = 0;  // sampled after each forward and backward
   std::uint64_t spilled_per_step = 0;
   std::string sample;
   std::int64_t diverged_at_step = 0;  // 0: every loss was finite
   bool returns_freed_memory = true;
-  MemoryLimits memory;                // read at the end of the run
+  MemoryLimits memory;  // read at the end of the run
   std::uint64_t rss_anon_at_end = 0;
   // The arena's and stash's numbers when training ended (none without an arena).
   std::optional<ArenaStats> arena;
@@ -44,7 +44,7 @@ struct Summary {
   // What spilling bought: the layer inputs in-RAM checkpointing holds in a step (every block's),
   // and what this run wrote to disk (or the RAM arena) per step; the rest stayed in RAM.
   std::uint64_t layer_inputs_per_step = 0;
-  std::uint64_t inputs_per_step = 0;          // block inputs stored per step
+  std::uint64_t inputs_per_step = 0;  // block inputs stored per step
   std::uint64_t inputs_spilled_per_step = 0;
   // Paired steps against recompute mode after training (--compare-steps); 0: not measured.
   std::int64_t compared_steps = 0;

@@ -1,4 +1,5 @@
 """Trainers that take spillarena as a plugin, one module each (importing one needs that trainer).
 
-    spillarena.integrations.axolotl   axolotl: `plugins: [spillarena.integrations.axolotl.SpillArenaPlugin]`
+    spillarena.integrations.axolotl   axolotl:
+                                      `plugins: [spillarena.integrations.axolotl.SpillArenaPlugin]`
 """

@@ -3,8 +3,10 @@
     # the axolotl YAML
     plugins:
       - spillarena.integrations.axolotl.SpillArenaPlugin
-    spillarena_directory: /mnt/nvme/spill   # on a disk; default $SPILL_DIR, see default_spill_directory
-    spillarena_io: direct                   # buffered | direct | automatic | gds; default: the arena's
+    spillarena_directory: /mnt/nvme/spill   # on a disk; default $SPILL_DIR,
+                                            # see default_spill_directory
+    spillarena_io: direct                   # buffered | direct | automatic | gds;
+                                            # default: the arena's
     # spillarena_capacity_bytes:   default: layers x micro_batch_size x sequence_len x hidden_size
     #                              x the element size of torch_dtype
     # spillarena_host_pool_bytes, spillarena_keep_last, spillarena_options: {verify_integrity: true}
