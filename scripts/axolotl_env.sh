@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds (once) and refreshes (when the package's source changes) the axolotl virtualenv: axolotl
-# 0.21.0 on Python 3.11 with the CPU torch, and spillarena built against that torch. Prints the
-# venv's python. The venv lives in the user's cache ($SPILLARENA_AXOLOTL_VENV, default
+# Builds (once) the axolotl virtualenv: axolotl 0.21.0 on Python 3.11 with the CPU torch, and
+# installs spillarena's wheel for that torch into it (every run). Prints the venv's python.
+# The venv lives in the user's cache ($SPILLARENA_AXOLOTL_VENV, default
 # ~/.cache/spillarena/venv-axolotl), not in the checkout, so a fresh clone on the same machine
 # (CI) finds it built: only spillarena is reinstalled, never the 1.9 GB stack.
 # Exit 77 when the first build cannot reach PyPI (nothing to test with); any other failure is 1.
@@ -51,14 +51,9 @@ if [[ "$(cat $venv/.recipe 2>/dev/null)" != "$recipe" ]]; then
   echo "$recipe" >$venv/.recipe
 fi
 
-# spillarena: reinstalled only when a file that goes into it changed (build-axolotl/ keeps the
-# CMake tree, so a rebuild is incremental; the library itself comes from build/ where it exists).
-source_hash=$({ git ls-files -z --cached --others --exclude-standard -- CMakeLists.txt \
-  pyproject.toml cmake include src python | xargs -0 sha256sum 2>&1 || true; } | sha256sum | cut -d' ' -f1)
-if [[ "$(cat $venv/.spillarena-source 2>/dev/null)" != "$source_hash" ]]; then
-  log "installing spillarena into $venv"
-  scripts/install_python_package.sh "$venv/bin/python" build-axolotl --force-reinstall 2>&1 \
-    | { grep -v "is ignored: it is neither a file nor a directory" || true; } >&2
-  echo "$source_hash" >$venv/.spillarena-source
-fi
+# spillarena: the wheel for this torch, reinstalled every time (a second with --no-deps), so the
+# venv always runs this source (scripts/install_python_package.sh).
+log "installing spillarena into $venv"
+scripts/install_python_package.sh "$venv/bin/python" 2>&1 |
+  { grep -v "is ignored: it is neither a file nor a directory" || true; } >&2
 echo "$venv/bin/python"

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Installs this source's Python package into the virtualenv of $1 (its python), built in $2 (a
-# CMake tree kept between runs, so rebuilds are incremental), against that venv's torch
-# (--no-build-isolation). Where build/ exists it is brought up to date first and the extension
-# links its static libraries instead of compiling them again (Note [The Python extension may
-# reuse the main build] in python/CMakeLists.txt). Used by scripts/python_test.sh and
-# scripts/axolotl_env.sh.
+# Installs spillarena into the virtualenv of $1 (its python) from the wheel for .venv's torch:
+# the newest wheel in $SPILLARENA_WHEEL_DIR when that is set (ctest's wheel_build entry made it,
+# once for every entry that needs it), else the one scripts/build_wheel.sh brings up to date in
+# build/wheel (seconds when nothing changed). Further arguments go to pip. The target venv must
+# hold the same torch release as .venv (the wheel requires it). Used by scripts/python_test.sh
+# and scripts/axolotl_env.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python=$1
-build_dir=$2
-shift 2
-prebuilt=""
-if [[ -f build/build.ninja ]]; then
-  cmake --build build --target spillarena spillarena_core >/dev/null
-  prebuilt=$PWD/build
+python=${1:?usage: install_python_package.sh PYTHON [pip arguments]}
+shift
+if [[ -n ${SPILLARENA_WHEEL_DIR:-} ]]; then
+  wheel=$(ls -t "$SPILLARENA_WHEEL_DIR"/spillarena-*.whl 2>/dev/null | head -n 1 || true)
+  [[ -n $wheel ]] || { echo "install_python_package: no wheel in $SPILLARENA_WHEEL_DIR" >&2; exit 1; }
+else
+  wheel=$(scripts/build_wheel.sh --out build/wheel 2>/dev/null) ||
+    { scripts/build_wheel.sh --out build/wheel >/dev/null; exit 1; }  # again, to show why
 fi
-"$python" -m pip install -q --no-build-isolation --no-deps "-Cbuild-dir=$build_dir" \
-  "-Ccmake.define.SPILLARENA_PREBUILT_LIBRARIES=$prebuilt" "$@" .
+"$python" -m pip install -q --no-deps --force-reinstall "$@" "$wheel"

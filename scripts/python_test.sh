@@ -10,5 +10,5 @@ if ! "$py" -c "import scikit_build_core, pytest, transformers, accelerate" 2>/de
   echo "skipped: .venv lacks scikit-build-core/pytest/transformers/accelerate; run scripts/setup.sh"
   exit 77
 fi
-scripts/install_python_package.sh "$py" build-python
+scripts/install_python_package.sh "$py"
 "$py" -m pytest -q -p no:cacheprovider tests/python

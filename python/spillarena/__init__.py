@@ -18,22 +18,28 @@ from . import _build_info
 __version__ = _build_info.SPILLARENA_VERSION
 
 
+def _release(torch_version: str) -> str:
+    return ".".join(torch_version.split("+")[0].split(".")[:2])
+
+
 def _check_torch_version(running: str, built: str) -> None:
-    # Importing _C under another torch fails with undefined c10 symbols, or worse, loads and
-    # misbehaves (see Note [Build against the installed torch] in python/CMakeLists.txt). Say so
-    # plainly.
-    if running != built:
+    # Importing _C under another torch release fails with undefined c10 symbols, or worse, loads
+    # and misbehaves (Note [Build against the installed torch] in python/CMakeLists.txt). pip
+    # refuses such an install already (Note [A wheel is pinned to its torch release]); this is
+    # for the one forced past it (--no-deps) or a torch changed after the install.
+    if _release(running) != _release(built):
         raise ImportError(
-            f"spillarena was built against torch {built}, but torch {running} is installed; its "
-            "C++ extension only works with the torch it was compiled with. Rebuild it against "
-            "this torch: pip install --no-build-isolation --force-reinstall --no-deps "
-            "<path to the spillarena source>"
+            f"spillarena {_build_info.SPILLARENA_VERSION} was built against torch {built} and "
+            f"needs torch {_release(built)}.*, but torch {running} is installed. Install the "
+            f"spillarena wheel built for torch {_release(running)} (scripts/build_wheel.sh in an "
+            "environment with that torch makes one), or build it from source against this torch: "
+            "pip install --no-build-isolation --force-reinstall --no-deps <spillarena source>"
         )
 
 
 _check_torch_version(torch.__version__, _build_info.TORCH_VERSION)
 
-from . import _C  # noqa: E402  (after the version check, on purpose)
+from . import _C  # noqa: E402,F401  (after the version check, on purpose)
 from ._C import (  # noqa: E402
     ARENA_OPTIONS,
     ARENA_STATS,
@@ -52,7 +58,7 @@ from ._C import (  # noqa: E402
     shared_arena_stash,
 )
 from . import errors  # noqa: E402  (its classes come from _C's table of error types)
-from .errors import *  # noqa: E402,F401,F403  (Error, IoError, ...: errors.__all__)
+from .errors import *  # noqa: E402,F403  (Error, IoError, ...: errors.__all__)
 from . import malloc  # noqa: E402  (the freed-memory policy of spilling arenas; see its Note)
 from .checkpoint import checkpoint  # noqa: E402
 from .hf import disable, enable  # noqa: E402
