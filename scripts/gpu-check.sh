@@ -1,36 +1,40 @@
 #!/usr/bin/env bash
 # The accelerator check. Run THERE, on a GPU machine with CUDA PyTorch, cmake and ninja but no
-# package registry, after scripts/gpu-fetch-debs.sh here:
-#   1. builds against that machine's LibTorch, the carried Debian packages unpacked into
-#      .deps/root (never into /);
+# package registry, after scripts/gpu-prepare.sh here (which fetches the Debian packages and
+# wheels, and builds spillarena's wheel and the CUDA C++ tests against that machine's torch
+# release, so no device minute goes to compiling):
+#   1. installs: the carried Debian packages unpacked into .deps/root (never into /), the C++
+#      tests and benchmark from .deps/gpu-bin, spillarena's wheel from .deps/wheels into .deps/py
+#      (no compiler). Where .deps/gpu-bin or the wheel is missing, or was made for another torch
+#      release, it builds them there instead (incremental: the build trees are kept);
 #   2. runs the CUDA tests (tests/accelerator_test.cc: bitwise gradients in fp32 and bf16 with
 #      dropout, autocast replay, random queue delays) and the CPU tests of the engine beside them;
 #   3. runs BM_AcceleratorStep (bench/accelerator_benchmark.cc) in every mode, disk_gds too
 #      (skipped with the library's message where libcufile does not load), at 16 layers and
 #      again at 8 (host memory added must not grow with the layer count: the host pool bounds it);
-#   4. runs the Python head-to-head (bench/python/gpu_head_to_head.py) at Llama-3-8B width, seq 8k and 32k,
-#      transformers from the carried wheels (.deps/wheels) on PYTHONPATH, both runs into head_to_head.json;
+#   4. runs the Python head-to-head (bench/python/gpu_head_to_head.py) at Llama-3-8B width, seq 8k
+#      and 32k, transformers from the carried wheels (.deps/wheels) on PYTHONPATH, both runs into
+#      head_to_head.json;
 #   5. runs the longest-sequence search (bench/python/longest_sequence.py): the largest sequence
 #      that trains in an emulated 24 GB card per mode (recompute, spillarena direct and gds; gds
 #      skipped before any trial, with GdsUnavailableError's message, where libcufile does not
 #      load) at Llama-3-8B width, 16 layers, and whether spilling reaches 1.5x recompute's, into
 #      longest_sequence.json.
-# Everything it reports goes to $OUT (at most 8 files): env.txt, build.log (the Python package's
-# build too), tests.log, accelerator.json, accelerator-8.json, head_to_head.json,
-# longest_sequence.json, bench.log (8).
-# Budget: about 12 minutes on 16 cores for steps 1-3 and the 8k head-to-head (the last session's
-# H200 run, with an older step 4), at most 9 for step 4 (8k and 32k, 270 s each, each JSON
-# rewritten after every mode) and 8 for step 5. One device command may run 10 minutes: run it as
-# three commands, SPILLARENA_GPU_STEPS="1 2 3", then "4", then "5" (the build and the extension's
-# build tree are kept between calls). A session lent 15 minutes of device time in all fits steps
-# 1-3 and part of 4; give the rest to the next session that is lent a GPU.
+# Everything it reports goes to $OUT (at most 8 files): env.txt, build.log (installs or builds),
+# tests.log, accelerator.json, accelerator-8.json, head_to_head.json, longest_sequence.json,
+# bench.log (8). Each step prints its seconds.
+# Budget: the last H200 run took about 12 minutes for steps 1-3 with the build in step 1 (now
+# seconds), at most 9 for step 4 (8k and 32k, 270 s each, each JSON rewritten after every mode)
+# and 8 for step 5. One device command may run 10 minutes: run steps "1 2 3 4" in one command
+# (SPILLARENA_GPU_STEPS="1 2 3 4") and "5" in a second if the first reports more than 5 minutes
+# for steps 2-3; the installs are kept between calls on a warm machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/spillarena-gpu-check}
 build=${SPILLARENA_GPU_BUILD:-build-gpu}
 python=${SPILLARENA_PYTHON:-python3}
 steps=" ${SPILLARENA_GPU_STEPS:-1 2 3 4 5} "
-want() { [[ $steps == *" $1 "* ]]; }  # step 1, the build, always runs (incremental)
+want() { [[ $steps == *" $1 "* ]]; }  # step 1 (installs) always runs
 mkdir -p "$out" .deps/root
 for deb in .deps/debs/*.deb; do dpkg -x "$deb" .deps/root; done
 usr=$PWD/.deps/root/usr
@@ -56,51 +60,89 @@ done
 cat "$out/env.txt"
 
 torch_prefix=$("$python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)")
+torch_release=$("$python" -c "import torch; print(torch.__version__.split('+')[0])")
+# The carried binaries find this machine's LibTorch (and, through its own run paths, the NVIDIA
+# libraries) on LD_LIBRARY_PATH, which comes before the paths they were linked with.
+export LD_LIBRARY_PATH="$(dirname "$torch_prefix")/lib:$LD_LIBRARY_PATH"
+tests=(accelerator_test device_path_test overlapped_checkpoint_test checkpoint_test integrity_test
+  io_engine_test arena_test)
 start=$SECONDS
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPILLARENA_BUILD_TOOLS=OFF -DSPILLARENA_WERROR=OFF \
-         -DCMAKE_PREFIX_PATH="$torch_prefix;$usr" \
-         -DCMAKE_CXX_FLAGS="-isystem $usr/include" &&
-       cmake --build "$build" --parallel "$(nproc)" --target accelerator_test device_path_test \
-         overlapped_checkpoint_test checkpoint_test integrity_test io_engine_test arena_test \
-         spillarena_bench; } > "$out/build.log" 2>&1; then
-  grep -E -A4 'error|Error' "$out/build.log" | head -n 80
-  tail -n 20 "$out/build.log"
-  exit 1
+if [[ -x .deps/gpu-bin/spillarena_bench && "$(cat .deps/gpu-bin/TORCH_VERSION 2>/dev/null)" == \
+      "$torch_release" ]]; then
+  bin=.deps/gpu-bin bench_bin=.deps/gpu-bin
+  echo "step 1: C++ tests and benchmark from .deps/gpu-bin (built by gpu-prepare.sh for torch" \
+    "$torch_release)" | tee "$out/build.log"
+else
+  bin=$build/tests bench_bin=$build/bench
+  echo "step 1: no .deps/gpu-bin for torch $torch_release; building here" | tee "$out/build.log"
+  if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPILLARENA_BUILD_TOOLS=OFF \
+           -DSPILLARENA_WERROR=OFF -DCMAKE_PREFIX_PATH="$torch_prefix;$usr" \
+           -DCMAKE_CXX_FLAGS="-isystem $usr/include" &&
+         cmake --build "$build" --parallel "$(nproc)" --target "${tests[@]}" spillarena_bench; } \
+      >> "$out/build.log" 2>&1; then
+    grep -E -A4 'error|Error' "$out/build.log" | head -n 80
+    tail -n 20 "$out/build.log"
+    exit 1
+  fi
 fi
-echo "built in $((SECONDS - start)) s"
+echo "step 1 (C++): $((SECONDS - start)) s"
 
 status=0
-want 2 && for t in accelerator_test device_path_test overlapped_checkpoint_test checkpoint_test integrity_test io_engine_test \
-         arena_test; do
+start=$SECONDS
+want 2 && for t in "${tests[@]}"; do
   echo "=== $t" >> "$out/tests.log"
-  timeout 300 "$build/tests/$t" >> "$out/tests.log" 2>&1
+  timeout 300 "$bin/$t" >> "$out/tests.log" 2>&1
   rc=$?
   [ $rc -eq 0 ] || status=1
   echo "$t: rc=$rc $(grep -E '^\[doctest\] test cases' "$out/tests.log" | tail -n 1)"
 done
 want 2 && grep -E 'ERROR|skipped' "$out/tests.log" | head -n 40
+want 2 && echo "step 2: $((SECONDS - start)) s"
 
 if want 3; then
-"$build/bench/spillarena_bench" --benchmark_filter='BM_AcceleratorStep' \
+start=$SECONDS
+"$bench_bin/spillarena_bench" --benchmark_filter='BM_AcceleratorStep' \
   --benchmark_out_format=json --benchmark_out="$out/accelerator.json" > "$out/bench.log" 2>&1 ||
   status=1
-SPILLARENA_BENCH_ACCEL_SHAPE=4,4096,4096,32,8 "$build/bench/spillarena_bench" \
+SPILLARENA_BENCH_ACCEL_SHAPE=4,4096,4096,32,8 "$bench_bin/spillarena_bench" \
   --benchmark_filter='BM_AcceleratorStep/(recompute|disk_direct|disk_async|disk_gds|ram)' \
   --benchmark_out_format=json --benchmark_out="$out/accelerator-8.json" >> "$out/bench.log" 2>&1 ||
   status=1
 cat "$out/bench.log"
+echo "step 3: $((SECONDS - start)) s"
 fi
 
-# The Python head-to-head: the extension built against this machine's torch, transformers from
-# the carried wheels.
+# The Python head-to-head: spillarena's wheel for this torch (or, without one, the package built
+# here against it), transformers from the carried wheels.
 want 4 || want 5 || exit $status
+start=$SECONDS
 mkdir -p .deps/py
-for whl in .deps/wheels/*.whl; do "$python" -m zipfile -e "$whl" .deps/py >/dev/null 2>&1; done
-# The extension's CMake tree is kept (-Cbuild-dir) and links the library built in step 1, so
-# a later call rebuilds nothing that did not change.
-if PYTHONPATH=$PWD/.deps/py "$python" -m pip install -q --no-build-isolation --no-deps --no-index \
-     -Cbuild-dir=.deps/py-build "-Ccmake.define.SPILLARENA_PREBUILT_LIBRARIES=$(cd "$build" && pwd)" \
-     --target .deps/py . >> "$out/build.log" 2>&1; then
+for whl in .deps/wheels/*.whl; do
+  case $(basename "$whl") in spillarena-*) continue ;; esac
+  "$python" -m zipfile -e "$whl" .deps/py >/dev/null 2>&1
+done
+py_tag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+wheel=$(ls .deps/wheels/spillarena-*+torch"${torch_release%.*}"-"$py_tag"-*.whl 2>/dev/null | head -n 1)
+if [[ -n $wheel ]]; then
+  echo "step 1 (Python): installing $(basename "$wheel")" >> "$out/build.log"
+  installed() { "$python" -m pip install -q --no-deps --no-index --upgrade --target .deps/py \
+    "$wheel" >> "$out/build.log" 2>&1; }
+else
+  # The extension's CMake tree is kept (-Cbuild-dir) and links the library built in step 1, so a
+  # later call rebuilds nothing that did not change.
+  echo "step 1 (Python): no wheel for torch $torch_release and $py_tag; building" >> "$out/build.log"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPILLARENA_BUILD_TOOLS=OFF \
+    -DSPILLARENA_BUILD_TESTS=OFF -DSPILLARENA_BUILD_BENCH=OFF -DSPILLARENA_WERROR=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$usr" -DCMAKE_CXX_FLAGS="-isystem $usr/include" \
+    >> "$out/build.log" 2>&1 && cmake --build "$build" --target spillarena spillarena_core \
+    >> "$out/build.log" 2>&1
+  installed() { PYTHONPATH=$PWD/.deps/py "$python" -m pip install -q --no-build-isolation \
+    --no-deps --no-index -Cbuild-dir=.deps/py-build \
+    "-Ccmake.define.SPILLARENA_PREBUILT_LIBRARIES=$(cd "$build" && pwd)" --target .deps/py . \
+    >> "$out/build.log" 2>&1; }
+fi
+if installed; then
+  echo "step 1 (Python): $((SECONDS - start)) s"
   want 4 && { PYTHONPATH=$PWD/.deps/py timeout 270 "$python" bench/python/gpu_head_to_head.py \
     --device cuda --dtype bfloat16 --hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 \
     --vocab 32000 --layers 8 --seq 8192 --steps 2 --out "$out/head_to_head.json" \
@@ -116,7 +158,7 @@ if PYTHONPATH=$PWD/.deps/py "$python" -m pip install -q --no-build-isolation --n
     --device cuda --modes recompute,spillarena_direct,spillarena_gds --deadline-s 420 \
     --out "$out/longest_sequence.json" >> "$out/bench.log" 2>&1 || status=1; }
 else
-  echo "python package build failed: see build.log"; status=1
+  echo "the Python package did not install: see build.log"; status=1
 fi
 tail -n 8 "$out/bench.log"
 exit $status

@@ -4,7 +4,7 @@
 # never torch) into .deps/wheels (both git-ignored), to be carried to the GPU machine, which
 # reaches no registry. There, scripts/gpu-check.sh unpacks them into .deps/root and .deps/py
 # (never into / or the machine's site-packages).
-#   bash scripts/gpu-fetch-debs.sh      then: run(command="bash scripts/gpu-check.sh", carry=[".deps"])
+#   called by scripts/gpu-prepare.sh, which also builds the wheel and the CUDA tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .deps/debs

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Run HERE (Debian 12, no GPU needed) before a GPU session, so the GPU machine spends its minutes
+# on tests and measurements, not on compiling. Everything lands in .deps/ (git-ignored), which the
+# device call carries:
+#   1. the Debian packages and transformers' wheels (scripts/gpu-fetch-debs.sh): .deps/debs,
+#      .deps/wheels;
+#   2. the GPU machine's torch release (a CUDA build, torch==$GPU_TORCH for CPython $GPU_PYTHON),
+#      installed without its dependencies into build-gpu-torch/venv: its headers, libraries and
+#      CMake files are all a build needs, and it is never imported here;
+#   3. spillarena's wheel for that torch (scripts/build_wheel.sh --python ...): .deps/wheels;
+#   4. the CUDA C++ tests and spillarena_bench, built against that LibTorch with this machine's
+#      CUDA toolkit (nvcc), stripped: .deps/gpu-bin.
+# Then: run(command="bash scripts/gpu-check.sh", carry=[".deps"]). Defaults are the lent H200's
+# (torch 2.11.0+cu130, Python 3.12); GPU_TORCH and GPU_PYTHON name others.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GPU_TORCH=${GPU_TORCH:-2.11.0}
+GPU_PYTHON=${GPU_PYTHON:-3.12}
+log() { echo "gpu-prepare: $*" >&2; }
+tests=(accelerator_test device_path_test overlapped_checkpoint_test checkpoint_test
+  integrity_test io_engine_test arena_test)
+
+log "1/4 Debian packages and transformers' wheels"
+scripts/gpu-fetch-debs.sh >/dev/null
+
+python=$(command -v "python$GPU_PYTHON") ||
+  { log "no python$GPU_PYTHON here (the GPU machine's Python; pyenv install $GPU_PYTHON)"; exit 1; }
+venv=build-gpu-torch/venv
+have=$("$venv/bin/python" -c 'from importlib.metadata import version; print(version("torch"))' \
+  2>/dev/null || true)
+if [[ ${have%%+*} != "$GPU_TORCH" ]]; then
+  log "2/4 torch==$GPU_TORCH for Python $GPU_PYTHON (a CUDA build, about 530 MB) into $venv"
+  rm -rf "$venv" build-gpu-torch/dl
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip download -q --no-deps --only-binary=:all: -d build-gpu-torch/dl \
+    "torch==$GPU_TORCH" 2>&1 | { grep -v "is ignored: it is neither" || true; } >&2
+  "$venv/bin/python" -m pip install -q --no-deps build-gpu-torch/dl/torch-*.whl
+  rm -rf build-gpu-torch/dl
+else
+  log "2/4 $venv has torch $GPU_TORCH"
+fi
+
+log "3/4 spillarena's wheel for it"
+rm -f .deps/wheels/spillarena-*.whl
+scripts/build_wheel.sh --python "$venv/bin/python" --out .deps/wheels >/dev/null
+
+log "4/4 the CUDA C++ tests and spillarena_bench against its LibTorch"
+cmake_dir=$("$venv/bin/python" -c 'import importlib.util as u, os
+print(os.path.join(u.find_spec("torch").submodule_search_locations[0], "share", "cmake"))')
+cuda_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")") ||
+  { log "no nvcc here: the CUDA toolkit is what LibTorch's CMake files look for"; exit 1; }
+cmake -S . -B build-gpu-torch/cpp -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPILLARENA_BUILD_TOOLS=OFF \
+  -DSPILLARENA_WERROR=OFF -DTorch_DIR="$cmake_dir/Torch" -DCaffe2_DIR="$cmake_dir/Caffe2" \
+  -DCUDA_TOOLKIT_ROOT_DIR="$cuda_root" >build-gpu-torch/configure.log 2>&1 ||
+  { tail -n 30 build-gpu-torch/configure.log; exit 1; }
+cmake --build build-gpu-torch/cpp --parallel "$(nproc)" --target "${tests[@]}" spillarena_bench \
+  >build-gpu-torch/build.log 2>&1 || { tail -n 40 build-gpu-torch/build.log; exit 1; }
+rm -rf .deps/gpu-bin && mkdir -p .deps/gpu-bin
+for t in "${tests[@]}"; do cp build-gpu-torch/cpp/tests/$t .deps/gpu-bin/; done
+cp build-gpu-torch/cpp/bench/spillarena_bench .deps/gpu-bin/
+strip .deps/gpu-bin/*
+echo "$GPU_TORCH" >.deps/gpu-bin/TORCH_VERSION
+du -sh .deps/debs .deps/wheels .deps/gpu-bin .deps >&2
+log "ready: run(command=\"bash scripts/gpu-check.sh\", carry=[\".deps\"])"
