@@ -59,6 +59,15 @@ if [[ $liburing_a == /* && -f $liburing_a ]]; then
 else
   log "no liburing.a (Debian: apt-get install liburing-dev); auditwheel bundles liburing.so if found"
 fi
+# A CUDA build of torch: its CMake files look for the CUDA toolkit (headers and libcudart only;
+# nothing of spillarena is compiled for the GPU): $CUDA_HOME, /usr/local/cuda, or beside nvcc.
+for cuda in "${CUDA_HOME:-}" /usr/local/cuda "$(dirname "$(dirname "$(readlink -f \
+    "$(command -v nvcc || echo /nonexistent/bin/nvcc)")")")"; do
+  if [[ -n $cuda && -f $cuda/include/cuda_runtime.h ]]; then
+    cfg+=("-Ccmake.define.CUDA_TOOLKIT_ROOT_DIR=$cuda")
+    break
+  fi
+done
 # .venv's own wheel links build/'s static libraries, built from this source against the same torch
 # (Note [The Python extension may reuse the main build] in python/CMakeLists.txt).
 if [[ $bin == "$PWD/.venv/bin" && -f build/build.ninja ]]; then

@@ -17,5 +17,6 @@ cd ../..
 # torch, numpy and the like are already there. The carry limit is 64 MiB in all.
 python3 -m pip download -q -d .deps/wheels --only-binary=:all: --no-deps "transformers==5.23.0" \
   tokenizers safetensors huggingface_hub hf-xet regex pyyaml tqdm filelock packaging fsspec \
-  typing-extensions requests urllib3 idna certifi charset-normalizer
+  typing-extensions requests urllib3 idna certifi charset-normalizer 2>&1 |
+  { grep -v "is ignored: it is neither a file nor a directory" || true; }
 du -sh .deps
