@@ -3,7 +3,7 @@
 # ratio table (docs/bench/*.png, docs/bench/ratios.md). SPILL_DIR chooses the disk under test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
+scripts/setup.sh --tests >/dev/null  # Google Benchmark is a test tool
 scripts/build.sh >/dev/null
 mkdir -p docs/bench
 build/bench/spillarena_bench --benchmark_format=console --benchmark_out_format=json \

@@ -13,7 +13,6 @@ if [[ -n ${SPILLARENA_WHEEL_DIR:-} ]]; then
   wheel=$(ls -t "$SPILLARENA_WHEEL_DIR"/spillarena-*.whl 2>/dev/null | head -n 1 || true)
   [[ -n $wheel ]] || { echo "install_python_package: no wheel in $SPILLARENA_WHEEL_DIR" >&2; exit 1; }
 else
-  wheel=$(scripts/build_wheel.sh --out build/wheel 2>/dev/null) ||
-    { scripts/build_wheel.sh --out build/wheel >/dev/null; exit 1; }  # again, to show why
+  wheel=$(scripts/build_wheel.sh --out build/wheel)
 fi
 "$python" -m pip install -q --no-deps --force-reinstall "$@" "$wheel"

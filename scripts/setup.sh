@@ -12,7 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 with_tests=0
-[[ ${1:-} == --tests ]] && with_tests=1
+case ${1:-} in
+  "") ;;
+  --tests) with_tests=1 ;;
+  *) echo "setup: unknown argument '$1'; the one option is --tests" >&2; exit 2 ;;
+esac
 
 DEBIAN_PACKAGES=(build-essential cmake ninja-build python3-venv libcli11-dev nlohmann-json3-dev
   liburing-dev libxxhash-dev)
