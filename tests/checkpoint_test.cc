@@ -222,9 +222,15 @@ TEST_CASE_FIXTURE(MiBArena, "checkpoint: backward twice through the same graph i
   CHECK(arena.stats().bytes_in_use == 0);
 }
 
-TEST_CASE("checkpoint: an exhausted arena names the layer input and stays usable") {
+TEST_CASE("checkpoint: when_full = error names the layer input and the arena stays usable") {
   ScratchDir dir;
-  spill::SpillArena arena = make_arena(dir.path(), 64 * 1024);
+  spill::ArenaOptions o = spill_test::options_in(dir.path(), 64 * 1024);
+  o.when_full = spill::WhenFull::error;
+  o.grow = false;
+  spill::SpillArena arena(o);
+  spill::StashOptions every_input;
+  every_input.keep_last = 0;
+  spill::set_stash_options(arena, every_input);
   torch::Tensor x = leaf({128, 256});  // 128 KiB
   try {
     spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 3; }, x);
@@ -235,9 +241,13 @@ TEST_CASE("checkpoint: an exhausted arena names the layer input and stays usable
     CHECK(std::string(e.what()).find("[128, 256]") != std::string::npos);
   }
   CHECK(arena.stats().bytes_in_use == 0);
+  CHECK(arena.stats().live_regions == 0);
+  CHECK(arena.stats().overflows == 1);
   torch::Tensor small = leaf({16, 16});
   spill::checkpoint(arena, [](const torch::Tensor& in) { return in * 3; }, small).sum().backward();
   CHECK(torch::equal(small.grad(), torch::full({16, 16}, 3.0)));
+  CHECK(arena.stats().live_regions == 0);
+  CHECK(arena.stats().capacity_bytes == 64 * 1024);
 }
 
 TEST_CASE_FIXTURE(MiBArena, "checkpoint: without grad mode nothing is stashed") {

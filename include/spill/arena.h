@@ -2,9 +2,10 @@
 //
 //   spill::ArenaOptions options;
 //   options.directory = "/mnt/nvme/spill";         // default: $SPILL_DIR, else a disk temp dir
-//   options.capacity_bytes = 8ull << 30;            // required
+//   options.capacity_bytes = 8ull << 30;            // required; grows when a step needs more
 //   spill::SpillArena arena(options);
 //   spill::Region r = arena.allocate(64ull << 20);  // move-only; freed when it dies
+//   spill::Region maybe = arena.try_allocate(1 << 20);  // empty when there is no room
 //   r.write(src, 64ull << 20);                      // synchronous
 //   spill::Pending p = r.write_async(src, 64ull << 20);  // queued; src lives until p completes
 //   p.wait();                                       // throws spill::IoError on failure
@@ -49,6 +50,17 @@ enum class PoolFull {
 
 const char* to_string(PoolFull policy);  // "wait" or "keep_on_device"
 
+// What the stash (spill::checkpoint, spillarena.checkpoint) does with a layer input that finds no
+// room in the arena. Either way the refusal is counted (ArenaStats::overflows) and, with
+// ArenaOptions::grow, the file grows to fit at the next moment no region is live. See Note
+// [Growing the arena] in src/core/arena_growth.cc.
+enum class WhenFull {
+  keep_in_memory,  // the input stays where it is for that step, as in-RAM checkpointing holds it
+  error,           // spill::ArenaExhaustedError, raised by store(); the arena is unchanged
+};
+
+const char* to_string(WhenFull policy);  // "keep_in_memory" or "error"
+
 // ArenaOptions::host_pool_bytes when not set: sized from the first accelerator input (room for
 // StashOptions::prefetch_depth + 2 of them, at least 64 MiB), capped by the memory this process
 // may use and by RLIMIT_MEMLOCK.
@@ -57,6 +69,14 @@ constexpr std::uint64_t kAutomaticHostPool = ~0ull;
 struct ArenaOptions {
   std::string directory;             // "" -> default_spill_directory()
   std::uint64_t capacity_bytes = 0;  // required; see spill::bytes_for_layer_inputs
+  WhenFull when_full = WhenFull::keep_in_memory;
+  // When a step needed more than the capacity (allocations refused), the file grows to what it
+  // needed times growth_margin, re-preallocated after a check for free space, at the next
+  // allocation that finds no region live. It never shrinks. A grow that the disk refuses
+  // changes nothing (counted, one warning). See Note [Growing the arena] in
+  // src/core/arena_growth.cc.
+  bool grow = true;
+  double growth_margin = 1.25;  // 1 to 16
   Backing backing = Backing::disk;
   bool allow_memory_backed_directory = false;  // permit tmpfs/ramfs/hugetlbfs (saves no memory)
   // Start writeback of each region as soon as it is written, so dirty pages do not pile up
@@ -99,6 +119,9 @@ std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, ArenaOptions>> vis
     Options& options, Visit&& visit) {
   visit("directory", options.directory);
   visit("capacity_bytes", options.capacity_bytes);
+  visit("when_full", options.when_full);
+  visit("grow", options.grow);
+  visit("growth_margin", options.growth_margin);
   visit("backing", options.backing);
   visit("allow_memory_backed_directory", options.allow_memory_backed_directory);
   visit("start_writeback_after_write", options.start_writeback_after_write);
@@ -114,12 +137,17 @@ std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, ArenaOptions>> vis
 // Largest staging pool accepted (64 GiB), against unit mistakes.
 constexpr std::uint64_t kMaxStagingBytes = 64ull << 30;
 
-// Largest capacity accepted (1 PiB): larger values are taken for a unit mistake.
+// Largest capacity accepted (1 PiB): larger values are taken for a unit mistake. No arena grows
+// beyond it, and a region larger than it is an InvalidArgumentError at any capacity.
 constexpr std::uint64_t kMaxCapacityBytes = 1ull << 50;
 
+// The range of ArenaOptions::growth_margin.
+constexpr double kMinGrowthMargin = 1.0;
+constexpr double kMaxGrowthMargin = 16.0;
+
 struct ArenaStats {
-  std::uint64_t capacity_bytes = 0;
-  std::uint64_t bytes_in_use = 0;  // rounded sizes of live regions
+  std::uint64_t capacity_bytes = 0;  // now: after any grows
+  std::uint64_t bytes_in_use = 0;    // rounded sizes of live regions
   std::uint64_t peak_bytes_in_use = 0;
   std::uint64_t bytes_requested = 0;  // sizes asked for by live regions, before rounding
   std::uint64_t live_regions = 0;
@@ -143,6 +171,19 @@ struct ArenaStats {
   std::uint64_t bytes_hashed = 0;
   std::uint64_t bytes_verified = 0;
   std::uint64_t integrity_failures = 0;
+  // Sizing (Note [Growing the arena] in src/core/arena_growth.cc). overflows: allocations that
+  // found no room (with WhenFull::keep_in_memory the stash kept those inputs in memory), of
+  // overflow_bytes asked for. capacity_needed_bytes: the most the arena was asked to hold at
+  // once between two moments with no region live (regions in use plus the overflow), so a
+  // capacity that would have fit. grows: times the file grew; grow_failures: grows the disk
+  // refused (no space, fallocate or mmap failed), the last one's reason in grow_note.
+  std::uint64_t overflows = 0;
+  std::uint64_t overflow_bytes = 0;
+  std::uint64_t capacity_needed_bytes = 0;
+  std::uint64_t initial_capacity_bytes = 0;
+  std::uint64_t grows = 0;
+  std::uint64_t grow_failures = 0;
+  std::string grow_note;
 };
 
 // Calls visit(name, value) for each field of `stats`, in declaration order: the one list the
@@ -171,6 +212,13 @@ void visit_fields(const ArenaStats& stats, Visit&& visit) {
   visit("bytes_hashed", stats.bytes_hashed);
   visit("bytes_verified", stats.bytes_verified);
   visit("integrity_failures", stats.integrity_failures);
+  visit("overflows", stats.overflows);
+  visit("overflow_bytes", stats.overflow_bytes);
+  visit("capacity_needed_bytes", stats.capacity_needed_bytes);
+  visit("initial_capacity_bytes", stats.initial_capacity_bytes);
+  visit("grows", stats.grows);
+  visit("grow_failures", stats.grow_failures);
+  visit("grow_note", stats.grow_note);
 }
 
 // A move-only handle to one region of an arena. The region is freed when the handle dies (or on
@@ -250,13 +298,20 @@ class SpillArena {
   SpillArena& operator=(const SpillArena&) = delete;
 
   // A region of at least `bytes` (> 0). Throws ArenaExhaustedError (arena unchanged) when no
-  // free block is large enough, InvalidArgumentError for 0 bytes.
+  // free block is large enough, InvalidArgumentError for 0 bytes or more than
+  // kMaxCapacityBytes. With options().grow, the arena first grows when an earlier allocation
+  // found no room and no region is live now.
   Region allocate(std::uint64_t bytes);
+  // allocate(), but an empty Region (valid() false) where allocate would throw
+  // ArenaExhaustedError. Both count the refusal in ArenaStats::overflows.
+  Region try_allocate(std::uint64_t bytes);
 
   ArenaStats stats() const;
-  const ArenaOptions& options() const;  // as resolved: directory, io mode, rounded sizes
-  IoMode io_mode() const;               // resolved: buffered or direct
-  std::uint64_t io_alignment() const;   // alignment a direct read or write needs to skip staging
+  // As resolved: directory, io mode, rounded sizes. capacity_bytes is the capacity the arena
+  // was made with; stats().capacity_bytes is the capacity now.
+  const ArenaOptions& options() const;
+  IoMode io_mode() const;              // resolved: buffered or direct
+  std::uint64_t io_alignment() const;  // alignment a direct read or write needs to skip staging
   Backing backing() const;
   const std::string& directory() const;         // "" for the RAM backing
   const std::string& file_system_type() const;  // "ext4", ... or "ram"

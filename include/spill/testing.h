@@ -28,10 +28,10 @@ namespace spill::testing {
 // The calls the fault hook may shape: the pwrite/pread of synchronous and thread-pool transfers,
 // a read or write piece submitted to io_uring, and the open of a spill file without a name
 // (O_TMPFILE: the platform seam's open_unnamed, Note [Unnamed spill file]).
-enum class FaultSite { pwrite, pread, ring_write, ring_read, open_unnamed };
+enum class FaultSite { pwrite, pread, ring_write, ring_read, open_unnamed, preallocate };
 
-// Called before each such call with the bytes it asks for (0 for open_unnamed) and its file
-// offset.
+// Called before each such call with the bytes it asks for (0 for open_unnamed; the file's new
+// size for preallocate, which fails with -errno or runs whole) and its file offset.
 // Returns what the call may do: `bytes` (all of it), fewer (a real short count: only that many
 // move), 0 (nothing moves: end of file), or -errno (it fails and moves nothing). May sleep.
 // The sign is the call's own: one number that is either a count or a failure, as pwrite and

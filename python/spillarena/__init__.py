@@ -1,12 +1,14 @@
 """spillarena: gradient checkpointing whose saved layer inputs live in one preallocated spill file.
 
-    import spillarena, torch
+    import spillarena
+    spillarena.enable(model)                          # any transformers PreTrainedModel
+    print(spillarena.arena_of(model).stats())         # made at the first layer input, grows
+    # or, in a plain loop:
+    h = spillarena.checkpoint(block, h)               # like torch.utils.checkpoint.checkpoint
+    # or an arena sized and placed by hand:
     arena = spillarena.SpillArena(
         spillarena.bytes_for_layer_inputs(32, (1, 8192, 4096), torch.bfloat16), "/mnt/nvme")
-    spillarena.enable(model, arena)                   # any transformers PreTrainedModel
-    # or, in a plain loop:
-    h = spillarena.checkpoint(block, h, arena=arena)  # like torch.utils.checkpoint.checkpoint
-    print(arena.stats()["peak_bytes_in_use"])
+    spillarena.enable(model, arena)
 
 The arena, its allocator and its I/O are C++ (spillarena._C); Python holds no spilled bytes.
 """
@@ -60,8 +62,9 @@ from ._C import (  # noqa: E402
 from . import errors  # noqa: E402  (its classes come from _C's table of error types)
 from .errors import *  # noqa: E402,F403  (Error, IoError, ...: errors.__all__)
 from . import malloc  # noqa: E402  (the freed-memory policy of spilling arenas; see its Note)
+from .automatic import AutomaticArena, default_arena  # noqa: E402
 from .checkpoint import checkpoint  # noqa: E402
-from .hf import disable, enable  # noqa: E402
+from .hf import arena_of, disable, enable  # noqa: E402
 from .sizing import bytes_for_layer_input, bytes_for_layer_inputs  # noqa: E402
 
 __all__ = [
@@ -71,12 +74,15 @@ __all__ = [
     "MAX_STAGING_BYTES",
     "STASH_OPTIONS",
     "STASH_STATS",
+    "AutomaticArena",
     "SpillArena",
     "StashedTensor",
     "TensorStash",
+    "arena_of",
     "bytes_for_layer_input",
     "bytes_for_layer_inputs",
     "checkpoint",
+    "default_arena",
     "default_spill_directory",
     "disable",
     "enable",

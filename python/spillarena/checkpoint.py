@@ -1,9 +1,8 @@
 """spillarena.checkpoint: torch.utils.checkpoint.checkpoint whose saved layer input is spilled.
 
-    arena = spillarena.SpillArena(capacity_bytes, "/mnt/nvme/spill")
     h = x
     for block in blocks:
-        h = spillarena.checkpoint(block, h, mask, arena=arena)
+        h = spillarena.checkpoint(block, h, mask)  # arena=: default_arena(), made at this input
     loss_fn(h).backward()        # each input read back, the block recomputed, its region freed
 
 Transformers calls it as ``fn(functools.partial(layer.forward, layer, **kwargs), *args)``;
@@ -25,6 +24,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _C
+from . import automatic as _automatic
 from . import malloc as _malloc
 from .errors import CheckpointError, InvalidArgumentError
 
@@ -52,15 +52,25 @@ def _drop_torch_only_arguments(kwargs):
 _TENSOR = object()
 
 
-def _stash_for(arena):
+def _check_arena(arena):
+    if arena is None or isinstance(
+        arena, (_C.TensorStash, _C.SpillArena, _automatic.AutomaticArena)
+    ):
+        return
+    raise InvalidArgumentError(
+        "spillarena.checkpoint: arena= must be a spillarena.SpillArena, an AutomaticArena, a "
+        f"TensorStash or None (the process's default_arena()), got {type(arena).__name__}"
+    )
+
+
+def _stash_for(arena, tensor):
+    """The stash for a layer input like ``tensor``: an AutomaticArena (None: the default one)
+    makes its arena now when this is its first input."""
+    _check_arena(arena)
+    arena = _automatic.resolve(arena, tensor)
     if isinstance(arena, _C.TensorStash):
         return arena
-    if isinstance(arena, _C.SpillArena):
-        return _C.shared_arena_stash(arena)
-    raise InvalidArgumentError(
-        "spillarena.checkpoint: arena= must be a spillarena.SpillArena (or a TensorStash), got "
-        f"{type(arena).__name__}"
-    )
+    return _C.shared_arena_stash(arena)
 
 
 def _unwrap(function):
@@ -93,9 +103,9 @@ class _Job:
         self.output_spec = None
         self.output_template = None
 
-    def tensors_of(self, structure):
-        leaves, _ = tree_flatten(structure)
-        return [leaves[i] for i in self.positions]
+    @staticmethod
+    def tensors_in(structure):
+        return [leaf for leaf in tree_flatten(structure)[0] if isinstance(leaf, torch.Tensor)]
 
     def run(self, tensors):
         leaves = list(self.template)
@@ -205,16 +215,17 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
                 context_fn=None, **kwargs):
     if context_fn is not None:
         raise InvalidArgumentError("spillarena.checkpoint: context_fn is not supported")
-    stash = _stash_for(arena)
-    _malloc.use_for_spilling(stash)
+    _check_arena(arena)
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)
     spill_index = _pick_spilled(args, prefix, keywords)
     if not torch.is_grad_enabled():
         return function(*args, **kwargs)  # no backward will come: nothing to keep
+    tensors = _Job.tensors_in((prefix, args, keywords))
+    stash = _stash_for(arena, tensors[spill_index])
+    _malloc.use_for_spilling(stash)
     job = _Job(func, (prefix, args, keywords), stash, preserve_rng_state)
     job.spill_index = spill_index
-    tensors = job.tensors_of((prefix, args, keywords))
     anchor = torch.empty(0, requires_grad=True)
     out_tensors = iter(_SpillCheckpoint.apply(job, anchor, *tensors))
     leaves = [next(out_tensors) if leaf is _TENSOR else leaf for leaf in job.output_template]
@@ -244,11 +255,14 @@ def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_sta
     The contract of torch.utils.checkpoint.checkpoint, as transformers calls it:
     ``function`` may be a functools.partial holding keyword arguments (tensors included), and
     ``use_reentrant`` is accepted and ignored (both modes mean the same here). ``arena`` is a
-    SpillArena, or any TensorStash (make_in_memory_stash(): classic checkpointing, no spill).
-    Raises InvalidArgumentError for a non-tensor layer input, ArenaExhaustedError when the
-    arena has no room (nothing is left allocated), CheckpointError for a second backward.
-    Backward must be ``loss.backward()`` (not ``torch.autograd.grad``). Under torch.compile the
-    call runs eagerly, a graph break (Note [The checkpoint under torch.compile]).
+    SpillArena, an AutomaticArena, None (the process's default_arena(), made at the first input
+    and grown as steps need) or any TensorStash (make_in_memory_stash(): classic checkpointing,
+    no spill). An input that finds no room stays in memory for the step (one
+    SpillArenaWarning per arena) unless the arena was made with when_full="error": then
+    ArenaExhaustedError (nothing is left allocated). Raises InvalidArgumentError for a
+    non-tensor layer input, CheckpointError for a second backward. Backward must be
+    ``loss.backward()`` (not ``torch.autograd.grad``). Under torch.compile the call runs
+    eagerly, a graph break (Note [The checkpoint under torch.compile]).
     """
     global _checkpoint_outside_compile
     _drop_torch_only_arguments(kwargs)  # here, so its warning names the caller's line

@@ -34,7 +34,16 @@ def _make_classes():
 _classes = _make_classes()
 globals().update(_classes)
 
+
+
+class SpillArenaWarning(UserWarning):
+    """An arena's sizing warning, given once per arena: the first input that found no room (it
+    stays in memory for that step) and the first grow the disk refused. ``stats()`` counts both
+    (overflows, grow_failures); ``warnings.filterwarnings("error", category=...)`` makes them
+    errors."""
+
+
 # The name before 0.2 ("RAM-backed" read like the RAM arena); kept as an alias for now.
 RamBackedDirectoryError = _classes["MemoryBackedDirectoryError"]
 
-__all__ = [*_classes, "RamBackedDirectoryError"]
+__all__ = [*_classes, "RamBackedDirectoryError", "SpillArenaWarning"]

@@ -1,10 +1,15 @@
 """spillarena.enable: checkpoint a Hugging Face transformers model's layers through an arena.
 
     model = AutoModelForCausalLM.from_pretrained(...)
-    arena = spillarena.SpillArena(capacity_bytes, "/mnt/nvme/spill")
-    spillarena.enable(model, arena)           # every decoder layer; every_n_layers=2: every other
+    spillarena.enable(model)                  # every decoder layer; every_n_layers=2: every other
     model.train(); model(**batch).loss.backward()
+    spillarena.arena_of(model).stats()        # the arena it made at the first layer input
     spillarena.disable(model)
+
+With no arena, enable() gives the model an AutomaticArena of its own (spillarena/automatic.py):
+made at the first layer input with room for one input per checkpointed layer, grown when a step
+needs more. An arena of your own: spillarena.enable(model, spillarena.SpillArena(capacity, dir)),
+or spillarena.AutomaticArena(dir, **options) for the automatic one in another directory.
 
 It goes through transformers' own hook, ``model._set_gradient_checkpointing(enable=True,
 gradient_checkpointing_func=...)``, so nothing global is patched and transformers' layer logic
@@ -17,7 +22,8 @@ docs/python_integrations.md has the recipes (Trainer, PEFT, TRL, FSDP2, torch.co
 import inspect
 import sys
 
-from .checkpoint import _TORCH_ONLY_ARGUMENTS, _stash_for, checkpoint
+from . import automatic as _automatic
+from .checkpoint import _TORCH_ONLY_ARGUMENTS, _check_arena, checkpoint
 from .errors import InvalidArgumentError
 
 # Note [Who wins when both checkpointings are asked for]
@@ -186,7 +192,7 @@ def _check_not_compiled(model):
     if compiled:
         raise InvalidArgumentError(
             "spillarena.enable: the model is already compiled (torch.compile / module.compile() on "
-            f"{compiled[0]}); call spillarena.enable(model, arena) "
+            f"{compiled[0]}); call spillarena.enable(model) "
             "first and torch.compile afterwards. Each checkpointed layer then runs eagerly inside "
             "the compiled model (a graph break), see docs/python_integrations.md"
         )
@@ -218,11 +224,32 @@ def _check_checkpoint_kwargs(kwargs):
         )
 
 
-def enable(model, arena, every_n_layers=1, **checkpoint_kwargs):
+def _checkpointed_layers(target):
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return sum(
+        1
+        for module in target.modules()
+        if isinstance(module, GradientCheckpointingLayer)
+        and getattr(module, "gradient_checkpointing", False)
+    )
+
+
+def arena_of(model):
+    """The arena enable() gave ``model``'s layers: the SpillArena, TensorStash or AutomaticArena
+    it was given, or the AutomaticArena it made (its ``stats()`` are {} before the first step);
+    None when the model is not enabled."""
+    return _enabled_arena(_pretrained(model))
+
+
+def enable(model, arena=None, every_n_layers=1, **checkpoint_kwargs):
     """Checkpoints the layers of ``model`` (a transformers PreTrainedModel, or a PEFT model
     around one) with their inputs spilled to ``arena``; every ``every_n_layers``-th layer when
-    that is > 1. Also makes the input embeddings' output require grad, as transformers' own
-    checkpointing does, so frozen embeddings (PEFT/LoRA) do not cut the graph. Returns model."""
+    that is > 1. ``arena``: None (an AutomaticArena of the model's own), an AutomaticArena (one
+    without ``layers`` is told the layers checkpointed here, to size its first arena), a
+    SpillArena or a TensorStash.
+    Also makes the input embeddings' output require grad, as transformers' own checkpointing
+    does, so frozen embeddings (PEFT/LoRA) do not cut the graph. Returns model."""
     if "torch._dynamo" in sys.modules:  # nothing can be compiled before Dynamo is imported
         _check_not_compiled(model)
     target = _pretrained(model)
@@ -245,7 +272,9 @@ def enable(model, arena, every_n_layers=1, **checkpoint_kwargs):
             f"spillarena.enable: every_n_layers must be an integer >= 1, got {every_n_layers!r}"
         )
     _check_checkpoint_kwargs(checkpoint_kwargs)
-    _stash_for(arena)  # a bad arena fails here, not in the first forward
+    _check_arena(arena)  # a bad arena fails here, not in the first forward
+    if arena is None:
+        arena = _automatic.AutomaticArena()
     function = _ArenaCheckpointFunction(arena, checkpoint_kwargs)
     options = {}
     if "every_n_layers" in parameters:
@@ -256,6 +285,8 @@ def enable(model, arena, every_n_layers=1, **checkpoint_kwargs):
         )
     enabled = _Enabled(model, target, function, options)
     enabled.switch_on()
+    if isinstance(arena, _automatic.AutomaticArena) and arena.layers is None:
+        arena.layers = _checkpointed_layers(target) or None  # sizes its first arena
     for holder in _guarded(model, target):
         for name in _ENABLE_METHODS:
             setattr(holder, name, _TransformersEnable(name, enabled))

@@ -4,7 +4,9 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "binding.h"
 #include "spill/tensor_stash.h"
@@ -51,6 +53,37 @@ class Stashed {
   bool restored_ = false;
 };
 
+// Note [The arena's warnings reach Python as warnings]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The arena stash warns through TORCH_WARN (the first overflow, a refused grow: Note [Growing the
+// arena] in src/core/arena_growth.cc). Outside torch's own bindings that goes to stderr, where
+// warnings.filterwarnings and pytest.warns cannot see it. store() runs under a c10 warning
+// handler of its own (c10's public WarningHandler, per thread, and the GIL is released on this
+// thread), and the warnings it collected are raised afterwards, with the GIL, as
+// spillarena.SpillArenaWarning; a filter that turns them into errors raises from store().
+class CollectWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+};
+
+Stashed store_warning_in_python(spill::TensorStash& stash, const torch::Tensor& tensor) {
+  CollectWarnings collected;
+  std::unique_ptr<spill::StashedTensor> stored;
+  {
+    c10::WarningUtils::WarningHandlerGuard guard(&collected);
+    py::gil_scoped_release release;
+    stored = stash.store(tensor);
+  }
+  Stashed result(std::move(stored));
+  if (collected.messages.empty()) return result;
+  const py::object category = py::module_::import("spillarena.errors").attr("SpillArenaWarning");
+  for (const std::string& message : collected.messages) {
+    if (PyErr_WarnEx(category.ptr(), message.c_str(), 1) != 0) throw py::error_already_set();
+  }
+  return result;
+}
+
 }  // namespace
 
 void bind_stash(py::module_& m) {
@@ -70,13 +103,11 @@ void bind_stash(py::module_& m) {
       "it; it cannot be pickled.");
   share_on_copy(stash, "TensorStash");
   stash
-      .def(
-          "store",
-          [](spill::TensorStash& stash, const torch::Tensor& tensor) {
-            return Stashed(stash.store(tensor));
-          },
-          py::arg("tensor"), Release(),
-          "Copies the tensor into the stash; raises ArenaExhaustedError when there is no room.")
+      .def("store", &store_warning_in_python, py::arg("tensor"),
+           "Keeps the tensor in the stash (spilled to the arena once keep_last newer ones were "
+           "stored). An input that finds no room stays in memory (when_full='keep_in_memory', "
+           "with one SpillArenaWarning per arena) or raises ArenaExhaustedError "
+           "(when_full='error').")
       .def_property_readonly("name", &spill::TensorStash::name)
       .def(
           "stats", [](const spill::TensorStash& s) { return to_dict(s.stats()); },

@@ -16,6 +16,7 @@ namespace spill {
 
 const char* to_string(Backing backing) { return name_in({"disk", "ram"}, backing); }
 const char* to_string(PoolFull policy) { return name_in({"wait", "keep_on_device"}, policy); }
+const char* to_string(WhenFull policy) { return name_in({"keep_in_memory", "error"}, policy); }
 namespace {
 
 void check_capacity(std::uint64_t capacity) {
@@ -30,6 +31,14 @@ void check_capacity(std::uint64_t capacity) {
         " is over the 1 PiB limit; this is likely a unit mistake (bytes, "
         "not KiB or bits)");
   }
+}
+
+// NaN fails both comparisons, so it is refused too.
+void check_growth_margin(double margin) {
+  if (margin >= kMinGrowthMargin && margin <= kMaxGrowthMargin) return;
+  throw InvalidArgumentError("spill: ArenaOptions::growth_margin = " + std::to_string(margin) +
+                             " is out of range; use 1 (grow to exactly what a step needed) to 16 "
+                             "(default 1.25)");
 }
 
 void check_staging(std::uint64_t staging) {
@@ -140,7 +149,8 @@ std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
           bytes_with_units(SlabAllocator::rounded_size(bytes, page)) + "), " +
           bytes_with_units(s.free_bytes) + " free of " + bytes_with_units(s.capacity_bytes) +
           ", largest free block " + bytes_with_units(s.largest_free_block) +
-          "; raise ArenaOptions::capacity_bytes or free regions first");
+          "; raise ArenaOptions::capacity_bytes or free regions first (with ArenaOptions::grow the "
+          "arena grows to fit once no region is live; Note [Growing the arena])");
 }
 
 }  // namespace
@@ -166,6 +176,7 @@ std::string default_spill_directory() {
 
 SpillArena::SpillArena(const ArenaOptions& options) {
   check_capacity(options.capacity_bytes);
+  check_growth_margin(options.growth_margin);
   check_staging(options.staging_bytes);
   check_host_pool(options.host_pool_bytes);
   ArenaOptions o = options;
@@ -195,8 +206,14 @@ detail::ArenaCore& SpillArena::live_core() const {
 }
 
 Region SpillArena::allocate(std::uint64_t bytes) {
+  Region region = try_allocate(bytes);
+  if (!region) throw_exhausted(core_->stats(), bytes);
+  return region;
+}
+
+Region SpillArena::try_allocate(std::uint64_t bytes) {
   std::optional<Block> block = live_core().allocate(bytes);
-  if (!block) throw_exhausted(core_->stats(), bytes);
+  if (!block) return Region();
   return Region(core_, block->offset, block->size, bytes);
 }
 

@@ -460,6 +460,7 @@ ArenaStats ArenaCore::stats() const {
     s.bytes_verified = ledger_->bytes_verified();
     s.integrity_failures = ledger_->failures();
   }
+  add_sizing_stats(&s);
   return s;
 }
 

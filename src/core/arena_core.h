@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fork_guard.h"
 #include "gds.h"
@@ -33,11 +34,14 @@ class ArenaCore {
   // src/core/fork_guard.cc. check_process is that check, for SpillArena's members.
   void check_process(const char* operation) const { owner_.check(operation); }
 
-  std::optional<Block> allocate(std::uint64_t bytes) {
-    owner_.check("SpillArena::allocate");
-    return allocator_.allocate(bytes);
-  }
+  // A block, or nullopt when none is large enough (counted as an overflow). Grows the storage
+  // first when an earlier allocation found no room and no region is live now. See Note [Growing
+  // the arena] in src/core/arena_growth.cc.
+  std::optional<Block> allocate(std::uint64_t bytes);
   void free(const Block& block) noexcept;
+  // Warnings for people, each given once per arena (the first overflow, the first refused grow);
+  // the front ends (spill::checkpoint, spillarena.checkpoint) take them and warn.
+  std::vector<std::string> take_notices();
 
   // Region I/O: `start` is the region's offset in the file (its integrity hashes are kept by it),
   // `at` the offset in it. Reads throw (or their Pending fails with) spill::IntegrityError.
@@ -54,6 +58,7 @@ class ArenaCore {
   std::shared_ptr<void> attachment(const std::function<std::shared_ptr<void>()>& make);
 
   ArenaStats stats() const;
+  void add_sizing_stats(ArenaStats* stats) const;  // the fields of Note [Growing the arena]
   IoMode io_mode() const { return options_.io; }
   // io = gds was asked: device inputs go through cuFile (src/core/gds.h) on storage().direct_fd().
   bool gds_requested() const { return gds_requested_; }
@@ -89,6 +94,12 @@ class ArenaCore {
   void throw_if_shrunk(std::uint64_t offset, std::uint64_t bytes, IoOp op) const;
   [[noreturn]] void throw_unreadable(std::uint64_t offset, std::uint64_t bytes, IoOp op) const;
 
+  // Note [Growing the arena] (src/core/arena_growth.cc).
+  void grow_if_due() REQUIRES(sizing_mutex_);
+  void record_demand(std::uint64_t bytes_in_use) REQUIRES(sizing_mutex_);
+  void record_overflow(std::uint64_t bytes) REQUIRES(sizing_mutex_);
+  std::string overflow_notice(std::uint64_t bytes) const REQUIRES(sizing_mutex_);
+
   const ProcessOwner owner_;
   const ArenaOptions options_;
   const std::string io_note_;
@@ -100,6 +111,19 @@ class ArenaCore {
   std::unique_ptr<IntegrityLedger> ledger_;  // verify_integrity only; outlives the engine
   std::unique_ptr<GdsFile> gds_;             // io = gds only
   mutable HashPipeline hash_pipeline_;       // verify_integrity: hashes beside synchronous copies
+  // Sizing: held by allocate (and a grow) only; free() never takes it.
+  mutable Mutex sizing_mutex_;
+  std::uint64_t overflow_since_empty_ GUARDED_BY(sizing_mutex_) = 0;  // bytes, rounded
+  std::uint64_t needed_since_empty_ GUARDED_BY(sizing_mutex_) = 0;
+  std::uint64_t needed_peak_ GUARDED_BY(sizing_mutex_) = 0;
+  std::uint64_t overflows_ GUARDED_BY(sizing_mutex_) = 0;
+  std::uint64_t overflow_bytes_ GUARDED_BY(sizing_mutex_) = 0;
+  std::uint64_t grows_ GUARDED_BY(sizing_mutex_) = 0;
+  std::uint64_t grow_failures_ GUARDED_BY(sizing_mutex_) = 0;
+  std::string grow_note_ GUARDED_BY(sizing_mutex_);
+  bool warned_overflow_ GUARDED_BY(sizing_mutex_) = false;
+  bool warned_grow_ GUARDED_BY(sizing_mutex_) = false;
+  std::vector<std::string> notices_ GUARDED_BY(sizing_mutex_);
   Mutex attachment_mutex_;
   std::shared_ptr<void> attachment_ GUARDED_BY(attachment_mutex_);
   std::unique_ptr<IoEngine> engine_;  // disk only; last member: drained first

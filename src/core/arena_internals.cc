@@ -23,6 +23,10 @@ std::shared_ptr<void> attachment(const SpillArena& arena,
 
 bool uses_gds(const SpillArena& arena) { return ArenaAccess::core(arena).gds_requested(); }
 
+std::vector<std::string> take_notices(const SpillArena& arena) {
+  return ArenaAccess::core(arena).take_notices();
+}
+
 std::uint64_t resident_bytes(const Region& region) {
   return ArenaAccess::core(region).storage().resident_bytes(region.offset(), region.size());
 }

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "spill/arena.h"
 
@@ -30,6 +32,9 @@ std::shared_ptr<void> attachment(const SpillArena& arena,
                                  const std::function<std::shared_ptr<void>()>& make);
 // io = gds was asked: device inputs go through cuFile.
 bool uses_gds(const SpillArena& arena);
+// The arena's sizing warnings not yet given (Note [Growing the arena] in
+// src/core/arena_growth.cc), each once per arena: the stash warns with them.
+std::vector<std::string> take_notices(const SpillArena& arena);
 
 // Bytes of the region held in memory (page cache or host memory); resident(): all of them, so a
 // read will not wait for the disk.

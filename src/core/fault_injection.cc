@@ -14,12 +14,12 @@ namespace spill {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Tests prove what happens when the disk misbehaves (EIO, ENOSPC, short counts, end of file)
 // without a failing disk: every pwrite and pread of write_at/read_at, every read or write piece
-// the io_uring backend submits, and the O_TMPFILE open ask fault_verdict first, as tcmalloc
-// wraps mincore for its tests. A short count is real, not a relabelled completion: only that many
-// bytes move (io_uring gets the shorter length in its submission), so a loop or a reaper that
-// dropped the remainder would lose data and a round-trip test sees it. Errors move nothing. With
-// no hook the cost is one relaxed load of `armed` per call; the hook itself is copied out under a
-// mutex, so a test may remove it while a worker thread is still calling it.
+// the io_uring backend submits, the O_TMPFILE open and fallocate ask fault_verdict first, as
+// tcmalloc wraps mincore for its tests. A short count is real, not a relabelled completion: only
+// that many bytes move (io_uring gets the shorter length in its submission), so a loop or a reaper
+// that dropped the remainder would lose data and a round-trip test sees it. Errors move nothing.
+// With no hook the cost is one relaxed load of `armed` per call; the hook itself is copied out
+// under a mutex, so a test may remove it while a worker thread is still calling it.
 namespace {
 std::atomic<bool> armed{false};
 detail::Mutex hook_mutex;

@@ -28,6 +28,23 @@ class HostMemory final : public Storage {
   void read_ahead(std::uint64_t, std::uint64_t) override {}
   void drop_page_mappings(std::uint64_t, std::uint64_t) override {}
   std::uint64_t resident_bytes(std::uint64_t, std::uint64_t bytes) const override { return bytes; }
+  // Nothing is live, so nothing is copied: new memory, the old given back.
+  std::string grow(std::uint64_t capacity_bytes) override {
+    const std::uint64_t physical = platform::physical_memory_bytes();
+    if (capacity_bytes > physical) {
+      return "a RAM arena of " + bytes_with_units(capacity_bytes) +
+             " would exceed this machine's " + bytes_with_units(physical) + " of physical memory";
+    }
+    void* base = nullptr;
+    if (int e = platform::map_anonymous(capacity_bytes, &base); e != 0) {
+      return "reserving " + bytes_with_units(capacity_bytes) +
+             " of host memory failed: " + std::strerror(e);
+    }
+    platform::unmap(base_, info_.capacity_bytes);
+    base_ = static_cast<char*>(base);
+    info_.capacity_bytes = capacity_bytes;
+    return "";
+  }
 
  private:
   char* base_;

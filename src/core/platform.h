@@ -94,6 +94,8 @@ int remove_file(const std::string& path);
 // [Linux] Allocates real blocks for [0, bytes) of fd (never a sparse file). ENOSPC / EOPNOTSUPP
 // pass up.
 int preallocate(int fd, std::uint64_t bytes);
+// Sets the file's size to `bytes` (ftruncate): a grow that failed gives back what it allocated.
+int truncate_file(int fd, std::uint64_t bytes);
 
 int close_file(int fd);
 

@@ -233,6 +233,9 @@ int reopen_direct(int fd, int* direct_fd, std::uint64_t* alignment) {
 }
 
 int preallocate(int fd, std::uint64_t bytes) {
+  if (std::int64_t v = fault_verdict(testing::FaultSite::preallocate, bytes, 0); v < 0) {
+    return static_cast<int>(-v);
+  }
   if (retry_eintr([&] { return fallocate(fd, 0, 0, static_cast<off_t>(bytes)); }) != 0) {
     return errno;
   }

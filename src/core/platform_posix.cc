@@ -158,6 +158,10 @@ int map_shared_file(int fd, std::uint64_t bytes, void** addr) {
 
 int unmap(void* addr, std::uint64_t bytes) { return munmap(addr, bytes) == 0 ? 0 : errno; }
 
+int truncate_file(int fd, std::uint64_t bytes) {
+  return retry_eintr([&] { return ftruncate(fd, static_cast<off_t>(bytes)); }) == 0 ? 0 : errno;
+}
+
 // posix_madvise is POSIX's spelling of madvise(MADV_WILLNEED); it returns the error itself.
 int advise_will_need(void* addr, std::uint64_t bytes) {
   return posix_madvise(addr, bytes, POSIX_MADV_WILLNEED);

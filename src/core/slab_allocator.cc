@@ -56,9 +56,27 @@ SlabAllocator::SlabAllocator(std::uint64_t capacity_bytes, std::uint64_t alignme
       capacity_(capacity_bytes / alignment_bytes * alignment_bytes),
       state_(std::make_unique<State>()) {
   detail::MutexLock lock(state_->mutex);
-  state_->stats.capacity_bytes = capacity_;
-  state_->stats.free_bytes = capacity_;
-  if (capacity_ > 0) state_->insert_free(0, capacity_, 0);
+  const std::uint64_t capacity = capacity_.load();
+  state_->stats.capacity_bytes = capacity;
+  state_->stats.free_bytes = capacity;
+  if (capacity > 0) state_->insert_free(0, capacity, 0);
+}
+
+void SlabAllocator::grow(std::uint64_t capacity_bytes) {
+  const std::uint64_t capacity = capacity_bytes / alignment_ * alignment_;
+  State& s = *state_;
+  detail::MutexLock lock(s.mutex);
+  const std::uint64_t old = capacity_.load();
+  if (capacity < old) {
+    throw InvalidArgumentError("spill: cannot grow an allocator of " + std::to_string(old) +
+                               " bytes to " + std::to_string(capacity) + ": it never shrinks");
+  }
+  if (capacity == old) return;
+  s.insert_coalesced(old, capacity - old);
+  s.stats.capacity_bytes = capacity;
+  s.stats.free_bytes += capacity - old;
+  capacity_.store(capacity);
+  s.expensive_check(alignment_, capacity, "grow");
 }
 
 SlabAllocator::~SlabAllocator() = default;
@@ -103,7 +121,7 @@ std::optional<Block> SlabAllocator::allocate(std::uint64_t bytes) {
   State& s = *state_;
   detail::MutexLock lock(s.mutex);
   auto fit = s.free_by_size.lower_bound(State::SizeKey{size, 0, 0});
-  if (size > capacity_ || fit == s.free_by_size.end()) return std::nullopt;
+  if (size > capacity_.load() || fit == s.free_by_size.end()) return std::nullopt;
   const std::uint64_t offset = std::get<2>(*fit);
   auto it = s.free_by_offset.find(offset);
   const State::FreeBlock found = it->second;
@@ -111,7 +129,7 @@ std::optional<Block> SlabAllocator::allocate(std::uint64_t bytes) {
   if (found.size > size) s.insert_free(offset + size, found.size - size, found.freed_seq);
   s.live.emplace(offset, State::LiveBlock{size, bytes});
   s.count_allocation(offset, size, bytes);
-  s.expensive_check(alignment_, capacity_, "allocate");
+  s.expensive_check(alignment_, capacity_.load(), "allocate");
   return Block{offset, size};
 }
 
@@ -143,7 +161,7 @@ void SlabAllocator::free(const Block& block) {
   ++s.stats.frees;
   s.live.erase(live);
   s.insert_coalesced(block.offset, block.size);
-  s.expensive_check(alignment_, capacity_, "free");
+  s.expensive_check(alignment_, capacity_.load(), "free");
 }
 
 // Joins [offset, offset + size) with a free neighbour on either side, stamped as freed now.
@@ -178,7 +196,7 @@ AllocatorStats SlabAllocator::stats() const {
 
 bool SlabAllocator::check_invariants() const {
   detail::MutexLock lock(state_->mutex);
-  return state_->first_broken_invariant(alignment_, capacity_) == nullptr;
+  return state_->first_broken_invariant(alignment_, capacity_.load()) == nullptr;
 }
 
 }  // namespace spill

@@ -15,6 +15,7 @@
 // Thread-safe: any thread may allocate or free any block.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -66,7 +67,13 @@ class SlabAllocator {
 
   AllocatorStats stats() const;
   std::uint64_t alignment_bytes() const { return alignment_; }
-  std::uint64_t capacity_bytes() const { return capacity_; }
+  std::uint64_t capacity_bytes() const { return capacity_.load(); }
+
+  // Extends the range to [0, capacity_bytes) (rounded down to the alignment): the new bytes join
+  // the free block at the end, or become one. Live blocks stay where they are. Throws
+  // spill::InvalidArgumentError when the rounded capacity is below the current one (the range
+  // never shrinks); equal is a no-op.
+  void grow(std::uint64_t capacity_bytes);
 
   // Checks every internal invariant (free blocks sorted, disjoint, coalesced, indexes agree,
   // counters add up). For tests; O(n log n). Builds with SPILLARENA_EXPENSIVE_CHECKS run it after
@@ -79,7 +86,7 @@ class SlabAllocator {
   struct State;
 
   const std::uint64_t alignment_;
-  const std::uint64_t capacity_;
+  std::atomic<std::uint64_t> capacity_;  // written under the state's mutex (grow)
   const std::unique_ptr<State> state_;
 };
 

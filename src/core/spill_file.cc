@@ -45,7 +45,11 @@ class Mapping {
       : base_(std::exchange(other.base_, nullptr)), bytes_(other.bytes_) {}
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
-  Mapping& operator=(Mapping&&) = delete;
+  Mapping& operator=(Mapping&& other) noexcept {
+    std::swap(base_, other.base_);
+    std::swap(bytes_, other.bytes_);
+    return *this;
+  }
   char* base() const { return static_cast<char*>(base_); }
 
  private:
@@ -117,6 +121,7 @@ class SpillFile final : public Storage {
     if (platform::pages_resident(page_start(p), bytes + page_slack(p), &resident) != 0) return 0;
     return std::min(resident, bytes);
   }
+  std::string grow(std::uint64_t capacity_bytes) override;
 
  private:
   static std::uintptr_t page_mask() { return ~(platform::capabilities().page_size_bytes - 1); }
@@ -299,6 +304,39 @@ Mapping map_file(int fd, const SpillFileOptions& o) {
                          "; lower capacity_bytes or raise the address-space limit (ulimit -v)");
   }
   return Mapping(base, o.capacity_bytes);
+}
+
+// Note [Preallocate, never sparse] holds for a grow too: free space is checked first, the new
+// range gets real blocks, and only then is the larger file mapped. A failure at any point
+// truncates the file back to its old size, which gives back whatever fallocate had allocated
+// before it failed (ext4 keeps the blocks it managed to allocate).
+std::string SpillFile::grow(std::uint64_t capacity_bytes) {
+  const std::uint64_t old = info_.capacity_bytes;
+  const std::string where = quote(info_.directory) + " (" + info_.file_system_type + ")";
+  platform::FileSystemInfo fs;
+  if (int e = platform::file_system_info(info_.directory, &fs); e != 0) {
+    return "statfs of " + quote(info_.directory) + " failed: " + std::strerror(e);
+  }
+  const std::uint64_t more = capacity_bytes - old;
+  if (fs.free_bytes < more) {
+    return where + " has " + human_bytes(fs.free_bytes) + " free; growing the spill file from " +
+           human_bytes(old) + " to " + human_bytes(capacity_bytes) + " needs " + human_bytes(more) +
+           " more";
+  }
+  if (int e = platform::preallocate(fd_, capacity_bytes); e != 0) {
+    platform::truncate_file(fd_, old);
+    return "preallocating " + human_bytes(capacity_bytes) + " in " + where + " failed (" +
+           std::strerror(e) + "; the file system reported " + human_bytes(fs.free_bytes) + " free)";
+  }
+  void* base = nullptr;
+  if (int e = platform::map_shared_file(fd_, capacity_bytes, &base); e != 0) {
+    platform::truncate_file(fd_, old);
+    return "mapping " + human_bytes(capacity_bytes) + " of the spill file failed (" +
+           std::strerror(e) + "; raise the address-space limit, ulimit -v)";
+  }
+  mapping_ = Mapping(base, capacity_bytes);  // the old mapping is unmapped here
+  info_.capacity_bytes = capacity_bytes;
+  return "";
 }
 
 }  // namespace

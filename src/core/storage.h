@@ -52,6 +52,12 @@ class Storage {
   // Descriptors for the I/O engine: buffered, and O_DIRECT (-1 unless direct I/O was asked for
   // and is supported), with the alignment O_DIRECT needs (0 when unknown: the page size does).
   virtual int fd() const { return -1; }
+  // Makes the storage `capacity_bytes` long (more than now): the file re-preallocated after a
+  // check for free space, or new host memory, mapped anew, so base() changes. Only while no
+  // region is live: ArenaCore calls it so (Note [Growing the arena] in src/core/arena_growth.cc).
+  // Returns "" when it grew; else why not, in words for a warning, with nothing changed (the
+  // old size and mapping stay, nothing is left allocated). Never throws.
+  virtual std::string grow(std::uint64_t capacity_bytes) = 0;
   virtual int direct_fd() const { return -1; }
   virtual std::uint64_t direct_alignment() const { return 0; }
 };

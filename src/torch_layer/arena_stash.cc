@@ -164,12 +164,22 @@ void Chain::spill(const EntryPtr& e) {
     e->input = torch::Tensor();
     return advance(*e, State::spilled);
   }
-  try {
-    e->region = arena_.allocate(e->bytes);
-  } catch (const ArenaExhaustedError& x) {
-    throw ArenaExhaustedError(
-        x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
-        "spill::checkpoint: no room to stash the " + e->describe() + ": " + x.what());
+  if (arena_options_.when_full == WhenFull::keep_in_memory) {
+    e->region = arena_.try_allocate(e->bytes);
+    // No room: the input stays where it is for this step, as in-RAM checkpointing holds it
+    // (counted by the arena; Note [Growing the arena] in src/core/arena_growth.cc).
+    if (!e->region) {
+      e->kept = true;
+      return;
+    }
+  } else {
+    try {
+      e->region = arena_.allocate(e->bytes);
+    } catch (const ArenaExhaustedError& x) {
+      throw ArenaExhaustedError(
+          x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
+          "spill::checkpoint: no room to stash the " + e->describe() + ": " + x.what());
+    }
   }
   if (e->accelerator) return spill_device(e);
   spill_cpu(e);
@@ -471,6 +481,9 @@ class ArenaStash final : public TensorStash {
     chain_->rethrow_failure();
     auto e = std::make_shared<detail::Entry>(tensor, chain_->counters());
     chain_->stored(e);
+    // The arena's sizing warnings (the first overflow, a refused grow), each once per arena;
+    // Python turns them into spillarena.SpillArenaWarning (python/src/stash_binding.cc).
+    for (const std::string& notice : detail::take_notices(chain_->arena())) TORCH_WARN(notice);
     return std::make_unique<ArenaStashed>(chain_, std::move(e));
   }
 

@@ -4,6 +4,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 
 import pytest
 import torch
@@ -36,7 +37,12 @@ def arena(spill_dir):
     assert_drained(a)
 
 
-def assert_drained(arena):
+def assert_drained(arena, wait_s=0.0):
+    """No region live; `wait_s`: after a step that failed, writes still in flight hold their
+    regions until they complete, so they get that long to drain."""
+    deadline = time.monotonic() + wait_s
+    while arena.stats()["live_regions"] and time.monotonic() < deadline:
+        time.sleep(0.001)
     stats = arena.stats()
     assert stats["live_regions"] == 0, stats
     assert stats["bytes_in_use"] == 0, stats

@@ -133,8 +133,8 @@ def test_a_missing_directory_is_a_directory_error(spill_dir):
     assert caught.value.errno != 0
 
 
-def test_an_exhausted_arena_raises_and_stays_usable(spill_dir):
-    arena = spillarena.SpillArena(1 << 20, spill_dir, keep_last=0)
+def test_an_exhausted_arena_raises_with_when_full_error_and_stays_usable(spill_dir):
+    arena = spillarena.SpillArena(1 << 20, spill_dir, keep_last=0, when_full="error", grow=False)
     layer = torch.nn.Linear(1024, 1024)
     big = torch.randn(512, 1024, requires_grad=True)  # 2 MiB
     with pytest.raises(spillarena.ArenaExhaustedError) as caught:
@@ -153,8 +153,8 @@ def test_an_exhausted_arena_raises_and_stays_usable(spill_dir):
 def test_a_non_tensor_first_argument_is_an_invalid_argument(first, arena):
     with pytest.raises(spillarena.InvalidArgumentError, match=r"must be a torch.Tensor"):
         spillarena.checkpoint(torch.nn.Identity(), first, arena=arena)
-    with pytest.raises(spillarena.InvalidArgumentError, match="arena"):
-        spillarena.checkpoint(torch.nn.Identity(), torch.ones(2), arena=None)
+    with pytest.raises(spillarena.InvalidArgumentError, match="arena= must be"):
+        spillarena.checkpoint(torch.nn.Identity(), torch.ones(2), arena=42)
     assert arena.stats()["allocations"] == 0
 
 

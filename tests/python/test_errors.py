@@ -27,7 +27,13 @@ def test_every_cpp_error_type_has_its_python_class_with_the_same_base():
         assert cls.__module__ == "spillarena.errors"
         assert cls.__bases__[0] is bases.get(base) or cls.__bases__[0].__name__ == base, name
         assert cls.__doc__, name
-    assert set(errors.__all__) == set(cpp_error_classes()) | {"RamBackedDirectoryError"}
+    assert set(errors.__all__) == set(cpp_error_classes()) | {"RamBackedDirectoryError",
+                                                              "SpillArenaWarning"}
+
+
+def test_the_sizing_warning_is_a_user_warning_of_its_own():
+    assert issubclass(spillarena.SpillArenaWarning, UserWarning)
+    assert spillarena.SpillArenaWarning.__module__ == "spillarena.errors"
 
 
 def test_the_builtin_mixins_and_the_old_alias():

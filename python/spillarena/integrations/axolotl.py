@@ -7,8 +7,8 @@
                                             # see default_spill_directory
     spillarena_io: direct                   # buffered | direct | automatic | gds;
                                             # default: the arena's
-    # spillarena_capacity_bytes:   default: layers x micro_batch_size x sequence_len x hidden_size
-    #                              x the element size of torch_dtype
+    # spillarena_capacity_bytes:   default: none needed; the arena is made at the first layer
+    #                              input and grows when a step needs more
     # spillarena_host_pool_bytes, spillarena_keep_last, spillarena_options: {verify_integrity: true}
 
     $ axolotl train config.yml
@@ -16,12 +16,12 @@
 gradient_checkpointing may stay unset or true: the plugin is the checkpoint function either way.
 activation_offloading, gradient_checkpointing: offload / offload_disk / false,
 selective_checkpointing and FSDP's activation_checkpointing are refused when the config loads,
-as are a missing or memory-backed directory and an unknown I/O mode or option; a capacity too
-small for the model is refused before the model loads. Each with a spillarena error.
+as are a missing or memory-backed directory and an unknown I/O mode or option, each with a
+spillarena error. A step that needs more room than the arena has never ends the run: its inputs
+stay in memory and the arena grows before the next step (Note [Growing the arena]).
 """
 
 from axolotl.integrations.base import BasePlugin
-from axolotl.loaders.utils import load_model_config
 from axolotl.utils.logging import get_logger
 
 import spillarena
@@ -51,13 +51,13 @@ class SpillArenaPlugin(BasePlugin):
         check_config(cfg)
 
     def pre_model_load(self, cfg):
-        self.arena = make_arena(cfg, load_model_config(cfg))
-        LOG.info(f"spillarena: {self.arena!r}, io {self.arena.options()['io']}")
+        self.arena = make_arena(cfg)
+        LOG.info(f"spillarena: {self.arena!r}")
 
     def post_model_load(self, cfg, model):
         # After axolotl's own gradient_checkpointing_enable() (LoRA, k-bit preparation), so
         # ours is the function the layers keep.
-        spillarena.enable(model, self.arena)
+        spillarena.enable(model, self.arena)  # tells an AutomaticArena the layers it checkpoints
 
     def get_training_args(self, cfg):
         # See Note [gradient_checkpointing is on in the config, off in the trainer's arguments]
@@ -69,10 +69,13 @@ class SpillArenaPlugin(BasePlugin):
         if self.arena is None:
             return
         stats = self.arena.stats()
-        LOG.info(
-            f"spillarena: {stats['allocations']} layer inputs spilled, "
-            f"{stats['bytes_written']} bytes written, {stats['bytes_read']} read, "
-            f"peak {stats['peak_bytes_in_use']} of {stats['capacity_bytes']} bytes in use"
-        )
+        if stats:
+            LOG.info(
+                f"spillarena: {stats['allocations']} layer inputs spilled, "
+                f"{stats['bytes_written']} bytes written, {stats['bytes_read']} read, "
+                f"peak {stats['peak_bytes_in_use']} of {stats['capacity_bytes']} bytes in use; "
+                f"{stats['overflows']} kept in memory for lack of room, {stats['grows']} grows "
+                f"(capacity {stats['initial_capacity_bytes']} at first)"
+            )
         spillarena.disable(model)
         self.arena = None

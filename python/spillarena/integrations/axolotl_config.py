@@ -1,7 +1,7 @@
 """The spillarena_* keys of an axolotl config: their schema, their checks, and the arena they make.
 
-    check_config(raw_cfg)                  # at config load: conflicts, directory, I/O mode, options
-    arena = make_arena(cfg, model_config)  # before the model loads: capacity sized from the model
+    check_config(raw_cfg)   # at config load: conflicts, directory, I/O mode, options
+    arena = make_arena(cfg)  # before the model loads: an AutomaticArena, or the capacity given
 
 Imported by axolotl by name (SpillArenaArgs) and by the plugin in axolotl.py; nothing here runs
 on its own.
@@ -9,7 +9,6 @@ on its own.
 
 from typing import Any
 
-import torch
 from pydantic import BaseModel, Field, model_validator
 
 import spillarena
@@ -52,9 +51,10 @@ class SpillArenaArgs(BaseModel):
     # the probe arena when the config loads, with the key named).
     spillarena_capacity_bytes: int | None = Field(
         default=None, strict=True, ge=1,
-        json_schema_extra={"description": "Size of the spill file. Default: one layer input per "
-                           "decoder layer: layers x micro_batch_size x sequence_len x hidden_size "
-                           "x the element size of torch_dtype."},
+        json_schema_extra={"description": "Size of the spill file, preallocated before the model "
+                           "loads. Default: none needed; the arena is made at the first layer "
+                           "input with room for one per checkpointed layer, and grows when a "
+                           "step needs more (spillarena.AutomaticArena)."},
     )
     spillarena_host_pool_bytes: int | None = Field(default=None, strict=True, ge=0)
     spillarena_keep_last: int | None = Field(default=None, strict=True, ge=0)
@@ -119,8 +119,11 @@ def spill_directory(cfg) -> str:
 
 
 def _arena(capacity_bytes, cfg):
+    """A SpillArena of ``capacity_bytes``, or an AutomaticArena when it is None."""
     directory, options = spill_directory(cfg), arena_options(cfg)
     try:
+        if capacity_bytes is None:
+            return spillarena.AutomaticArena(directory, **options)
         return spillarena.SpillArena(capacity_bytes, directory, **options)
     except Error as error:
         # Same type and attributes; the message also names where the values came from.
@@ -151,39 +154,16 @@ def check_config(cfg) -> None:
     # Note [Why a probe arena at config load]
     # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
     # The arena's own checks (directory, file system, I/O mode, option names and values) are
-    # the ones that count, and they run in its constructor. Its capacity needs the model's
-    # config and torch_dtype, known only after axolotl has normalized the config, so the real
-    # arena comes later (pre_model_load); a probe of 1 MiB runs the checks now, before datasets
-    # are tokenized. Its file has no name (see SpillArena.opened_without_name): nothing is left.
+    # the ones that count, and they run in its constructor. The real arena comes later: made in
+    # pre_model_load with spillarena_capacity_bytes, or without it at the first layer input (an
+    # AutomaticArena, sized from that input); a probe of 1 MiB runs the checks now, before
+    # datasets are tokenized. Its file has no name (see SpillArena.opened_without_name): nothing
+    # is left.
     _arena(_PROBE_CAPACITY_BYTES, cfg)
 
 
-def _text_config(model_config):
-    get = getattr(model_config, "get_text_config", None)
-    return get() if get is not None else model_config
-
-
-def required_capacity_bytes(cfg, model_config):
-    """Bytes of one step's layer inputs, and how they were counted (for messages)."""
-    text = _text_config(model_config)
-    layers, hidden = text.num_hidden_layers, text.hidden_size
-    batch, seq = cfg.get("micro_batch_size") or 1, cfg.get("sequence_len")
-    dtype = cfg.get("torch_dtype") or torch.float32
-    needed = spillarena.bytes_for_layer_inputs(layers, (batch, seq, hidden), dtype)
-    how = (f"{layers} layers x micro_batch_size {batch} x sequence_len {seq} x hidden_size "
-           f"{hidden} x {dtype}")
-    return needed, how
-
-
-def make_arena(cfg, model_config):
-    """The arena of this run: capacity from spillarena_capacity_bytes, else one layer input per
-    decoder layer. Raises InvalidArgumentError when a given capacity is below that."""
-    needed, how = required_capacity_bytes(cfg, model_config)
-    given = cfg.get("spillarena_capacity_bytes")
-    if given is not None and given < needed:
-        raise InvalidArgumentError(
-            f"axolotl config: spillarena_capacity_bytes is {given}, less than one step's layer "
-            f"inputs: {how} = {needed} bytes. Raise it to at least {needed}, or leave it out "
-            "(that is the default)"
-        )
-    return _arena(given if given is not None else needed, cfg)
+def make_arena(cfg):
+    """The arena of this run: spillarena_capacity_bytes preallocated when given, else an
+    AutomaticArena (made at the first layer input, grown when a step needs more; the plugin's
+    enable() tells it the checkpointed layers)."""
+    return _arena(cfg.get("spillarena_capacity_bytes"), cfg)

@@ -1,0 +1,241 @@
+// Sizing: overflow counting, the grow at a moment with no region live, a disk that refuses it,
+// and the options' bad values. See Note [Growing the arena] in src/core/arena_growth.cc.
+#include <doctest/doctest.h>
+
+#include <cerrno>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/arena_internals.h"
+#include "core/slab_allocator.h"
+#include "spill/core.h"
+#include "spill/testing.h"
+#include "test_support.h"
+
+using spill::MiB;
+using spill_test::options_in;
+using spill_test::pattern;
+using spill_test::ScratchDir;
+
+namespace {
+
+// Holds `count` regions of `bytes` each, as a forward would, until the end of the step.
+std::vector<spill::Region> forward(spill::SpillArena& arena, int count, std::uint64_t bytes) {
+  std::vector<spill::Region> live;
+  for (int i = 0; i < count; ++i) {
+    spill::Region r = arena.try_allocate(bytes);
+    if (r) live.push_back(std::move(r));
+  }
+  return live;
+}
+
+// Fails every fallocate with `error` while alive.
+struct FailingPreallocate {
+  explicit FailingPreallocate(int error) {
+    spill::testing::set_fault_hook(
+        [error](spill::testing::FaultSite site, std::uint64_t bytes, std::uint64_t) {
+          if (site == spill::testing::FaultSite::preallocate)
+            return -static_cast<std::int64_t>(error);
+          return static_cast<std::int64_t>(bytes);
+        });
+  }
+  ~FailingPreallocate() { spill::testing::set_fault_hook({}); }
+};
+
+}  // namespace
+
+TEST_CASE("allocator: grow extends the free range and never shrinks") {
+  spill::SlabAllocator slabs(8 * 4096);
+  std::optional<spill::Block> a = slabs.allocate(6 * 4096);
+  REQUIRE(a);
+  CHECK_FALSE(slabs.allocate(4 * 4096));
+  slabs.grow(16 * 4096);
+  CHECK(slabs.capacity_bytes() == 16 * 4096);
+  CHECK(slabs.stats().free_bytes == 10 * 4096);
+  CHECK(slabs.stats().largest_free_block == 10 * 4096);  // the old tail joined the new range
+  std::optional<spill::Block> b = slabs.allocate(10 * 4096);
+  REQUIRE(b);
+  CHECK(b->offset == 6 * 4096);
+  CHECK(slabs.check_invariants());
+  CHECK_THROWS_AS(slabs.grow(4 * 4096), spill::InvalidArgumentError);
+  slabs.grow(16 * 4096);  // equal: nothing
+  CHECK(slabs.capacity_bytes() == 16 * 4096);
+}
+
+TEST_CASE("arena growth: a refused allocation is counted, and the arena grows once empty") {
+  ScratchDir dir;
+  for (auto backing : {spill::Backing::disk, spill::Backing::ram}) {
+    SUBCASE(spill_test::subcase_name(backing).c_str()) {
+      spill::SpillArena arena(options_in(dir.path(), 2 * MiB, backing));
+      {
+        std::vector<spill::Region> step = forward(arena, 8, MiB);
+        CHECK(step.size() == 2);
+        const spill::ArenaStats s = arena.stats();
+        CHECK(s.overflows == 6);
+        CHECK(s.overflow_bytes == 6 * MiB);
+        CHECK(s.capacity_needed_bytes == 8 * MiB);
+        CHECK(s.capacity_bytes == 2 * MiB);  // never in the middle of a step
+        CHECK(s.grows == 0);
+      }
+      std::vector<spill::Region> step = forward(arena, 8, MiB);
+      const spill::ArenaStats s = arena.stats();
+      CHECK(step.size() == 8);
+      CHECK(s.grows == 1);
+      CHECK(s.capacity_bytes == 10 * MiB);  // 8 MiB needed x the 1.25 margin
+      CHECK(s.initial_capacity_bytes == 2 * MiB);
+      CHECK(s.overflows == 6);  // none more
+      // The grown range holds bytes like the first.
+      const auto src = pattern(MiB, 3);
+      step.back().write(src.data(), src.size());
+      std::vector<unsigned char> dst(src.size());
+      step.back().read(dst.data(), dst.size());
+      CHECK(dst == src);
+    }
+  }
+}
+
+TEST_CASE("arena growth: a live region holds the grow back until the arena is empty") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path(), 2 * MiB));
+  spill::Region kept = arena.allocate(MiB);  // a second graph alive (gradient accumulation)
+  {
+    std::vector<spill::Region> step = forward(arena, 4, MiB);
+    CHECK(arena.stats().overflows == 3);
+  }
+  std::vector<spill::Region> step = forward(arena, 4, MiB);
+  CHECK(arena.stats().grows == 0);
+  CHECK(step.size() == 1);
+  step.clear();
+  kept.free();
+  step = forward(arena, 4, MiB);
+  CHECK(arena.stats().grows == 1);
+  CHECK(step.size() == 4);
+}
+
+TEST_CASE("arena growth: it never shrinks, and grow = false keeps the capacity") {
+  ScratchDir dir;
+  spill::ArenaOptions o = options_in(dir.path(), 2 * MiB);
+  SUBCASE("grown once, smaller steps keep it") {
+    spill::SpillArena arena(o);
+    forward(arena, 4, MiB);
+    forward(arena, 1, MiB);
+    forward(arena, 1, MiB);
+    CHECK(arena.stats().capacity_bytes == 5 * MiB);
+    CHECK(arena.stats().grows == 1);
+  }
+  SUBCASE("grow = false") {
+    o.grow = false;
+    spill::SpillArena arena(o);
+    forward(arena, 4, MiB);
+    CHECK(forward(arena, 4, MiB).size() == 2);
+    CHECK(arena.stats().capacity_bytes == 2 * MiB);
+    CHECK(arena.stats().overflows == 4);
+    CHECK(arena.stats().grows == 0);
+  }
+  SUBCASE("growth_margin = 1: exactly what the step needed") {
+    o.growth_margin = 1.0;
+    spill::SpillArena arena(o);
+    forward(arena, 3, MiB);
+    forward(arena, 3, MiB);
+    CHECK(arena.stats().capacity_bytes == 3 * MiB);
+  }
+}
+
+TEST_CASE("arena growth: allocate still throws ArenaExhaustedError, and counts the overflow") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path(), MiB));
+  CHECK_THROWS_AS(arena.allocate(2 * MiB), spill::ArenaExhaustedError);
+  const spill::ArenaStats s = arena.stats();
+  CHECK(s.overflows == 1);
+  CHECK(s.live_regions == 0);
+  CHECK(s.bytes_in_use == 0);
+  CHECK(arena.allocate(2 * MiB).valid());  // the next allocation grew it first
+}
+
+TEST_CASE("arena growth: one warning for the first overflow, naming the room it needs") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path(), MiB));
+  forward(arena, 3, MiB);
+  std::vector<std::string> notices = spill::detail::take_notices(arena);
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].find("no room for an input of 1.00 MiB") != std::string::npos);
+  CHECK(notices[0].find(dir.path()) != std::string::npos);
+  CHECK(notices[0].find("free now") != std::string::npos);
+  forward(arena, 8, MiB);
+  CHECK(spill::detail::take_notices(arena).empty());  // once per arena
+  SUBCASE("when_full = error warns nothing: the error says it") {
+    spill::ArenaOptions o = options_in(dir.path(), MiB);
+    o.when_full = spill::WhenFull::error;
+    spill::SpillArena strict(o);
+    forward(strict, 3, MiB);
+    CHECK(spill::detail::take_notices(strict).empty());
+  }
+}
+
+TEST_CASE("arena growth: a refused fallocate changes nothing, warns once, leaves nothing") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path(), 2 * MiB));
+  forward(arena, 4, MiB);
+  spill::detail::take_notices(arena);
+  {
+    FailingPreallocate full(ENOSPC);
+    std::vector<spill::Region> step = forward(arena, 4, MiB);
+    CHECK(step.size() == 2);
+    step.clear();
+    forward(arena, 4, MiB);
+  }
+  spill::ArenaStats s = arena.stats();
+  CHECK(s.capacity_bytes == 2 * MiB);
+  CHECK(s.grows == 0);
+  CHECK(s.grow_failures == 2);
+  CHECK(s.grow_note.find("No space left on device") != std::string::npos);
+  const std::vector<std::string> notices = spill::detail::take_notices(arena);
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].find("could not grow from 2.00 MiB") != std::string::npos);
+  CHECK(spill_test::list_dir(dir.path()).empty());
+  // The disk has room again: the next step boundary grows.
+  forward(arena, 4, MiB);
+  CHECK(arena.stats().grows == 1);
+}
+
+TEST_CASE("arena growth: a disk without the space is checked before fallocate") {
+  spill_test::LoopMount disk(16);
+  if (!disk.ok()) {
+    MESSAGE("skipped: " << disk.reason());
+    return;
+  }
+  spill::SpillArena arena(options_in(disk.path(), 4 * MiB));
+  forward(arena, 20, MiB);  // needs 25 MiB with the margin, 20 exactly: neither fits in 16
+  std::vector<spill::Region> step = forward(arena, 20, MiB);
+  const spill::ArenaStats s = arena.stats();
+  CHECK(step.size() == 4);
+  CHECK(s.grow_failures == 1);
+  CHECK(s.capacity_bytes == 4 * MiB);
+  CHECK(s.grow_note.find(disk.path()) != std::string::npos);
+  CHECK(s.grow_note.find("free") != std::string::npos);
+  const std::vector<std::string> notices = spill::detail::take_notices(arena);
+  REQUIRE(notices.size() == 2);  // the overflow, then the refused grow
+  CHECK(notices[1].find("could not grow") != std::string::npos);
+  CHECK(spill_test::list_dir(disk.path()) == std::set<std::string>{"lost+found"});
+}
+
+TEST_CASE("arena growth: bad sizing values get typed errors naming them") {
+  ScratchDir dir;
+  spill::ArenaOptions o = options_in(dir.path(), MiB);
+  for (double margin :
+       {0.99, 0.0, -1.0, 16.5, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    o.growth_margin = margin;
+    CHECK_THROWS_WITH_AS(spill::SpillArena{o}, doctest::Contains("growth_margin"),
+                         spill::InvalidArgumentError);
+  }
+  o.growth_margin = 1.25;
+  o.capacity_bytes = 0;
+  CHECK_THROWS_AS(spill::SpillArena{o}, spill::InvalidArgumentError);
+  o.capacity_bytes = MiB;
+  spill::SpillArena arena(o);
+  CHECK_THROWS_WITH_AS(arena.try_allocate(spill::kMaxCapacityBytes + 1),
+                       doctest::Contains("larger than any arena can be"),
+                       spill::InvalidArgumentError);
+  CHECK(arena.stats().overflows == 0);
+}
