@@ -1,6 +1,7 @@
 // SpillArena and Region: handles, data I/O, stats, errors.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -118,6 +119,20 @@ TEST_CASE("arena: the staging pool is capped at the capacity and refused beyond 
   o.staging_bytes = spill::kMaxStagingBytes;
   CHECK_THROWS_WITH_AS(spill::SpillArena{o}, doctest::Contains("staging_bytes"),
                        spill::InsufficientSpaceError);
+}
+
+TEST_CASE("arena: a staging pool below one page is refused, as 0 is, not rounded up") {
+  ScratchDir dir;
+  spill::ArenaOptions o = options_in(dir.path(), spill::MiB);
+  for (std::uint64_t staging : {std::uint64_t{0}, std::uint64_t{1}, spill::kMinStagingBytes - 1,
+                                spill::kMaxStagingBytes + 1}) {
+    CAPTURE(staging);
+    o.staging_bytes = staging;
+    CHECK_THROWS_WITH_AS(spill::SpillArena{o}, doctest::Contains("use 4.00 KiB to 64.00 GiB"),
+                         spill::InvalidArgumentError);
+  }
+  o.staging_bytes = spill::kMinStagingBytes;
+  CHECK_NOTHROW(spill::SpillArena{o});
 }
 
 TEST_CASE("arena: a RAM arena larger than physical memory is refused") {
@@ -250,4 +265,30 @@ TEST_CASE("arena: automatic I/O counts the stash's host pool beside the arena") 
 TEST_CASE("arena: visit_fields names every field of ArenaOptions and ArenaStats, each once") {
   spill_test::check_visits_every_field(spill::ArenaOptions{});
   spill_test::check_visits_every_field(spill::ArenaStats{});
+}
+
+TEST_CASE("arena: a virtual file system gets one refusal, from the arena and from inspection") {
+  for (const char* dir : {"/proc", "/proc/self", "/sys"}) {
+    CAPTURE(dir);
+    const spill::DirectoryInfo d = spill::inspect_directory(dir);
+    CHECK_FALSE(d.usable);
+    CHECK(d.problem.find("stores no files (a virtual file system)") != std::string::npos);
+    CHECK(d.problem.find("create it") == std::string::npos);
+    CHECK_THROWS_WITH_AS(spill::SpillArena(options_in(dir, spill::MiB)),
+                         doctest::Contains(d.problem.c_str()), spill::DirectoryError);
+  }
+}
+
+TEST_CASE("arena: the advice for an unusable directory fits its errno") {
+  ScratchDir dir;
+  const spill::DirectoryInfo missing = spill::inspect_directory(dir.path() + "/missing");
+  CHECK(missing.problem.find("does not exist; create it") != std::string::npos);
+  const std::string file = dir.path() + "/file";
+  std::fclose(std::fopen(file.c_str(), "w"));
+  const spill::DirectoryInfo not_dir = spill::inspect_directory(file);
+  CHECK(not_dir.problem.find("is not a directory") != std::string::npos);
+  CHECK(not_dir.problem.find("create it") == std::string::npos);
+  CHECK(spill::empty_directory_refusal("omit --dir")
+            .find("an empty path names no directory; "
+                  "omit --dir for the default") == 0);
 }

@@ -134,7 +134,9 @@ std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, ArenaOptions>> vis
   visit("when_pool_full", options.when_pool_full);
 }
 
-// Largest staging pool accepted (64 GiB), against unit mistakes.
+// The staging pools accepted: at least one 4 KiB page (a smaller value is refused, not rounded
+// up), at most 64 GiB, against unit mistakes. Values in between are rounded up to pages.
+constexpr std::uint64_t kMinStagingBytes = 4096;
 constexpr std::uint64_t kMaxStagingBytes = 64ull << 30;
 
 // Largest capacity accepted (1 PiB): larger values are taken for a unit mistake. No arena grows

@@ -22,7 +22,14 @@ struct DirectoryInfo {
   std::uint64_t total_bytes = 0;
 };
 
-// Never throws; an unusable directory says why in `problem`.
+// Never throws; an unusable directory says why in `problem`, with advice that fits (a missing
+// one is to be created, a virtual file system replaced, ...).
 DirectoryInfo inspect_directory(const std::string& directory);
+
+// The one answer to an empty string where a directory is named (Python's directory=, the
+// axolotl key, the CLI's --dir; ArenaOptions::directory = "" is C++'s way to ask for the
+// default): it would silently mean the default directory. `instead` says how to ask for the
+// default there, e.g. "omit --dir".
+std::string empty_directory_refusal(const std::string& instead);
 
 }  // namespace spill

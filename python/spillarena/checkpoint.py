@@ -9,11 +9,12 @@ Transformers calls it as ``fn(functools.partial(layer.forward, layer, **kwargs),
 tensors may come positionally or inside the partial, and get their gradients either way.
 
 Forward stores the layer input (the first positional tensor, else the first tensor inside the
-partial) through the C++ stash, runs the layer without grad and keeps nothing else of it but
-references to the other tensor arguments. Backward restores the input, replays the RNG states
-(CPU and every device among the tensors) and the autocast state the forward saw, recomputes the
-layer with grad and backpropagates. Gradients are bit-identical to no checkpointing. Under
-torch.compile the checkpoint is a graph break: Note [The checkpoint under torch.compile].
+partial) through the C++ stash and runs the layer; the graph keeps none of its activations
+(non_reentrant.py, the default) or the layer runs without grad inside one autograd Function
+(use_reentrant=True). Backward restores the input, replays the RNG states (CPU and every device
+among the tensors) and the autocast state the forward saw, and recomputes the layer. Gradients
+are bit-identical to no checkpointing. Under torch.compile the checkpoint is a graph break:
+Note [The checkpoint under torch.compile].
 """
 
 import functools
@@ -26,6 +27,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from . import _C
 from . import automatic as _automatic
 from . import malloc as _malloc
+from . import non_reentrant as _non_reentrant
 from .errors import CheckpointError, InvalidArgumentError
 
 # Arguments of torch.utils.checkpoint.checkpoint that only mean something to its own
@@ -215,6 +217,11 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
                 context_fn=None, **kwargs):
     if context_fn is not None:
         raise InvalidArgumentError("spillarena.checkpoint: context_fn is not supported")
+    if use_reentrant not in (None, True, False):
+        raise InvalidArgumentError(
+            f"spillarena.checkpoint: use_reentrant must be None, True or False, got "
+            f"{use_reentrant!r}"
+        )
     _check_arena(arena)
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)
@@ -226,6 +233,8 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
     _malloc.use_for_spilling(stash)
     job = _Job(func, (prefix, args, keywords), stash, preserve_rng_state)
     job.spill_index = spill_index
+    if not use_reentrant:
+        return _non_reentrant.run(job, tensors)
     anchor = torch.empty(0, requires_grad=True)
     out_tensors = iter(_SpillCheckpoint.apply(job, anchor, *tensors))
     leaves = [next(out_tensors) if leaf is _TENSOR else leaf for leaf in job.output_template]
@@ -240,11 +249,12 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
 # that run inside it (the layer's forward, under no_grad) but not the recomputation, which the
 # autograd engine runs later outside any compiled frame: the recomputed layer would be eager while
 # the forward was compiled, and its dropout masks (Inductor draws them its own way) would not be
-# the forward's. The gradients would be silently wrong. So the whole checkpoint, the layer inside
-# it included, runs eagerly under torch.compiler.disable: a graph break at each checkpointed layer,
-# everything else compiled, forward and recomputation the same eager code, gradients bit-identical
-# to eager. Dynamo is imported lazily (seconds at import time); it is in sys.modules before any
-# torch.compile can be tracing, so the check below is enough.
+# the forward's (the non-reentrant form's recomputation, in a saved-tensor unpack hook, runs as
+# late and as eager). The gradients would be silently wrong. So the whole checkpoint, the layer
+# inside it included, runs eagerly under torch.compiler.disable: a graph break at each
+# checkpointed layer, everything else compiled, forward and recomputation the same eager code,
+# gradients bit-identical to eager. Dynamo is imported lazily (seconds at import time); it is in
+# sys.modules before any torch.compile can be tracing, so the check below is enough.
 _checkpoint_outside_compile = None
 
 
@@ -253,16 +263,19 @@ def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_sta
     """Checkpoints ``function(*args, **kwargs)`` with its layer input spilled to ``arena``.
 
     The contract of torch.utils.checkpoint.checkpoint, as transformers calls it:
-    ``function`` may be a functools.partial holding keyword arguments (tensors included), and
-    ``use_reentrant`` is accepted and ignored (both modes mean the same here). ``arena`` is a
-    SpillArena, an AutomaticArena, None (the process's default_arena(), made at the first input
-    and grown as steps need) or any TensorStash (make_in_memory_stash(): classic checkpointing,
-    no spill). An input that finds no room stays in memory for the step (one
+    ``function`` may be a functools.partial holding keyword arguments (tensors included).
+    ``use_reentrant`` None or False (the default): the layer keeps its own graph and its saved
+    tensors are recomputed at the first unpack (Note [A non-reentrant checkpoint that spills]);
+    torch.autograd.grad, backward(inputs=...) and retain_graph work. True: one autograd
+    Function per layer that recomputes inside its backward (``loss.backward()`` only).
+    ``arena`` is a SpillArena, an AutomaticArena, None (the process's default_arena(), made at
+    the first input and grown as steps need) or any TensorStash (make_in_memory_stash():
+    classic checkpointing, no spill). An input that finds no room stays in memory for the step (one
     SpillArenaWarning per arena) unless the arena was made with when_full="error": then
     ArenaExhaustedError (nothing is left allocated). Raises InvalidArgumentError for a
-    non-tensor layer input, CheckpointError for a second backward. Backward must be
-    ``loss.backward()`` (not ``torch.autograd.grad``). Under torch.compile the call runs
-    eagerly, a graph break (Note [The checkpoint under torch.compile]).
+    non-tensor layer input; CheckpointError for a layer that saves other tensors when it runs
+    again, and (reentrant) for a second backward. Under torch.compile the call runs eagerly, a
+    graph break (Note [The checkpoint under torch.compile]).
     """
     global _checkpoint_outside_compile
     _drop_torch_only_arguments(kwargs)  # here, so its warning names the caller's line

@@ -7,6 +7,7 @@
 
 #include "binding.h"
 #include "spill/arena.h"
+#include "spill/directory.h"
 #include "spill/io.h"
 #include "spill/process_memory.h"
 #include "spill/sizing.h"
@@ -88,6 +89,11 @@ spill::SpillArena make_arena(py::handle capacity_bytes, py::handle directory,
   if (!directory.is_none()) {
     set_field(parsed, "directory", directory);
     given.push_back("directory");
+    if (parsed.directory.empty()) {
+      throw spill::InvalidArgumentError(
+          "spillarena: directory='': " +
+          spill::empty_directory_refusal("pass directory=None or leave it out"));
+    }
   }
   for (const auto& [key, value] : options) {
     // capacity_bytes and directory given twice never get here: Python raises TypeError.
@@ -198,6 +204,8 @@ void bind_arena(py::module_& m) {
   m.attr("MAX_CAPACITY_BYTES") = py::int_(spill::kMaxCapacityBytes);
   m.attr("MAX_STAGING_BYTES") = py::int_(spill::kMaxStagingBytes);
   m.def("default_spill_directory", [] { return path_to_python(spill::default_spill_directory()); });
+  m.def("_empty_directory_refusal", &spill::empty_directory_refusal, py::arg("instead"),
+        "The one wording of the refusal of an empty directory string (spill/directory.h).");
   m.def("memory_limits", &memory_limits_dict,
         "This process's memory ceiling: its memory cgroup (v1 or v2), MemAvailable, MemTotal, "
         "what it may still take (usable_bytes) and how close it is (pressure, 0 to 1)");

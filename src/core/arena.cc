@@ -42,9 +42,10 @@ void check_growth_margin(double margin) {
 }
 
 void check_staging(std::uint64_t staging) {
-  if (staging == 0 || staging > kMaxStagingBytes) {
+  if (staging < kMinStagingBytes || staging > kMaxStagingBytes) {
     throw InvalidArgumentError("spill: ArenaOptions::staging_bytes = " + bytes_with_units(staging) +
-                               " is out of range; use 4 KiB to 64 GiB (default 64 MiB)");
+                               " is out of range; use " + human_bytes(kMinStagingBytes) + " to " +
+                               human_bytes(kMaxStagingBytes) + " (default 64 MiB)");
   }
 }
 

@@ -4,27 +4,39 @@
 
 #include "platform.h"
 #include "spill/quote.h"
+#include "spill_file.h"
 
 namespace spill {
 
 DirectoryInfo inspect_directory(const std::string& directory) {
   DirectoryInfo d;
   d.path = directory;
-  if (int e = platform::check_writable_directory(directory); e != 0) {
-    d.problem = quote(directory) + " cannot hold a spill file: " + std::strerror(e);
+  // The arena's own checks, in its order (check_directory in src/core/spill_file.cc).
+  platform::FileSystemInfo fs;
+  const int statfs_error = platform::file_system_info(directory, &fs);
+  d.file_system_type = fs.type_name;
+  if (statfs_error == 0 && detail::stores_no_files(fs)) {
+    d.problem = detail::virtual_file_system_refusal(directory, fs.type_name);
     return d;
   }
-  platform::FileSystemInfo fs;
-  if (int e = platform::file_system_info(directory, &fs); e != 0) {
-    d.problem = "cannot statfs " + quote(directory) + ": " + std::strerror(e);
+  if (int e = platform::check_writable_directory(directory); e != 0) {
+    d.problem = detail::directory_refusal(directory, e);
+    return d;
+  }
+  if (statfs_error != 0) {
+    d.problem = "cannot statfs " + quote(directory) + ": " + std::strerror(statfs_error);
     return d;
   }
   d.usable = true;
-  d.file_system_type = fs.type_name;
   d.memory_backed = fs.memory_backed;
   d.free_bytes = fs.free_bytes;
   d.total_bytes = fs.total_bytes;
   return d;
+}
+
+std::string empty_directory_refusal(const std::string& instead) {
+  return "an empty path names no directory; " + instead +
+         " for the default ($SPILL_DIR, else $TMPDIR or /tmp; /var/tmp when those are in RAM)";
 }
 
 }  // namespace spill

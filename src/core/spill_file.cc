@@ -154,21 +154,15 @@ void check_directory_or_throw(const std::string& dir) {
     throw InvalidArgumentError("spill: spill directory " + quote(dir) +
                                " contains a NUL byte; pass the directory's path alone");
   }
+  // A virtual file system first: /proc/self refuses writes (EPERM), but what is wrong with it
+  // is that no directory there can hold a file.
+  platform::FileSystemInfo fs;
+  if (platform::file_system_info(dir, &fs) == 0 && stores_no_files(fs)) {
+    throw DirectoryError(dir, ENOSPC, "spill: " + virtual_file_system_refusal(dir, fs.type_name));
+  }
   const int e = platform::check_writable_directory(dir);
   if (e == 0) return;
-  std::string why;
-  if (e == ENOENT)
-    why =
-        "does not exist; create it or choose another with options.directory "
-        "or $SPILL_DIR";
-  else if (e == ENOTDIR)
-    why = "is not a directory; point options.directory at a directory";
-  else if (e == EACCES || e == EROFS || e == EPERM)
-    why = std::string("is not writable (") + std::strerror(e) +
-          "); fix its permissions or choose another with options.directory or $SPILL_DIR";
-  else
-    why = std::string("cannot be used: ") + std::strerror(e);
-  throw DirectoryError(dir, e, "spill: spill directory " + quote(dir) + " " + why);
+  throw DirectoryError(dir, e, "spill: " + directory_refusal(dir, e));
 }
 
 platform::FileSystemInfo vet_file_system(const SpillFileOptions& o) {
@@ -185,11 +179,9 @@ platform::FileSystemInfo vet_file_system(const SpillFileOptions& o) {
             ", which lives in RAM: spilling there saves no memory. Choose a directory on a disk "
             "(options.directory or $SPILL_DIR), or set options.allow_memory_backed_directory");
   }
-  if (fs.total_bytes == 0) {  // proc, sysfs, cgroupfs: statfs counts no blocks at all
+  if (stores_no_files(fs)) {
     throw DirectoryError(o.directory, ENOSPC,
-                         "spill: spill directory " + quote(o.directory) + " is on " + fs.type_name +
-                             ", which stores no files (a virtual file system); choose another with "
-                             "options.directory or $SPILL_DIR");
+                         "spill: " + virtual_file_system_refusal(o.directory, fs.type_name));
   }
   if (fs.free_bytes < o.capacity_bytes) {
     throw InsufficientSpaceError(o.directory, o.capacity_bytes, fs.free_bytes,
@@ -367,6 +359,30 @@ std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& o) {
 }
 
 void check_directory(const std::string& directory) { check_directory_or_throw(directory); }
+
+// The advice fits the errno: a directory that exists is never told to be created.
+std::string directory_refusal(const std::string& dir, int e) {
+  std::string why;
+  if (e == ENOENT)
+    why = "does not exist; create it or choose another with options.directory or $SPILL_DIR";
+  else if (e == ENOTDIR)
+    why = "is not a directory; point options.directory at a directory";
+  else if (e == EACCES || e == EROFS || e == EPERM)
+    why = std::string("is not writable (") + std::strerror(e) +
+          "); fix its permissions or choose another with options.directory or $SPILL_DIR";
+  else
+    why = std::string("cannot be used (") + std::strerror(e) +
+          "); choose another with options.directory or $SPILL_DIR";
+  return "spill directory " + quote(dir) + " " + why;
+}
+
+bool stores_no_files(const platform::FileSystemInfo& fs) { return fs.total_bytes == 0; }
+
+std::string virtual_file_system_refusal(const std::string& dir, const std::string& type) {
+  return "spill directory " + quote(dir) + " is on " + type +
+         ", which stores no files (a virtual file system); choose another with "
+         "options.directory or $SPILL_DIR";
+}
 
 bool direct_io_supported(const std::string& directory, std::string* why) {
   if (!platform::capabilities().direct_io) {

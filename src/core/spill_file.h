@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "platform.h"
 #include "storage.h"
 
 namespace spill::detail {
@@ -28,6 +29,14 @@ std::unique_ptr<Storage> make_spill_file(const SpillFileOptions& options);
 
 // Throws DirectoryError when `directory` is missing, not a directory or not writable.
 void check_directory(const std::string& directory);
+
+// The one wording of each refusal of a directory, for the arena's errors and `spillarena plan`
+// alike (the CLI rewrites the option names, tools/cli/failures.cc): `e` from
+// platform::check_writable_directory, with advice that fits it; a file system whose statfs
+// counts no blocks (proc, sysfs, cgroupfs, devpts) stores no files.
+std::string directory_refusal(const std::string& dir, int e);
+bool stores_no_files(const platform::FileSystemInfo& fs);
+std::string virtual_file_system_refusal(const std::string& dir, const std::string& type);
 
 // Whether files in `directory` can be opened with O_DIRECT at page alignment; *why says why not.
 bool direct_io_supported(const std::string& directory, std::string* why);

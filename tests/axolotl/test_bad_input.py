@@ -45,6 +45,13 @@ def test_a_missing_directory_is_refused_when_the_config_loads(config, workdir):
         load_cfg(str(config(spillarena_directory=str(missing))))
 
 
+def test_an_empty_directory_is_refused_when_the_config_loads(config):
+    with pytest.raises(spillarena.InvalidArgumentError,
+                       match="spillarena_directory is '': an empty path names no directory; "
+                       "leave the key out for the default"):
+        load_cfg(str(config(spillarena_directory="")))
+
+
 def _tmpfs(path):
     out = subprocess.run(["stat", "-f", "-c", "%T", path], capture_output=True, text=True)
     return out.stdout.strip() == "tmpfs"

@@ -127,6 +127,21 @@ def test_too_large_a_capacity_is_insufficient_space_and_leaks_nothing(spill_dir)
     assert open_fds() == before
 
 
+@pytest.mark.parametrize("empty", ["", b""])
+def test_an_empty_directory_is_refused_not_taken_for_the_default(empty):
+    words = "an empty path names no directory; pass directory=None or leave it out"
+    with pytest.raises(spillarena.InvalidArgumentError, match=words):
+        spillarena.SpillArena(1 << 20, empty)
+    with pytest.raises(spillarena.InvalidArgumentError, match=words):
+        spillarena.AutomaticArena(empty)
+
+
+@pytest.mark.parametrize("staging", [0, 1, 4095])
+def test_a_staging_pool_below_a_page_is_refused_like_zero(spill_dir, staging):
+    with pytest.raises(spillarena.InvalidArgumentError, match=r"use 4\.00 KiB to 64\.00 GiB"):
+        spillarena.SpillArena(1 << 20, spill_dir, staging_bytes=staging)
+
+
 def test_a_missing_directory_is_a_directory_error(spill_dir):
     with pytest.raises(spillarena.DirectoryError) as caught:
         spillarena.SpillArena(1 << 20, spill_dir / "missing")

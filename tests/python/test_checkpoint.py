@@ -101,11 +101,14 @@ def test_in_memory_stash_is_plain_checkpointing():
     assert x.grad is not None
 
 
-def test_autograd_grad_is_refused_with_a_clear_error(arena):
+def test_autograd_grad_works_and_the_reentrant_form_refuses_it_clearly(arena):
     linear = torch.nn.Linear(8, 8)
     x = torch.randn(2, 8, requires_grad=True)
     y = spillarena.checkpoint(linear, x, arena=arena).sum()
-    with pytest.raises(spillarena.CheckpointError, match=r"torch.autograd.grad"):
+    (grad,) = torch.autograd.grad(y, x)
+    assert torch.equal(grad, torch.autograd.grad(linear(x).sum(), x)[0])
+    y = spillarena.checkpoint(linear, x, arena=arena, use_reentrant=True).sum()
+    with pytest.raises(spillarena.CheckpointError, match=r"torch\.autograd\.grad"):
         torch.autograd.grad(y, x)
     del y
     assert_drained(arena)

@@ -1,9 +1,12 @@
-"""One table of checkpoint cases, run against both front ends over the same stash.
+"""One table of checkpoint cases, run against every form over the same stash.
 
-"python" is spillarena.checkpoint (transformers' calling convention); "cpp" is spill::checkpoint,
-reached through _C._cpp_checkpoint with a Python layer. Both replay the forward's RNG and autocast
-state through one implementation (Note [One replay, two front ends] in
-python/src/replay_binding.cc), so every case expects the same of both. What only the Python
+"python" is spillarena.checkpoint (transformers' calling convention) in its default,
+non-reentrant form; "python-reentrant" the same with use_reentrant=True; "cpp" is
+spill::checkpoint (reentrant: LibTorch has no saved-tensor hooks without Python), reached through
+_C._cpp_checkpoint with a Python layer. All three replay the forward's RNG and autocast state
+through one implementation (Note [One replay, two front ends] in python/src/replay_binding.cc),
+so every case expects the same of all, but a second backward: the non-reentrant form recomputes
+for it, the reentrant forms refuse it. What only the Python
 front end has (tensors inside a functools.partial or in kwargs, pytrees of outputs,
 preserve_rng_state=False, torch's own keyword arguments) is in test_checkpoint.py.
 
@@ -25,16 +28,29 @@ def python_front_end(stash, layer, *tensors):
     return spillarena.checkpoint(layer, *tensors, arena=stash)
 
 
+def python_reentrant_front_end(stash, layer, *tensors):
+    return spillarena.checkpoint(layer, *tensors, arena=stash, use_reentrant=True)
+
+
 def cpp_front_end(stash, layer, *tensors):
     outputs = spillarena._C._cpp_checkpoint(stash, layer, list(tensors))
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-@pytest.fixture(params=[python_front_end, cpp_front_end], ids=["python", "cpp"])
+class Form:
+    def __init__(self, front_end, stash, reentrant):
+        self.front_end, self.stash, self.reentrant = front_end, stash, reentrant
+
+    def __call__(self, layer, *tensors):
+        return self.front_end(self.stash, layer, *tensors)
+
+
+@pytest.fixture(params=[(python_front_end, False), (python_reentrant_front_end, True),
+                        (cpp_front_end, True)], ids=["python", "python-reentrant", "cpp"])
 def checkpoint(request, arena):
-    """checkpoint(layer, *tensors) through one front end and the arena's shared stash."""
-    stash = spillarena.shared_arena_stash(arena)
-    return lambda layer, *tensors: request.param(stash, layer, *tensors)
+    """checkpoint(layer, *tensors) through one form and the arena's shared stash."""
+    front_end, reentrant = request.param
+    return Form(front_end, spillarena.shared_arena_stash(arena), reentrant)
 
 
 def encoder_stack(layers=3, width=32):
@@ -164,12 +180,23 @@ def test_a_forward_without_backward_frees_its_region(checkpoint, arena):
     assert_drained(arena)
 
 
-def test_a_second_backward_is_refused_with_the_same_words(checkpoint, arena):
+def test_a_second_backward_recomputes_or_is_refused_with_the_same_words(checkpoint, arena):
+    torch.manual_seed(0)
     linear = torch.nn.Linear(8, 8)
-    y = checkpoint(linear, torch.randn(2, 8, requires_grad=True)).sum()
+    x = torch.randn(2, 8, requires_grad=True)
+    y = torch.tanh(checkpoint(linear, x)).sum()
     y.backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="backward ran twice through the same checkpointed "
-                                           "layer; its stashed input was consumed"):
-        y.backward()
+    if checkpoint.reentrant:
+        with pytest.raises(RuntimeError, match="backward ran twice through the same checkpointed "
+                                               "layer; its stashed input was consumed"):
+            y.backward()
+    else:
+        y.backward()  # from the input the frame kept: the gradients of no checkpointing, twice
+        got = (x.grad.clone(), linear.weight.grad.clone())
+        x.grad, linear.weight.grad, linear.bias.grad = None, None, None
+        plain = torch.tanh(linear(x)).sum()
+        plain.backward(retain_graph=True)
+        plain.backward()
+        assert torch.equal(got[0], x.grad) and torch.equal(got[1], linear.weight.grad)
     del y
     assert_drained(arena)

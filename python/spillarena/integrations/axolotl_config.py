@@ -115,7 +115,13 @@ def arena_options(cfg) -> dict:
 
 
 def spill_directory(cfg) -> str:
-    return cfg.get("spillarena_directory") or spillarena.default_spill_directory()
+    directory = cfg.get("spillarena_directory")
+    if directory == "":
+        raise InvalidArgumentError(
+            "axolotl config: spillarena_directory is '': "
+            + spillarena._C._empty_directory_refusal("leave the key out")
+        )
+    return spillarena.default_spill_directory() if directory is None else directory
 
 
 def _arena(capacity_bytes, cfg):
