@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -553,6 +554,27 @@ TEST_CASE("device path: every block of a pageable host pool is page-aligned") {
     CHECK(lease->bytes() == bytes);
     leases.push_back(std::move(*lease));
   }
+}
+
+// A block given back after a waiter's failed try but before it waits (here: from its own give_up
+// callback, exactly that window) must wake it at once, not at the next poll: the waiter reads the
+// pool's count of blocks given back before each try and waits for it to change.
+TEST_CASE("device path: a block given back between a failed try and the wait wakes the waiter") {
+  auto pool = spill::detail::HostPool::make(spill::MiB, c10::DeviceType::CPU);
+  std::optional<spill::detail::HostPool::Lease> held = pool->try_take(spill::MiB);
+  REQUIRE(held);
+  const auto start = std::chrono::steady_clock::now();
+  spill::detail::HostPool::Lease lease = pool->take(
+      spill::MiB,
+      [&] {
+        held.reset();  // gives the block back inside the window
+        return false;
+      },
+      std::chrono::milliseconds(20000));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(lease);
+  CHECK(waited < std::chrono::seconds(5));  // the poll would have taken 20 s
+  CHECK(pool->waits() == 1);
 }
 
 // A lease is a slice of the pool's one allocation, never memory of its own: a buffer per lease

@@ -167,12 +167,14 @@ std::optional<HostPool::Lease> HostPool::try_take(std::uint64_t bytes, std::uint
   return lease;
 }
 
-HostPool::Lease HostPool::take(std::uint64_t bytes, const std::function<bool()>& give_up) {
+HostPool::Lease HostPool::take(std::uint64_t bytes, const std::function<bool()>& give_up,
+                               std::chrono::milliseconds poll) {
   if (std::optional<Lease> lease = try_take(bytes)) return std::move(*lease);
   const auto start = std::chrono::steady_clock::now();
   MutexLock lock(mutex_);
   ++waits_;
   for (;;) {
+    const std::uint64_t seen = given_back_;  // read before the try: see given_back_
     lock.unlock();
     std::optional<Lease> lease = try_take(bytes);
     const bool stop = !lease && give_up();
@@ -183,13 +185,14 @@ HostPool::Lease HostPool::take(std::uint64_t bytes, const std::function<bool()>&
                                                  .count());
       return lease ? std::move(*lease) : Lease();
     }
-    freed_.wait_for(lock, std::chrono::milliseconds(5));
+    freed_.wait_for(lock, poll, [&]() REQUIRES(mutex_) { return given_back_ != seen; });
   }
 }
 
 void HostPool::give_back(const Block& block) {
   slabs_.free(block);
   MutexLock lock(mutex_);
+  ++given_back_;
   freed_.notify_all();
 }
 

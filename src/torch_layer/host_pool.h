@@ -59,9 +59,12 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   // a request of that many bytes must still fit afterwards (prefetches keep room for the
   // restore that needs it).
   std::optional<Lease> try_take(std::uint64_t bytes, std::uint64_t reserve = 0);
-  // Waits until `bytes` are free; counted in waits() and wait_ns(). `give_up` is asked every few
-  // milliseconds while waiting: true stops the wait with an empty Lease (a failure elsewhere).
-  Lease take(std::uint64_t bytes, const std::function<bool()>& give_up);
+  // Waits until `bytes` are free; counted in waits() and wait_ns(). A block given back wakes the
+  // wait at once; `give_up` is asked after each failed try and every `poll` while waiting: true
+  // stops the wait with an empty Lease (a failure elsewhere).
+  static constexpr std::chrono::milliseconds kPoll{5};
+  Lease take(std::uint64_t bytes, const std::function<bool()>& give_up,
+             std::chrono::milliseconds poll = kPoll);
 
   std::uint64_t bytes() const { return bytes_; }
   // The largest request that can ever be granted (the allocator rounds requests to size
@@ -83,6 +86,9 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   const std::uint64_t largest_piece_;
   mutable Mutex mutex_;  // with freed_, wakes take() when a block comes back
   std::condition_variable freed_;
+  // Blocks given back so far: take() reads it before a try and waits for it to change, so a
+  // block given back between a failed try and the wait is never missed.
+  std::uint64_t given_back_ GUARDED_BY(mutex_) = 0;
   std::uint64_t waits_ GUARDED_BY(mutex_) = 0;
   std::uint64_t wait_ns_ GUARDED_BY(mutex_) = 0;
 };
