@@ -44,6 +44,9 @@ ModeSetup make_mode(const std::string& mode, std::uint64_t capacity_bytes,
   o.start_writeback_after_write = tuning.start_writeback_after_write;
   o.io = tuning.io;
   if (tuning.staging_bytes > 0) o.staging_bytes = tuning.staging_bytes;
+  o.when_full = tuning.when_full;
+  o.grow = tuning.grow;
+  o.growth_margin = tuning.growth_margin;
   m.arena = std::make_unique<SpillArena>(o);
   m.stash = make_arena_stash(*m.arena);
   return m;

@@ -39,6 +39,9 @@ struct ArenaTuning {
   bool start_writeback_after_write = true;  // ArenaOptions::start_writeback_after_write
   IoMode io = IoMode::automatic;            // ArenaOptions::io
   std::uint64_t staging_bytes = 0;          // ArenaOptions::staging_bytes; 0: the arena's default
+  WhenFull when_full = ArenaOptions{}.when_full;        // ArenaOptions::when_full
+  bool grow = ArenaOptions{}.grow;                      // ArenaOptions::grow
+  double growth_margin = ArenaOptions{}.growth_margin;  // ArenaOptions::growth_margin
 };
 
 // Throws spill::InvalidArgumentError for an unknown mode (see mode_named) and the arena's errors

@@ -239,3 +239,27 @@ TEST_CASE("arena growth: bad sizing values get typed errors naming them") {
                        spill::InvalidArgumentError);
   CHECK(arena.stats().overflows == 0);
 }
+
+TEST_CASE("arena growth: a grow refused by a file size limit names the limit, not the disk") {
+  ScratchDir dir;
+  spill::SpillArena arena(options_in(dir.path(), MiB));
+  forward(arena, 2, MiB);
+  spill::detail::take_notices(arena);
+  FailingPreallocate too_large(EFBIG);
+  forward(arena, 2, MiB);
+  const std::vector<std::string> notices = spill::detail::take_notices(arena);
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].find("could not grow from 1.00 MiB to 2.00 MiB (a step needed 2.00 MiB)") !=
+        std::string::npos);
+  CHECK(notices[0].find("ulimit -f") != std::string::npos);
+}
+
+TEST_CASE("arena growth: the RAM backing's warning speaks of memory, not of a file") {
+  spill::SpillArena arena(options_in("", MiB, spill::Backing::ram));
+  forward(arena, 2, MiB);
+  const std::vector<std::string> notices = spill::detail::take_notices(arena);
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].find("the arena in RAM (1.00 MiB)") != std::string::npos);
+  CHECK(notices[0].find("the arena grows") != std::string::npos);
+  CHECK(notices[0].find("file") == std::string::npos);
+}

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "spill/directory.h"
+#include "spill/sizing.h"
 #include "test_support.h"
 
 using spill_test::list_dir;
@@ -129,6 +131,8 @@ TEST_CASE("cli: a missing --dir is a runtime error that names --dir, not the C++
 TEST_CASE("cli: an empty --dir is a usage error, never the default directory in disguise") {
   check_usage_error(std::string("train ") + kTiny + " --steps 1 --dir ''", "--dir");
   check_usage_error(std::string(kPlan) + " --dir ''", "--dir");
+  Run r = run(std::string(kPlan) + " --dir ''");  // the words of every front end
+  CHECK(r.output.find(spill::empty_directory_refusal("omit --dir")) != std::string::npos);
 }
 
 TEST_CASE("cli: too few open files: a soft limit is raised, a hard one is named") {
@@ -206,12 +210,100 @@ TEST_CASE("cli: a per-file run ended by a signal leaves no file and dies of that
   CHECK(list_dir(dir.path()).empty());
 }
 
-TEST_CASE("cli: a capacity too small for the model is a usage error naming the need") {
+TEST_CASE("cli: a capacity too small for the model with --when-full error is a usage error") {
   ScratchDir dir;
-  Run r = run(std::string("train ") + kTiny + " --steps 1 --capacity 4096 --dir " + dir.path());
+  Run r = run(std::string("train ") + kTiny +
+              " --steps 1 --capacity 4096 --when-full error --dir " + dir.path());
   CHECK(r.exit_code == 2);
   CHECK(one_line(r.output));
   CHECK(r.output.find("--capacity 4096") != std::string::npos);
+  CHECK(r.output.find("--when-full keep_in_memory") != std::string::npos);  // the way out
+  CHECK(list_dir(dir.path()).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sizing: an arena too small overflows, then grows (Note [Growing the arena], issue 30)
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("cli: a capacity too small overflows in the first step, then grows; the summary says") {
+  ScratchDir dir;
+  const std::uint64_t input = 4 * 32 * 32 * 4;  // kTiny: batch x seq x hidden x fp32
+  const std::string args = std::string("train ") + kTiny +
+                           " --steps 3 --compare-steps 0 --capacity 4096 --dir " + dir.path();
+  nlohmann::json j;
+  REQUIRE(run_json(args + " --json 2>/dev/null", &j).exit_code == 0);
+  const nlohmann::json& a = j["arena"];
+  CHECK(a["overflows"] == 1);  // step 1's one spilled input; steps 2 and 3 fit
+  CHECK(a["overflow_bytes"] == input);
+  CHECK(a["capacity_needed_bytes"] == input);
+  CHECK(a["initial_capacity_bytes"] == 4096);
+  CHECK(a["grows"] == 1);
+  CHECK(a["grow_failures"] == 0);
+  CHECK(a["capacity_bytes"].get<std::uint64_t>() >= input * 5 / 4);  // --growth-margin 1.25
+  CHECK(a["bytes_written"] == 2 * input);                            // step 1 kept its input in RAM
+  CHECK(j["arena_options"]["when_full"] == "keep_in_memory");
+  CHECK(j["arena_options"]["grow"] == true);
+  CHECK(j["arena_options"]["growth_margin"] == 1.25);
+  // stderr's lines marked "E " among stdout's: one run shows both (the JSON run checked the exit
+  // code; this one is sed's).
+  Run text = capture_shell(
+      "{ " + std::string(SPILLARENA_CLI) + " " + args + " 2>&1 1>&3 | sed 's/^/E /'; } 3>&1",
+      false);
+  CAPTURE(text.output);
+  CHECK(text.output.find("step 1/3 ") < text.output.find("1 kept in RAM (no room in the arena)"));
+  CHECK(text.output.find("step 2/3 ") < text.output.find("arena grew to 20.00 KiB"));
+  CHECK(text.output.find("  sizing          1 input found no room (16.00 KiB, kept in RAM for "
+                         "their step), capacity needed 16.00 KiB; grew 1 time, 4.00 KiB -> "
+                         "20.00 KiB (--growth-margin 1.25)\n") != std::string::npos);
+  // The library's first-overflow warning, as the CLI's one line.
+  const std::size_t warning = text.output.find("E spillarena: warning: the arena in ");
+  const std::size_t first_e = text.output.rfind("E ", 0) == 0 ? 0 : text.output.find("\nE ") + 1;
+  CHECK(warning != std::string::npos);
+  CHECK(first_e == warning);                                      // nothing on stderr before,
+  CHECK(text.output.find("\nE ", warning) == std::string::npos);  // nor after it
+  CHECK(text.output.find("pass that --capacity", warning) != std::string::npos);  // CLI words
+  CHECK(text.output.find("stats()") == std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: --no-grow keeps what does not fit in RAM every step, and --growth-margin is used") {
+  ScratchDir dir;
+  nlohmann::json j;
+  REQUIRE(run_json(std::string("train ") + kTiny +
+                       " --steps 2 --compare-steps 0 --capacity 4096 --no-grow --growth-margin 2 "
+                       "--when-full keep-in-memory --json --dir " +
+                       dir.path() + " 2>/dev/null",
+                   &j)
+              .exit_code == 0);
+  CHECK(j["arena"]["overflows"] == 2);
+  CHECK(j["arena"]["grows"] == 0);
+  CHECK(j["arena"]["capacity_bytes"] == 4096);
+  CHECK(j["arena_options"]["grow"] == false);
+  CHECK(j["arena_options"]["growth_margin"] == 2.0);
+  CHECK(j["arena_options"]["when_full"] == "keep_in_memory");
+  nlohmann::json grown;
+  REQUIRE(run_json(std::string("train ") + kTiny +
+                       " --steps 2 --compare-steps 0 --capacity 4096 --growth-margin 2 --json "
+                       "--dir " +
+                       dir.path() + " 2>/dev/null",
+                   &grown)
+              .exit_code == 0);
+  CHECK(grown["arena"]["capacity_bytes"] == 2 * 4 * 32 * 32 * 4);  // twice the one input
+  CHECK(grown["losses"] == j["losses"]);  // where an input waits changes no number
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: bad --growth-margin, --when-full or --grow values are usage errors") {
+  ScratchDir dir;
+  const std::string train = std::string("train ") + kTiny + " --dir " + dir.path();
+  // Other malformed numbers go through numbers.h too: see the NaN/infinite doubles case.
+  for (const char* v : {"nan", "inf", "-1.25", "0.99", "16.5", "1.25x", ""}) {
+    check_usage_error(train + " --growth-margin '" + v + "'",
+                      "--growth-margin must be a finite number in [1, 16], got '");
+  }
+  check_usage_error(train + " --when-full spill", "spill");
+  check_usage_error(train + " --when-full ''", "--when-full");
+  check_usage_error(train + " --grow=maybe", "maybe");
   CHECK(list_dir(dir.path()).empty());
 }
 
@@ -273,6 +365,34 @@ TEST_CASE("cli: plan --json reports capacity, file system, fit and bandwidth") {
   CHECK(j.contains("keeps_up"));
   CHECK(j["problems"].empty());
   CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: plan grows an arena in the directory and reports the overflow and the grow") {
+  ScratchDir dir;
+  nlohmann::json j;
+  Run r = run_json(std::string(kPlan) + " --probe-bytes 0 --json --dir " + dir.path(), &j);
+  CHECK(r.exit_code == 0);
+  const nlohmann::json& g = j["growth"];
+  CAPTURE(g.dump());
+  CHECK(g["overflows"] == 1);
+  CHECK(g["overflow_bytes"] == 4 * 65536);  // the capacity, under plan's 64 MiB trial bound
+  CHECK(g["capacity_needed_bytes"] == 4 * 65536);
+  CHECK(g["initial_capacity_bytes"] == spill::page_size_bytes());
+  CHECK(g["grows"] == 1);
+  CHECK(g["grow_failures"] == 0);
+  CHECK(g["grow_note"] == "");
+  CHECK(g["capacity_bytes"] == 4 * 65536);  // growth margin 1 in the trial
+  CHECK(g["grow_ms"].get<double>() >= 0);
+  Run text = run(std::string(kPlan) + " --probe-bytes 0 --dir " + dir.path());
+  CAPTURE(text.output);
+  CHECK(text.output.find("grows        yes: an arena of ") != std::string::npos);
+  CHECK(text.output.find(" overflowed by 256.00 KiB and grew to 256.00 KiB in ") !=
+        std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+  Run shm = run_json(
+      "plan --layers 4 --batch 1 --seq 16 --hidden 16 --json --dir /dev/shm 2>/dev/null", &j);
+  CHECK(shm.exit_code == 1);
+  CHECK(j["growth"].is_null());  // no trial where the arena cannot be made
 }
 
 TEST_CASE("cli: plan on a memory-backed or too small directory says so and exits 1") {
@@ -517,7 +637,8 @@ TEST_CASE("cli: special files as --corpus or --dir are refused at once, never wa
            {train + "--dir " + fifo, "not a directory"},
            {train + "--mode per-file --dir " + fifo, "not a directory"},
            {train + "--dir /dev/null", "not a directory"},
-           {std::string(kPlan) + " --probe-bytes 0 --dir " + fifo, "Not a directory"},
+           {std::string(kPlan) + " --probe-bytes 0 --dir " + fifo,
+            "is not a directory; point --dir at a directory"},
        }) {
     CAPTURE(c.args);
     Run r = stderr_of(c.args, 60);
@@ -538,7 +659,7 @@ TEST_CASE("cli: every usage error exits 2 with one line on stderr") {
            std::string("train --mode disk extra"),      // a stray argument
            std::string("plan --layers 4"),              // required options missing
            std::string("train --hidden 30 --heads 4"),
-           std::string("train ") + kTiny + " --capacity 4096",
+           std::string("train ") + kTiny + " --capacity 4096 --when-full error",
            std::string("plan --layers 1048576 --batch 16777216 --seq 16777216 --hidden 1048576"),
        }) {
     CAPTURE(args);
@@ -586,6 +707,12 @@ TEST_CASE("cli: options the mode does not use are named in one warning line") {
             {"--mode recompute", "--io (disk only)", "--capacity (disk and ram only)",
              "--dir (disk and per-file only)"}},
            {train + "--mode none --io buffered", {"--io (disk only)"}},
+           {train +
+                "--mode per-file --compare-steps 0 --no-grow --growth-margin 2 "
+                "--when-full error --dir " +
+                dir.path(),
+            {"--no-grow (disk and ram only)", "--growth-margin (disk and ram only)",
+             "--when-full (disk and ram only)"}},
            {train + "--mode ram --io direct --dir " + dir.path(), {"--io", "--dir"}},
            {train + "--mode per-file --capacity 1MiB --io auto --dir " + dir.path(),
             {"--capacity", "--io"}},
@@ -684,11 +811,20 @@ TEST_CASE("cli: what the user typed stays on one escaped line in every message")
 }
 
 TEST_CASE("cli: a virtual file system as --dir is named as one, not as a full disk") {
-  Run r = run(std::string("train ") + kTiny + " --steps 1 --dir /proc");
-  CAPTURE(r.output);
-  CHECK(r.exit_code == 1);
-  CHECK(one_line(r.output));
-  CHECK(r.output.find("stores no files") != std::string::npos);
+  for (const std::string dir : {"/proc", "/proc/self", "/sys"}) {
+    // plan prints its report on stdout and its "no" as one line on stderr.
+    for (const std::string& args : {std::string("train ") + kTiny + " --steps 1 --dir " + dir,
+                                    std::string(kPlan) + " --probe-bytes 0 --dir " + dir}) {
+      Run r = stderr_of(args, 60);
+      CAPTURE(r.output);
+      CHECK(r.exit_code == 1);
+      CHECK(one_line(r.output));
+      CHECK(r.output.find("stores no files (a virtual file system); choose another with --dir") !=
+            std::string::npos);
+      CHECK(r.output.find("bytes free") == std::string::npos);
+      CHECK(r.output.find("create it") == std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("cli: plan says why no bandwidth probe ran when --layer-ms needs one") {

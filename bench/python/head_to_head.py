@@ -16,6 +16,8 @@ Modes (each run is a fresh process in its own memory cgroup):
                                                              hf_grad_checkpoint_disk_offload_wrapper)
   spillarena_buffered  spillarena.enable with SpillArena(capacity, dir, io="buffered")
   spillarena_direct    the same with io="direct" (O_DIRECT through the staging pool)
+  spillarena_reentrant spillarena_buffered with use_reentrant=True: the autograd Function per
+                       layer that was the only form before the non-reentrant default
 
 The model: transformers' StableLM architecture configured as a Llama (SwiGLU MLP, full rotary,
 sequential residual; LayerNorm instead of RMSNorm) because it has a dropout in its config that
@@ -74,8 +76,9 @@ import zipfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import h2h_support
 
-MODES = ("none", "torch", "disco", "spillarena_buffered", "spillarena_direct")
-SPILLING = ("spillarena_buffered", "spillarena_direct")
+MODES = ("none", "torch", "disco", "spillarena_buffered", "spillarena_direct",
+         "spillarena_reentrant")
+SPILLING = ("spillarena_buffered", "spillarena_direct", "spillarena_reentrant")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AXOLOTL_VERSION = "0.21.0"
 AXOLOTL_DIR = os.path.join(REPO, ".deps", "axolotl-wheel", "axolotl-" + AXOLOTL_VERSION)
@@ -99,7 +102,7 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=2, help="table: micro-batch")
     p.add_argument("--steps", type=int, default=2, help="timed steps (after one warm-up step)")
     p.add_argument("--repeats", type=int, default=2, help="table: rounds, mode order rotated")
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default=",".join(m for m in MODES if m != "spillarena_reentrant"))
     p.add_argument("--limit-mib", type=int, default=0,
                    help="longest: the memory cgroup limit; 0: transformers' checkpointing's peak "
                         "at --start-seq + --calibration-margin-mib")
@@ -229,7 +232,8 @@ def prepare(args, mode, shape, model, torch):
         capacity = spillarena.bytes_for_layer_inputs(args.layers, shape, torch.float32)
         io = "direct" if mode == "spillarena_direct" else "buffered"
         arena = spillarena.SpillArena(capacity, args.workdir, io=io)
-        spillarena.enable(model, arena)
+        spillarena.enable(model, arena, **({"use_reentrant": True}
+                                           if mode == "spillarena_reentrant" else {}))
         if args.malloc == "package" and not package_calls_malloc_hook(spillarena):
             apply_malloc_policy_here(model, arena, spillarena, torch)
         return arena

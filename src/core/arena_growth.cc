@@ -94,7 +94,7 @@ std::string ArenaCore::overflow_notice(std::uint64_t bytes) const {
   const std::uint64_t fits = round_to_pages(static_cast<std::uint64_t>(
       std::ceil(static_cast<double>(needed_since_empty_) * options_.growth_margin)));
   const bool disk = options_.backing == Backing::disk;
-  const std::string where = disk ? " in " + quote(options_.directory) : " (RAM backing)";
+  const std::string where = disk ? " in " + quote(options_.directory) : " in RAM";
   std::string text = "spillarena: the arena" + where + " (" + human_bytes(capacity) +
                      ") has no room for an input of " + human_bytes(bytes) +
                      "; it stays in memory for this step, as in-RAM checkpointing would hold it, "
@@ -105,9 +105,9 @@ std::string ArenaCore::overflow_notice(std::uint64_t bytes) const {
            human_bytes(fits) + " (" + std::to_string(fits) +
            " bytes), more if stats()['capacity_needed_bytes'] ends higher.";
   }
-  text += "Before the next step the spill file grows to what this step needed, at least " +
-          human_bytes(fits) + " (" + std::to_string(fits) +
-          " bytes; stats(): capacity_needed_bytes, grows)";
+  text += std::string("Before the next step ") + (disk ? "the spill file" : "the arena") +
+          " grows to what this step needed, at least " + human_bytes(fits) + " (" +
+          std::to_string(fits) + " bytes; stats(): capacity_needed_bytes, grows)";
   platform::FileSystemInfo fs;
   if (disk && platform::file_system_info(options_.directory, &fs) == 0) {
     text += ", which needs that much free space in " + quote(options_.directory) + " (" +
@@ -127,8 +127,12 @@ void ArenaCore::grow_if_due() {
       static_cast<std::uint64_t>(std::min(wanted, static_cast<double>(kMaxCapacityBytes))));
   if (target <= capacity) return;
   // With the margin the disk may refuse what it would give without: the exact need is worth it.
-  std::string why = storage_->grow(target);
-  if (!why.empty() && round_to_pages(needed) < target) why = storage_->grow(round_to_pages(needed));
+  std::uint64_t tried = target;
+  std::string why = storage_->grow(tried);
+  if (!why.empty() && round_to_pages(needed) < target) {
+    tried = round_to_pages(needed);
+    why = storage_->grow(tried);
+  }
   if (why.empty()) {
     allocator_.grow(storage_->info().capacity_bytes);
     ++grows_;
@@ -137,8 +141,8 @@ void ArenaCore::grow_if_due() {
   ++grow_failures_;
   grow_note_ = why;
   if (std::exchange(warned_grow_, true)) return;
-  notices_.push_back("spillarena: the arena could not grow from " + human_bytes(capacity) +
-                     " to the " + human_bytes(target) + " a step needed: " + why +
+  notices_.push_back("spillarena: the arena could not grow from " + human_bytes(capacity) + " to " +
+                     human_bytes(tried) + " (a step needed " + human_bytes(needed) + "): " + why +
                      ". Inputs that find no room go on staying in memory (stats(): overflows, "
                      "grow_failures); free space there or choose another directory (SPILL_DIR, "
                      "directory=), and the next step boundary tries again.");

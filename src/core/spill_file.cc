@@ -318,7 +318,8 @@ std::string SpillFile::grow(std::uint64_t capacity_bytes) {
   if (int e = platform::preallocate(fd_, capacity_bytes); e != 0) {
     platform::truncate_file(fd_, old);
     return "preallocating " + human_bytes(capacity_bytes) + " in " + where + " failed (" +
-           std::strerror(e) + "; the file system reported " + human_bytes(fs.free_bytes) + " free)";
+           std::strerror(e) + "; the file system reported " + human_bytes(fs.free_bytes) +
+           " free)" + (e == EFBIG ? ": " + io_error_fix(e) : std::string());
   }
   void* base = nullptr;
   if (int e = platform::map_shared_file(fd_, capacity_bytes, &base); e != 0) {

@@ -30,7 +30,8 @@ void print_error(const std::string& message) {
 
 // Note [The library's advice in the CLI's words]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The library's messages name the settings a C++ caller has (options.directory, capacity_bytes).
+// The library's messages, its errors and the arena's warnings, name the settings a C++ caller
+// has (options.directory, capacity_bytes, stats()).
 // A CLI user has flags instead, and no flag for some settings (allow_memory_backed_directory):
 // each such phrase is replaced here, in one table, so a message never points at something the
 // user cannot type.
@@ -43,7 +44,15 @@ constexpr Rewording kRewordings[] = {
     {"point options.directory at a directory", "point --dir at a directory"},
     {"(options.directory or $SPILL_DIR), or set options.allow_memory_backed_directory", "(--dir)"},
     {"lower capacity_bytes", "lower --capacity (or use a smaller model)"},
+    // The arena's sizing warnings (Note [Growing the arena] in src/core/arena_growth.cc).
+    {"make the arena with that capacity", "pass that --capacity"},
+    {"(grow = false): give a capacity", "(--no-grow): give a --capacity"},
+    {"(SPILL_DIR, directory=)", "(--dir)"},
+    {"stats(): ", "--json's arena: "},
+    {"stats()['capacity_needed_bytes']", "the summary's capacity needed"},
 };
+
+}  // namespace
 
 std::string in_cli_words(std::string message) {
   for (const Rewording& r : kRewordings) {
@@ -55,6 +64,8 @@ std::string in_cli_words(std::string message) {
   }
   return message;
 }
+
+namespace {
 
 // Note [A thread that cannot start]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -88,7 +99,8 @@ int report_failure(const std::string& problem) {
 }
 
 void warn(const std::string& text) {
-  if (!text.empty()) std::cerr << "spillarena: warning: " << first_line(text) << "\n" << std::flush;
+  if (text.empty()) return;
+  std::cerr << "spillarena: warning: " << first_line(in_cli_words(text)) << "\n" << std::flush;
 }
 
 int run_guarded(const std::function<int()>& command) {

@@ -18,6 +18,9 @@ namespace spill::cli {
 // The message for a library error, reworded where the library's advice does not fit the CLI
 // (a file size limit is not a file system that cannot preallocate).
 std::string explain(const spill::Error& error);
+// Any library text (a spill::DirectoryInfo's problem, a warning) with the library's advice in
+// the CLI's words: Note [The library's advice in the CLI's words] in failures.cc.
+std::string in_cli_words(std::string message);
 
 // Prints "spillarena: <problem>" on stderr and returns 2.
 int report_usage_error(const std::string& problem);
@@ -26,8 +29,9 @@ int report_usage_error(const std::string& problem);
 // exception (a plan whose directory cannot hold the arena).
 int report_failure(const std::string& problem);
 
-// Prints "spillarena: warning: <text>" on stderr; nothing for an empty text. Not a failure: the
-// run goes on and its exit code is unchanged.
+// Prints "spillarena: warning: <text>" on stderr, the library's advice in the CLI's words (as
+// explain); nothing for an empty text. Not a failure: the run goes on and its exit code is
+// unchanged.
 void warn(const std::string& text);
 
 // Runs `command`; any exception becomes one line on stderr and exit code 1.

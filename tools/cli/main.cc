@@ -6,9 +6,10 @@
 //
 // Exit codes: 0 success, 1 runtime problem (directory, disk space, a diverging run, a failed write
 // of the output, a plan that says no), 2 usage error (anything wrong with the command line alone,
-// a --capacity too small for the model included). Every failure is one line on stderr; an option
-// that does nothing in the chosen mode is one warning line there (see Note [Options a mode does
-// not use] in tools/cli/train_command.cc).
+// a --capacity too small for the model with --when-full error included; with the default
+// keep_in_memory the arena grows). Every failure is one line on stderr; an option that does
+// nothing in the chosen mode is one warning line there (see Note [Options a mode does not use] in
+// tools/cli/train_command.cc).
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
@@ -21,6 +22,7 @@
 #include "options.h"
 #include "plan_command.h"
 #include "spill/arena.h"
+#include "spill/directory.h"
 #include "spill/error.h"
 #include "spill/quote.h"
 #include "train_command.h"
@@ -54,8 +56,7 @@ CLI::Option* add_dir(CLI::App& command, std::string& directory) {
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
             if (!v.empty()) return "";
-            return "an empty path names no directory; omit --dir for the default ($SPILL_DIR, "
-                   "else $TMPDIR or /tmp)";
+            return spill::empty_directory_refusal("omit --dir");
           },
           "DIR"));
 }
@@ -96,12 +97,32 @@ void add_train_model(CLI::App& train, TrainRequest& r) {
            "Dropout on attention weights; above 0, CPU attention materialises seq x seq scores");
 }
 
+// The arena's options (disk and ram modes; --dir also per-file). See Note [Growing the arena] in
+// src/core/arena_growth.cc for what --when-full, --no-grow and --growth-margin change.
+void add_train_arena(CLI::App& train, TrainRequest& r) {
+  add_dir(train, r.directory);
+  add_size(train, "--capacity", r.capacity, {0, spill::kMaxCapacityBytes},
+           "Arena bytes, e.g. 512MiB (0: from the model); a step that needs more grows it");
+  train
+      .add_option("--when-full", r.when_full,
+                  "A layer input that finds no room in the arena: keep_in_memory (for that step, "
+                  "as in-RAM checkpointing holds it) or error (the run stops, exit 1)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"keep_in_memory", "keep-in-memory", "error"}));
+  train.add_flag("--grow,!--no-grow", r.grow,
+                 "Grow the spill file before the next step when a step needed more than its "
+                 "capacity (default; --no-grow: never)");
+  add_real(train, "--growth-margin", r.growth_margin,
+           {spill::kMinGrowthMargin, spill::kMaxGrowthMargin},
+           "A grown arena holds what the step needed times this (1 to 16)");
+}
+
 void add_train(CLI::App& app, TrainRequest& r) {
   auto* train = app.add_subcommand(
       "train",
       "Train a small GPT-style model through a SpillArena. An option the chosen --mode "
-      "does not use (--io: disk only; --capacity: disk, ram; --dir: disk, per-file) is "
-      "ignored with a one-line warning on stderr");
+      "does not use (--io: disk only; --capacity, --when-full, --grow, --growth-margin: disk, "
+      "ram; --dir: disk, per-file) is ignored with a one-line warning on stderr");
   train->add_option("--mode", r.mode, "disk, ram, recompute, none or per-file")
       ->capture_default_str()
       ->check(CLI::IsMember(spill::harness::mode_spellings()));
@@ -118,9 +139,7 @@ void add_train(CLI::App& app, TrainRequest& r) {
            "run whose loss stops being finite ends with exit 1");
   add_count(*train, "--seed", r.seed, {0, UINT64_MAX},
             "Random seed (same seed, same losses in every mode)");
-  add_dir(*train, r.directory);
-  add_size(*train, "--capacity", r.capacity, {0, spill::kMaxCapacityBytes},
-           "Arena bytes, e.g. 512MiB (0: from the model)");
+  add_train_arena(*train, r);
   train->add_option("--corpus", r.corpus, "Train on this text file instead of the embedded one");
   add_count(*train, "--sample-chars", r.sample_chars, {0, 100000},
             "Characters to generate at the end (0: none)");

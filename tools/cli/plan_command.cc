@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/arena_internals.h"
 #include "core/slab_allocator.h"
 #include "failures.h"
+#include "grow_trial.h"
 #include "memory_budget.h"
 #include "spill/core.h"
 #include "spill/quote.h"
@@ -77,6 +79,7 @@ struct Plan {
   std::uint64_t capacity = 0;
   DirectoryInfo dir;
   bool fits = false;
+  std::optional<GrowTrial> grow;  // when the directory fits
   std::vector<std::string> problems;
   bool probed = false;
   std::string probe_skipped;  // why no probe ran, for the --layer-ms warning
@@ -109,9 +112,25 @@ void try_preallocation(Plan& p) {
   }
 }
 
+// Note [Plan tries a grow] in tools/cli/grow_trial.cc.
+void try_grow(Plan& p) {
+  try {
+    p.grow = try_growing(p.dir.path, std::min(p.capacity, kTrialBytes));
+  } catch (const spill::Error& e) {
+    p.problems.push_back("the grow trial failed: " + explain(e));
+    return;
+  }
+  if (p.grow->stats.grows == 0) {
+    p.problems.push_back("an arena in " + quote(p.dir.path) + " cannot grow (" +
+                         p.grow->stats.grow_note +
+                         "); a step that needs more than the capacity would keep its inputs in "
+                         "memory: free space there or pass another --dir");
+  }
+}
+
 void assess(Plan& p) {
   const DirectoryInfo& d = p.dir;
-  if (!d.usable) p.problems.push_back(d.problem + "; create it or pass another --dir");
+  if (!d.usable) p.problems.push_back(in_cli_words(d.problem));  // its advice fits its errno
   if (d.usable && d.memory_backed) {
     p.problems.push_back(quote(d.path) + " is on " + d.file_system_type +
                          ", which lives in RAM: spilling there saves no memory; pass a --dir on "
@@ -124,6 +143,7 @@ void assess(Plan& p) {
                          " free; free space there or pass another --dir");
   }
   if (p.fits) try_preallocation(p);
+  if (p.fits) try_grow(p);
   if (!p.memory.disk_path_fits) {
     p.problems.push_back("even the disk path holds " + bytes_with_units(p.memory.disk_path_bytes) +
                          " in RAM but only " + bytes_with_units(p.memory.limits.usable_bytes()) +
@@ -182,6 +202,7 @@ nlohmann::json to_json(const Plan& p) {
                       {"free_bytes", p.dir.free_bytes},
                       {"fits", p.fits},
                       {"problems", p.problems}};
+  j["growth"] = p.grow ? to_json(*p.grow) : nlohmann::json(nullptr);
   j["probe"] = p.probed ? nlohmann::json{{"bytes", p.probe.bytes},
                                          {"write_GBps", p.probe.write_gbps},
                                          {"read_GBps", p.probe.read_gbps}}
@@ -210,6 +231,7 @@ void print_text(const Plan& p, std::ostream& out) {
         << human_bytes(p.dir.free_bytes) << " free";
   }
   out << "\nfits         " << (p.fits ? "yes" : "no") << "\n";
+  if (p.grow) out << "grows        " << describe(*p.grow) << "\n";
   print_text(p.memory, out);
   if (p.probed) {
     out << "bandwidth    write " << p.probe.write_gbps << " GB/s, read " << p.probe.read_gbps

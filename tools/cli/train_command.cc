@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "corpus.h"
+#include "failures.h"
 #include "memory_budget.h"
 #include "modes.h"
 #include "progress.h"
@@ -175,22 +176,27 @@ std::string check_train_request(const TrainRequest& r) {
            std::to_string(r.batch) + ", --seq " + std::to_string(r.seq) + ", --hidden " +
            std::to_string(r.hidden) + "] are more bytes than can be counted; use a smaller model";
   }
+  // With --when-full keep_in_memory a small --capacity is a start: the first step keeps what
+  // does not fit in memory and the arena grows before the second (Note [Growing the arena] in
+  // src/core/arena_growth.cc). With error, the first input that does not fit ends the run.
   const std::uint64_t needed = needed_capacity(r);
-  if (r.capacity != 0 && r.capacity < needed && uses_arena(r.mode)) {
+  if (r.capacity != 0 && r.capacity < needed && uses_arena(r.mode) && r.when_full == "error") {
     return "--capacity " + std::to_string(r.capacity) +
-           " bytes is too small for this model: a step stashes " + std::to_string(r.layers) +
-           " block inputs, " + bytes_with_units(needed) +
-           "; raise --capacity to at least that, or omit it";
+           " bytes is too small for this model with --when-full error: a step stashes " +
+           std::to_string(r.layers) + " block inputs, " + bytes_with_units(needed) +
+           "; raise --capacity to at least that, omit it, or let the arena grow "
+           "(--when-full keep_in_memory)";
   }
   return "";
 }
 
 // Note [Options a mode does not use]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// --io only means something to the disk arena, --capacity to an arena (disk, ram), --dir to what
-// writes files (disk, per-file). Given with another mode they would change nothing, silently; a
-// refusal would break a command line rerun with another --mode. So they are accepted, and one
-// warning line on stderr names them and the modes they apply to. The exit code is unchanged.
+// --io only means something to the disk arena, --capacity and the sizing options (--when-full,
+// --grow/--no-grow, --growth-margin) to an arena (disk, ram), --dir to what writes files (disk,
+// per-file). Given with another mode they would change nothing, silently; a refusal would break
+// a command line rerun with another --mode. So they are accepted, and one warning line on stderr
+// names them and the modes they apply to. The exit code is unchanged.
 std::string unused_options(const TrainRequest& r,
                            const std::function<bool(const std::string&)>& given) {
   struct Applies {
@@ -200,7 +206,10 @@ std::string unused_options(const TrainRequest& r,
   };
   static const Applies kOptions[] = {
       {"--io", [](const std::string& m) { return m == "disk"; }, "disk"},
-      {"--capacity", [](const std::string& m) { return uses_arena(m); }, "disk and ram"},
+      {"--capacity", uses_arena, "disk and ram"},
+      {"--when-full", uses_arena, "disk and ram"},
+      {"--no-grow", uses_arena, "disk and ram"},  // --grow, the default, is the same option
+      {"--growth-margin", uses_arena, "disk and ram"},
       {"--dir", [](const std::string& m) { return m == "disk" || m == "per_file"; },
        "disk and per-file"},
   };
@@ -246,9 +255,18 @@ struct Trainer {
   models::TinyGpt model{nullptr};
   std::unique_ptr<torch::optim::AdamW> opt;
   Summary summary;
+  // The totals when the latest step began: the summary's per-step figures are that step's, the
+  // steady state once an arena that overflowed in an earlier step has grown.
+  ArenaStats arena_at_step_start;
+  StashStats stash_at_step_start;
 
-  std::uint64_t io_bytes() const {
-    return mode.arena ? mode.arena->stats().bytes_written + mode.arena->stats().bytes_read : 0;
+  // The arena's totals as a record; a step's record is the difference across it.
+  static StepRecord so_far(const ArenaStats& a) {
+    StepRecord totals;
+    totals.io_bytes = a.bytes_written + a.bytes_read;
+    totals.overflows = a.overflows;
+    totals.grows = a.grows;
+    return totals;
   }
   void sample_rss() {
     summary.peak_rss_anon = std::max(summary.peak_rss_anon, resident_anonymous_bytes());
@@ -256,7 +274,10 @@ struct Trainer {
 
   // One optimizer step; the loss is checked before backward, so a diverged run stops there.
   StepRecord step(std::int64_t n, BatchSampler& sampler) {
-    const std::uint64_t io_before = io_bytes();
+    if (mode.arena) {
+      arena_at_step_start = mode.arena->stats();
+      stash_at_step_start = stash_stats(*mode.arena);
+    }
     const auto t0 = Clock::now();
     auto [inputs, targets] = sampler.next();
     opt->zero_grad();
@@ -267,21 +288,30 @@ struct Trainer {
     sample_rss();
     torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
     opt->step();
-    return StepRecord{value, seconds_since(t0), io_bytes() - io_before};
+    const double seconds = seconds_since(t0);
+    const StepRecord before = so_far(arena_at_step_start);
+    StepRecord record = mode.arena ? so_far(mode.arena->stats()) : StepRecord{};
+    record.loss = value;
+    record.seconds = seconds;
+    record.io_bytes -= before.io_bytes;
+    record.overflows -= before.overflows;
+    record.grows -= before.grows;
+    return record;
   }
 
   void finish_summary(double total_s) {
     const auto steps = static_cast<double>(summary.losses.size());
-    const std::uint64_t n = summary.losses.size();
     summary.step_ms_mean = total_s / steps * 1e3;
     summary.tokens_per_s = total_s > 0 ? static_cast<double>(r.batch * r.seq) * steps / total_s : 0;
     summary.layer_inputs_per_step = needed_capacity(r);
     if (mode.arena) {
       summary.arena = mode.arena->stats();
-      summary.spilled_per_step = summary.arena->bytes_written / n;
+      summary.arena_options = mode.arena->options();
+      summary.spilled_per_step = summary.arena->bytes_written - arena_at_step_start.bytes_written;
       summary.stash = stash_stats(*mode.arena);
-      summary.inputs_per_step = summary.stash.inputs_stored / n;
-      summary.inputs_spilled_per_step = summary.stash.inputs_spilled / n;
+      summary.inputs_per_step = summary.stash.inputs_stored - stash_at_step_start.inputs_stored;
+      summary.inputs_spilled_per_step =
+          summary.stash.inputs_spilled - stash_at_step_start.inputs_spilled;
     }
     summary.memory = memory_limits();
     summary.rss_anon_at_end = resident_anonymous_bytes();
@@ -292,8 +322,11 @@ struct Trainer {
 void set_up(Trainer& t, const std::string& mode, const std::string& directory) {
   const TrainRequest& r = t.r;
   const std::uint64_t per_layer = needed_capacity(r) / static_cast<std::uint64_t>(r.layers);
-  t.mode = harness::make_mode(mode, capacity_of(r), directory,
-                              {true, io_mode_of(r.io), staging_bytes_for_layer(per_layer)});
+  harness::ArenaTuning tuning{true, io_mode_of(r.io), staging_bytes_for_layer(per_layer)};
+  tuning.when_full = r.when_full == "error" ? WhenFull::error : WhenFull::keep_in_memory;
+  tuning.grow = r.grow;
+  tuning.growth_margin = r.growth_margin;
+  t.mode = harness::make_mode(mode, capacity_of(r), directory, tuning);
   torch::manual_seed(r.seed);
   models::GptConfig cfg{256, r.hidden, r.heads, r.layers, r.seq, r.dropout, r.attention_dropout};
   t.model = models::TinyGpt(cfg);
@@ -367,7 +400,8 @@ void train_loop(Trainer& t, BatchSampler& sampler, std::ostream& out) {
     t.summary.losses.push_back(rec.loss);
     total_s += rec.seconds;
     if (r.json) continue;
-    const bool milestone = n == 1 || n % every == 0 || n == r.steps;
+    const bool resized = rec.overflows > 0 || rec.grows > 0;  // always worth a line
+    const bool milestone = n == 1 || n % every == 0 || n == r.steps || resized;
     progress.update(progress_text(r, n, rec, total_s / static_cast<double>(n), t.mode.arena.get()),
                     milestone);
     check_output(out);
@@ -376,9 +410,24 @@ void train_loop(Trainer& t, BatchSampler& sampler, std::ostream& out) {
   t.finish_summary(total_s);
 }
 
+// The arena stash warns through TORCH_WARN (the first overflow, a refused grow: Note [Growing the
+// arena] in src/core/arena_growth.cc), which c10 prints as a multi-part log line. In the CLI
+// each becomes the one stderr line every other warning is.
+class WarningsAsLines final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override {
+    std::string text = warning.msg();
+    const std::string prefix = "spillarena: ";
+    if (text.rfind(prefix, 0) == 0) text.erase(0, prefix.size());
+    warn(text);
+  }
+};
+
 }  // namespace
 
 int run_train(const TrainRequest& request, std::ostream& out) {
+  WarningsAsLines warnings;
+  c10::WarningUtils::WarningHandlerGuard warnings_guard(&warnings);
   Trainer t;
   t.r = request;
   TrainRequest& r = t.r;

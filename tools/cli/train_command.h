@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <string>
 
+#include "spill/arena.h"
 #include "spill/error.h"
 
 namespace spill::cli {
@@ -57,6 +58,10 @@ struct TrainRequest {
   std::string directory;       // "" -> the default spill directory
   std::uint64_t capacity = 0;  // 0 -> computed from the model
   std::string io = "auto";     // auto | buffered | direct (disk mode)
+  // The arena's sizing (disk and ram modes): ArenaOptions::when_full, grow, growth_margin.
+  std::string when_full = "keep_in_memory";  // keep_in_memory (keep-in-memory) | error
+  bool grow = ArenaOptions{}.grow;
+  double growth_margin = ArenaOptions{}.growth_margin;
   double dropout = 0.1;
   double attention_dropout = 0.0;
   bool json = false;

@@ -16,7 +16,7 @@
 namespace spill::cli {
 namespace {
 
-// ArenaStats or StashStats, keyed by field name.
+// ArenaStats, ArenaOptions or StashStats, keyed by field name.
 template <class Stats>
 nlohmann::json stats_json(const Stats& a) {
   nlohmann::json j;
@@ -94,6 +94,7 @@ void print_json(const TrainRequest& r, const Summary& s, std::ostream& out) {
   j["layer_inputs"] = layer_inputs_json(s);
   j["recompute_comparison"] = comparison_json(s);
   j["arena"] = s.arena ? stats_json(*s.arena) : nlohmann::json(nullptr);
+  j["arena_options"] = s.arena_options ? stats_json(*s.arena_options) : nlohmann::json(nullptr);
   j["stash"] = s.arena ? stats_json(s.stash) : nlohmann::json(nullptr);
   out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
@@ -121,6 +122,41 @@ void print_what_it_bought(const TrainRequest& r, const Summary& s, std::ostream&
   }
 }
 
+std::string counted(std::uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+// What grew, or why nothing did: the arena overflowed at the last step (the grow comes at the
+// next one's first store), growing is off, or the disk refused (grow_note says why).
+std::string growth_text(const TrainRequest& r, const ArenaStats& a) {
+  std::ostringstream t;
+  if (a.grows > 0) {
+    t << "grew " << counted(a.grows, "time", "times") << ", "
+      << human_bytes(a.initial_capacity_bytes) << " -> " << human_bytes(a.capacity_bytes)
+      << " (--growth-margin " << r.growth_margin << ")";
+  } else if (!r.grow) {
+    t << "growing is off (--no-grow): a --capacity of " << human_bytes(a.capacity_needed_bytes)
+      << " would have held it";
+  } else if (a.grow_failures == 0) {
+    t << "not grown yet (the arena grows at the first store of the step after an overflow)";
+  } else {
+    t << "never grew";
+  }
+  if (a.grow_failures > 0) {
+    t << "; " << counted(a.grow_failures, "grow", "grows") << " refused: " << a.grow_note;
+  }
+  return t.str();
+}
+
+// Only for an arena that ran out of room (Note [Growing the arena] in src/core/arena_growth.cc):
+// one sized right from the start prints nothing here (the JSON has the fields either way).
+void print_sizing(const TrainRequest& r, const ArenaStats& a, std::ostream& out) {
+  if (a.overflows == 0 && a.grows == 0 && a.grow_failures == 0) return;
+  out << "  sizing          " << counted(a.overflows, "input", "inputs") << " found no room ("
+      << human_bytes(a.overflow_bytes) << ", kept in RAM for their step), capacity needed "
+      << human_bytes(a.capacity_needed_bytes) << "; " << growth_text(r, a) << "\n";
+}
+
 void print_memory(const Summary& s, std::ostream& out) {
   out << "  peak RssAnon    " << human_bytes(s.peak_rss_anon)
       << (s.returns_freed_memory ? "" : " (freed memory kept by malloc: --keep-freed-memory)")
@@ -140,14 +176,16 @@ std::string progress_text(const TrainRequest& r, std::int64_t step, const StepRe
   t << std::fixed << std::setprecision(3) << "step " << step << "/" << r.steps << "  loss "
     << s.loss << std::setprecision(0) << "  " << static_cast<double>(r.batch * r.seq) / s.seconds
     << " tok/s";
+  const ArenaStats a = arena ? arena->stats() : ArenaStats{};
   if (arena) {
-    const ArenaStats a = arena->stats();
     t << "  arena " << human_bytes(a.bytes_in_use) << " / peak "
       << human_bytes(a.peak_bytes_in_use);
   }
   t << std::setprecision(2) << "  spill " << static_cast<double>(s.io_bytes) / s.seconds / 1e9
     << " GB/s  ETA " << std::setprecision(0) << mean_s * static_cast<double>(r.steps - step)
     << " s";
+  if (s.grows > 0) t << "  arena grew to " << human_bytes(a.capacity_bytes);
+  if (s.overflows > 0) t << "  " << s.overflows << " kept in RAM (no room in the arena)";
   return t.str();
 }
 
@@ -166,8 +204,9 @@ void print_summary(const TrainRequest& r, const Summary& s, std::ostream& out) {
     out << "  arena           capacity " << human_bytes(a.capacity_bytes) << ", peak in use "
         << human_bytes(a.peak_bytes_in_use) << ", " << a.allocations << " allocations, "
         << a.reuse_hits << " reuse hits, written " << human_bytes(a.bytes_written) << ", read "
-        << human_bytes(a.bytes_read) << "\n"
-        << "  I/O engine      " << to_string(a.io_mode) << " I/O on " << to_string(a.io_backend)
+        << human_bytes(a.bytes_read) << "\n";
+    print_sizing(r, a, out);
+    out << "  I/O engine      " << to_string(a.io_mode) << " I/O on " << to_string(a.io_backend)
         << (a.staging_bytes ? ", staging " + human_bytes(a.staging_bytes) : std::string()) << "; "
         << a.io_note << "\n"
         << "  waits           " << a.staging_waits << " for staging (" << std::setprecision(1)

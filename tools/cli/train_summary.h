@@ -25,6 +25,8 @@ struct StepRecord {
   double loss = 0;
   double seconds = 0;
   std::uint64_t io_bytes = 0;
+  std::uint64_t overflows = 0;  // inputs that found no room in the arena in this step
+  std::uint64_t grows = 0;      // the arena grew in this step (at its first store)
 };
 
 struct Summary {
@@ -40,9 +42,11 @@ struct Summary {
   std::uint64_t rss_anon_at_end = 0;
   // The arena's and stash's numbers when training ended (none without an arena).
   std::optional<ArenaStats> arena;
+  std::optional<ArenaOptions> arena_options;  // as the arena resolved them
   StashStats stash;
   // What spilling bought: the layer inputs in-RAM checkpointing holds in a step (every block's),
-  // and what this run wrote to disk (or the RAM arena) per step; the rest stayed in RAM.
+  // and what this run wrote to disk (or the RAM arena) in its last step (after any grow: the
+  // steady state); the rest stayed in RAM.
   std::uint64_t layer_inputs_per_step = 0;
   std::uint64_t inputs_per_step = 0;  // block inputs stored per step
   std::uint64_t inputs_spilled_per_step = 0;
