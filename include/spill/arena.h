@@ -177,8 +177,9 @@ struct ArenaStats {
   // found no room (with WhenFull::keep_in_memory the stash kept those inputs in memory), of
   // overflow_bytes asked for. capacity_needed_bytes: the most the arena was asked to hold at
   // once between two moments with no region live (regions in use plus the overflow), so a
-  // capacity that would have fit. grows: times the file grew; grow_failures: grows the disk
-  // refused (no space, fallocate or mmap failed), the last one's reason in grow_note.
+  // capacity that would have fit. initial_capacity_bytes: the capacity the arena was made with.
+  // grows: times the file grew; grow_failures: grows the disk refused (no space, fallocate or
+  // mmap failed), the last one's reason in grow_note.
   std::uint64_t overflows = 0;
   std::uint64_t overflow_bytes = 0;
   std::uint64_t capacity_needed_bytes = 0;

@@ -186,6 +186,44 @@ def test_an_arena_for_two_inputs_overflows_once_then_spills_all_eight(spill_dir)
     assert_drained(arena)
 
 
+def test_inputs_of_several_shapes_and_dtypes_share_one_automatic_arena(spill_env):
+    # A vision-like tower of wide bf16 inputs, then a decoder of narrow float32 ones: the first
+    # arena is sized from the tower's first input, the decoder's do not all fit at first.
+    torch.manual_seed(6)
+    tower = [torch.nn.Sequential(torch.nn.Linear(96, 96), torch.nn.Dropout(0.1)).bfloat16()
+             for _ in range(2)]
+    bridge = torch.nn.Linear(96, 32).bfloat16()
+    decoder = [torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU(), torch.nn.Dropout(0.1))
+               for _ in range(6)]
+    automatic = spillarena.AutomaticArena(layers=2, keep_last=0)
+    pixels = torch.randn(4, 96).bfloat16()
+    tokens = torch.randn(64, 32)
+
+    def step(spill):
+        for m in tower + decoder + [bridge]:
+            m.zero_grad(set_to_none=True)
+        torch.manual_seed(8)
+        run = functools.partial(spillarena.checkpoint, arena=automatic) if spill else None
+        h = pixels.clone().requires_grad_(True)
+        for block in tower:
+            h = run(block, h) if spill else block(h)
+        t = tokens + bridge(h).float().mean(0)
+        for block in decoder:
+            t = run(block, t) if spill else block(t)
+        t.pow(2).mean().backward()
+        return {f"{i}.{n}": p.grad.clone()
+                for i, m in enumerate(tower + decoder + [bridge]) for n, p in m.named_parameters()}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", spillarena.SpillArenaWarning)
+        for _ in range(3):
+            assert_bitwise(step(True), step(False))
+    stats = automatic.stats()
+    assert stats["overflows"] > 0 and stats["grows"] == 1
+    assert automatic.arena.stash_stats()["inputs_stored"] == 3 * 8
+    assert_drained(automatic.arena)
+
+
 def test_when_full_error_raises_the_typed_error_and_leaves_the_arena_consistent(spill_dir):
     blocks, x0 = mlp_blocks(4), torch.randn(16, 64)
     input_bytes = x0.numel() * 4
