@@ -43,6 +43,7 @@ void register_regime_benchmarks();
 void register_accelerator_benchmarks();
 void register_integrity_benchmarks();
 void register_growth_benchmarks();
+void register_io_backend_benchmarks();
 // The child side of the memory probe (see Note [Memory in a fresh process] in
 // bench/training_step_benchmark.cc): argv = {exe, --memory-probe, MODE, SHAPE}.
 int run_memory_probe(int argc, char** argv);

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   spill_bench::register_accelerator_benchmarks();
   spill_bench::register_integrity_benchmarks();
   spill_bench::register_growth_benchmarks();
+  spill_bench::register_io_backend_benchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
