@@ -263,3 +263,22 @@ TEST_CASE("arena growth: the RAM backing's warning speaks of memory, not of a fi
   CHECK(notices[0].find("the arena grows") != std::string::npos);
   CHECK(notices[0].find("file") == std::string::npos);
 }
+
+TEST_CASE("arena growth: overflows of the largest regions saturate; the grow asks for 1 PiB") {
+  ScratchDir dir;
+  spill::ArenaOptions o = options_in(dir.path(), MiB);
+  o.backing = spill::Backing::ram;  // the grow is refused (more than physical memory), not tried
+  spill::SpillArena arena(o);
+  std::vector<spill::Region> held;
+  held.push_back(arena.allocate(MiB / 2));
+  for (int i = 0; i < 40000; ++i) CHECK_FALSE(arena.try_allocate(spill::kMaxCapacityBytes));
+  const spill::ArenaStats s = arena.stats();
+  CHECK(s.overflows == 40000);
+  CHECK(s.capacity_needed_bytes == spill::kMaxCapacityBytes + MiB / 2);  // saturated, no wrap
+  CHECK(s.overflow_bytes == std::numeric_limits<std::uint64_t>::max());  // 40000 PiB: saturated
+  held.clear();
+  CHECK(arena.allocate(MiB / 2).valid());
+  CHECK(arena.stats().grow_failures == 1);
+  CHECK(arena.stats().grow_note.find("1.00 PiB") != std::string::npos);
+  CHECK(arena.stats().capacity_bytes == MiB);
+}

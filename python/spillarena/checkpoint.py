@@ -66,9 +66,8 @@ def _check_arena(arena):
 
 
 def _stash_for(arena, tensor):
-    """The stash for a layer input like ``tensor``: an AutomaticArena (None: the default one)
-    makes its arena now when this is its first input."""
-    _check_arena(arena)
+    """The stash for a layer input like ``tensor`` (``arena`` passed _check_arena): an
+    AutomaticArena (None: the default one) makes its arena now when this is its first input."""
     arena = _automatic.resolve(arena, tensor)
     if isinstance(arena, _C.TensorStash):
         return arena

@@ -82,11 +82,6 @@ void check_host_pool(std::uint64_t pool) {
                                    "cgroup); lower it or leave it unset");
 }
 
-std::uint64_t round_to_pages(std::uint64_t bytes) {
-  const std::uint64_t page = platform::capabilities().page_size_bytes;
-  return (bytes + page - 1) / page * page;
-}
-
 // Note [Choosing the I/O mode]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // IoMode::automatic asks how much memory this process may still use (the memory cgroup's limit
@@ -181,9 +176,9 @@ SpillArena::SpillArena(const ArenaOptions& options) {
   check_staging(options.staging_bytes);
   check_host_pool(options.host_pool_bytes);
   ArenaOptions o = options;
-  o.capacity_bytes = round_to_pages(options.capacity_bytes);
+  o.capacity_bytes = detail::round_to_pages(options.capacity_bytes);
   // A pool larger than the arena could never be filled: capped at the capacity.
-  o.staging_bytes = std::min(round_to_pages(options.staging_bytes), o.capacity_bytes);
+  o.staging_bytes = std::min(detail::round_to_pages(options.staging_bytes), o.capacity_bytes);
   if (o.backing == Backing::disk && o.directory.empty()) o.directory = default_spill_directory();
   if (o.backing == Backing::ram) o.directory.clear();
   std::string io_note;

@@ -14,6 +14,11 @@
 
 namespace spill::detail {
 
+std::uint64_t round_to_pages(std::uint64_t bytes) {
+  const std::uint64_t page = platform::capabilities().page_size_bytes;
+  return (bytes + page - 1) / page * page;
+}
+
 ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> storage,
                      std::string io_note, bool gds_requested)
     : options_(options),

@@ -21,6 +21,10 @@
 
 namespace spill::detail {
 
+// `bytes` rounded up to whole pages: the sizes an arena and its grows are made in. For sizes up
+// to kMaxCapacityBytes (checked before), so the sum cannot overflow.
+std::uint64_t round_to_pages(std::uint64_t bytes);
+
 class ArenaCore {
  public:
   // `options.io` is resolved (buffered or direct); `io_note` says why, for the stats.
@@ -96,6 +100,7 @@ class ArenaCore {
 
   // Note [Growing the arena] (src/core/arena_growth.cc).
   void grow_if_due() REQUIRES(sizing_mutex_);
+  std::uint64_t grow_target(std::uint64_t needed) const;
   void record_demand(std::uint64_t bytes_in_use) REQUIRES(sizing_mutex_);
   void record_overflow(std::uint64_t bytes) REQUIRES(sizing_mutex_);
   std::string overflow_notice(std::uint64_t bytes) const REQUIRES(sizing_mutex_);

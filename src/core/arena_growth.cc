@@ -1,6 +1,7 @@
 // ArenaCore's sizing: allocation with overflow counting, and the grow at a safe moment.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "arena_core.h"
@@ -43,11 +44,6 @@ namespace spill::detail {
 
 namespace {
 
-std::uint64_t round_to_pages(std::uint64_t bytes) {
-  const std::uint64_t page = platform::capabilities().page_size_bytes;
-  return bytes / page * page + (bytes % page != 0 ? page : 0);
-}
-
 [[noreturn]] void throw_too_large(std::uint64_t bytes) {
   throw InvalidArgumentError(
       "spill: a region of " + bytes_with_units(bytes) + " (" + std::to_string(bytes) +
@@ -56,6 +52,14 @@ std::uint64_t round_to_pages(std::uint64_t bytes) {
 }
 
 }  // namespace
+
+// What a grow asks for when `needed` bytes were wanted at once: times growth_margin, whole pages,
+// at most the largest arena.
+std::uint64_t ArenaCore::grow_target(std::uint64_t needed) const {
+  const double wanted = std::ceil(static_cast<double>(needed) * options_.growth_margin);
+  return round_to_pages(
+      static_cast<std::uint64_t>(std::min(wanted, static_cast<double>(kMaxCapacityBytes))));
+}
 
 std::optional<Block> ArenaCore::allocate(std::uint64_t bytes) {
   owner_.check("SpillArena::allocate");
@@ -78,9 +82,14 @@ void ArenaCore::record_demand(std::uint64_t bytes_in_use) {
 
 void ArenaCore::record_overflow(std::uint64_t bytes) {
   const std::uint64_t in_use = allocator_.stats().bytes_in_use;
-  overflow_since_empty_ += SlabAllocator::rounded_size(bytes, allocator_.alignment_bytes());
+  // Saturated at the largest arena: more demand than that changes no decision, and the sums
+  // below (in use + overflow, times the margin) stay far from overflowing.
+  overflow_since_empty_ = std::min(
+      kMaxCapacityBytes,
+      overflow_since_empty_ + SlabAllocator::rounded_size(bytes, allocator_.alignment_bytes()));
   ++overflows_;
-  overflow_bytes_ += bytes;
+  const std::uint64_t most = std::numeric_limits<std::uint64_t>::max();
+  overflow_bytes_ = bytes > most - overflow_bytes_ ? most : overflow_bytes_ + bytes;
   record_demand(in_use);
   if (warned_overflow_ || options_.when_full != WhenFull::keep_in_memory) return;
   warned_overflow_ = true;
@@ -91,8 +100,7 @@ void ArenaCore::record_overflow(std::uint64_t bytes) {
 // can do. The capacity named is what the step needed so far (a lower bound mid-step).
 std::string ArenaCore::overflow_notice(std::uint64_t bytes) const {
   const std::uint64_t capacity = allocator_.capacity_bytes();
-  const std::uint64_t fits = round_to_pages(static_cast<std::uint64_t>(
-      std::ceil(static_cast<double>(needed_since_empty_) * options_.growth_margin)));
+  const std::uint64_t fits = grow_target(needed_since_empty_);
   const bool disk = options_.backing == Backing::disk;
   const std::string where = disk ? " in " + quote(options_.directory) : " in RAM";
   std::string text = "spillarena: the arena" + where + " (" + human_bytes(capacity) +
@@ -122,9 +130,7 @@ void ArenaCore::grow_if_due() {
   overflow_since_empty_ = 0;
   const std::uint64_t capacity = allocator_.capacity_bytes();
   if (!options_.grow || needed <= capacity) return;
-  const double wanted = std::ceil(static_cast<double>(needed) * options_.growth_margin);
-  const std::uint64_t target = round_to_pages(
-      static_cast<std::uint64_t>(std::min(wanted, static_cast<double>(kMaxCapacityBytes))));
+  const std::uint64_t target = grow_target(needed);
   if (target <= capacity) return;
   // With the margin the disk may refuse what it would give without: the exact need is worth it.
   std::uint64_t tried = target;
