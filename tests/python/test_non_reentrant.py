@@ -300,3 +300,39 @@ def test_both_forms_spill_restore_and_prefetch_the_same(spill_dir, options):
         assert_drained(arena)
     assert counts[False] == counts[True]
     assert counts[False]["inputs_stored"] == 6
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_an_input_changed_in_place_after_forward_is_refused_not_trained_on(spill_dir, reentrant):
+    arena = spillarena.SpillArena(4 << 20, spill_dir, keep_last=0)
+    layer = torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16, requires_grad=True)
+    h = x * 2  # the layer input, a non-leaf the caller can still change
+    out = spillarena.checkpoint(layer, h, arena=arena, use_reentrant=reentrant)
+    with torch.no_grad():
+        h.add_(1)  # while its bytes are in the arena (or its write in flight)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    assert layer.weight.grad is None and x.grad is None
+    del out
+    assert_drained(arena, wait_s=10)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_a_spill_file_cut_before_backward_is_an_io_error_and_no_gradient(spill_dir, reentrant):
+    import os
+
+    from test_arena import _reopen_spill_file
+
+    arena = spillarena.SpillArena(4 << 20, spill_dir, keep_last=0, asynchronous=False)
+    layer = torch.nn.Linear(256, 256)
+    x = torch.randn(64, 256, requires_grad=True)
+    out = spillarena.checkpoint(layer, x * 1, arena=arena, use_reentrant=reentrant)
+    fd = _reopen_spill_file(spill_dir)
+    try:
+        os.ftruncate(fd, 0)  # the disk lost the file's bytes between forward and backward
+    finally:
+        os.close(fd)
+    with pytest.raises(spillarena.IoError):
+        out.sum().backward()
+    assert layer.weight.grad is None and x.grad is None
