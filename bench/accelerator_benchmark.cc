@@ -42,7 +42,7 @@
 #include <string>
 
 #include "bench_common.h"
-#include "core/gds.h"
+#include "core/io/gds.h"
 #include "direct_io.h"
 #include "spill/spill.h"
 #include "spill/testing.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "core/slab_allocator.h"
+#include "core/alloc/slab_allocator.h"
 
 namespace spill_bench {
 namespace {

@@ -1,5 +1,5 @@
 // BM_Growth: what growing a disk arena costs (Note [Growing the arena] in
-// src/core/arena_growth.cc).
+// src/core/arena/arena_growth.cc).
 //   BM_Growth/grow/<start MiB>/<target MiB>  one grow, timed alone: a fresh arena of the start
 //                  size per iteration is overflowed by regions summing target / growth_margin,
 //                  they are freed, and the next allocation, which grows the file (statfs,
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "core/arena_internals.h"
+#include "core/arena/arena_internals.h"
 #include "spill/spill.h"
 
 namespace spill_bench {
@@ -111,7 +111,7 @@ class Step {
     }
     for (const spill::Region& r : regions) spill::detail::drop_cached_pages(r);
     for (spill::Region& r : regions) {
-      spill::detail::read_ahead(r);
+      r.read_ahead();
       r.read(dst_.data(), region_bytes_);
     }
     regions.clear();

@@ -1,5 +1,5 @@
 // BM_IoBackend/<mode>/<regions>/<MiB>: the two I/O backends on the same work (Note [The I/O
-// queue] in src/core/io_queue.cc). Two disk arenas in the default spill directory, one on
+// queue] in src/core/io/io_queue.cc). Two disk arenas in the default spill directory, one on
 // io_uring and one on the thread pool, take turns (the order rotated each iteration, Note
 // [Paired steps] in training_step_benchmark.cc) at the spill's traffic: <regions> regions of
 // <MiB> queued with write_async all at once, waited for, out of the page cache (direct: never
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "core/arena_internals.h"
+#include "core/arena/arena_internals.h"
 #include "spill/spill.h"
 
 namespace spill_bench {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "core/arena_internals.h"
+#include "core/arena/arena_internals.h"
 #include "direct_io.h"
 #include "spill/spill.h"
 
@@ -122,7 +122,7 @@ void round_trip_arena_evicted(benchmark::State& state) {
     spill::detail::drop_cached_pages(region);
     state.ResumeTiming();
     Stopwatch r;
-    spill::detail::read_ahead(region);
+    region.read_ahead();
     region.read(back.data_ptr(), bytes);
     touch_pages(back.data_ptr(), bytes);
     t.read_s += r.seconds();

@@ -1,5 +1,5 @@
 // Sizing: overflow counting, the grow at a moment with no region live, a disk that refuses it,
-// and the options' bad values. See Note [Growing the arena] in src/core/arena_growth.cc.
+// and the options' bad values. See Note [Growing the arena] in src/core/arena/arena_growth.cc.
 #include <doctest/doctest.h>
 
 #include <cerrno>
@@ -7,8 +7,8 @@
 #include <limits>
 #include <vector>
 
-#include "core/arena_internals.h"
-#include "core/slab_allocator.h"
+#include "core/alloc/slab_allocator.h"
+#include "core/arena/arena_internals.h"
 #include "spill/core.h"
 #include "spill/testing.h"
 #include "test_support.h"

@@ -2,12 +2,11 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
-#include <cstring>
 #include <numeric>
 #include <thread>
 #include <vector>
 
-#include "core/slab_allocator.h"
+#include "core/alloc/slab_allocator.h"
 #include "field_count.h"
 #include "spill/core.h"
 #include "spill/process_memory.h"
@@ -17,7 +16,7 @@ using spill_test::options_in;
 using spill_test::pattern;
 using spill_test::ScratchDir;
 
-TEST_CASE("arena: written bytes read back equal, through read() and read_in_place()") {
+TEST_CASE("arena: written bytes read back equal") {
   ScratchDir dir;
   for (auto backing : {spill::Backing::disk, spill::Backing::ram}) {
     SUBCASE(spill_test::subcase_name(backing).c_str()) {
@@ -28,7 +27,6 @@ TEST_CASE("arena: written bytes read back equal, through read() and read_in_plac
       std::vector<unsigned char> dst(src.size());
       r.read(dst.data(), dst.size());
       CHECK(dst == src);
-      CHECK(std::memcmp(r.read_in_place(src.size()), src.data(), src.size()) == 0);
       CHECK(r.offset() % spill::page_size_bytes() == 0);
     }
   }
@@ -53,7 +51,6 @@ TEST_CASE("arena: a moved-from region throws a typed error and frees nothing twi
   spill::Region b = std::move(a);
   CHECK_FALSE(a.valid());
   CHECK_THROWS_AS(a.offset(), spill::MovedFromRegionError);
-  CHECK_THROWS_AS(a.read_in_place(1), spill::MovedFromRegionError);
   char byte = 0;
   CHECK_THROWS_AS(a.write(&byte, 1), spill::MovedFromRegionError);
   CHECK_THROWS_AS(a.read(&byte, 1), spill::MovedFromRegionError);

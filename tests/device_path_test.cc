@@ -500,17 +500,20 @@ TEST_CASE("device path: a write that fails in flight is spill::IoError, then exa
   }
 }
 
-// Note [Lifecycle of a stashed tensor], arrow by arrow: each move its diagram and text allow is
+// Note [Lifecycle of a stashed tensor], arrow by arrow: each move its table allows is
 // taken, every other move is refused naming both states, and the entry stays where it was.
 TEST_CASE("device path: an entry moves only along the lifecycle's arrows") {
   using spill::detail::State;
-  const State all[] = {State::held,    State::copying,   State::writing, State::spilled,
+  const State all[] = {State::held,    State::kept,      State::copying,
+                       State::writing, State::failed,    State::spilled,
                        State::reading, State::uploading, State::restored};
   const std::set<std::pair<State, State>> arrows = {
       {State::held, State::copying},      {State::held, State::writing},
-      {State::held, State::spilled},      {State::held, State::restored},
+      {State::held, State::spilled},      {State::held, State::kept},
+      {State::held, State::restored},     {State::kept, State::restored},
       {State::copying, State::writing},   {State::copying, State::restored},
-      {State::writing, State::spilled},   {State::writing, State::restored},
+      {State::writing, State::spilled},   {State::writing, State::kept},
+      {State::writing, State::failed},    {State::writing, State::restored},
       {State::spilled, State::reading},   {State::spilled, State::restored},
       {State::reading, State::uploading}, {State::reading, State::restored},
       {State::uploading, State::restored}};
@@ -539,7 +542,7 @@ TEST_CASE("device path: an entry moves only along the lifecycle's arrows") {
 }
 
 // O_DIRECT writes a pool block from where it is only when the block is page-aligned (Note
-// [Writing from an aligned source] in src/core/io_engine.cc); pageable pools are made so too.
+// [Writing from an aligned source] in src/core/io/io_engine.cc); pageable pools are made so too.
 TEST_CASE("device path: every block of a pageable host pool is page-aligned") {
   const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
   auto pool = spill::detail::HostPool::make(4 * spill::MiB + 1, c10::DeviceType::CPU);

@@ -1,6 +1,6 @@
 // Errors blame what failed: a process out of file descriptors is told so, never that its
 // directory is unusable or that the file system refuses O_DIRECT (issue 19). See Note [Who
-// refused O_DIRECT] in src/core/spill_file.cc.
+// refused O_DIRECT] in src/core/file/spill_file.cc.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/resource.h>

@@ -1,7 +1,7 @@
 // Faults at the platform seam, injected through <spill/testing.h>: short counts, EIO, ENOSPC and
 // end of file in pwrite/pread and in io_uring pieces, through the synchronous path, both queue
 // backends and both I/O modes, and (with LibTorch) through spill::checkpoint. See
-// Note [Fault injection at the seam] in src/core/fault_injection.cc.
+// Note [Fault injection at the seam] in src/core/os/fault_injection.cc.
 #ifdef SPILLARENA_TEST_WITH_TORCH
 #include <torch/torch.h>  // before doctest: c10 defines a CHECK of its own, doctest's must win
 #endif
@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/arena_internals.h"
+#include "core/arena/arena_internals.h"
 #include "io_test_support.h"
 #include "spill/core.h"
 #include "spill/testing.h"
@@ -346,9 +346,11 @@ TEST_CASE("faults: EIO and ENOSPC on write surface as IoError in every backend a
       const spill::IoError e =
           expect_io_error([&] { r.write_async(src.data(), src.size()).wait(); }, kWriteLost);
       check_error(e, spill::IoOp::write, error, r);
-      // Until r is freed, every write and read of the arena reports its failure.
+      // Until r is freed, every write and read of the arena reports its failure: a synchronous
+      // read hands out none of the bytes the failed write left.
+      std::vector<unsigned char> dst(src.size());
       const spill::IoError later =
-          expect_io_error([&] { r.read_in_place(src.size()); }, kWriteLost);
+          expect_io_error([&] { r.read(dst.data(), dst.size()); }, kWriteLost);
       CHECK(later.offset() == e.offset());
     }  // r freed: its failure is forgotten
     // The synchronous Region::write: pwrite on this thread (buffered) or a queued write that

@@ -1,5 +1,5 @@
 // fork() and arenas, on both queue backends: a child's inherited arenas are inert (see Note
-// [Arenas across fork] in src/core/fork_guard.cc). Whatever the child does — ends with _exit,
+// [Arenas across fork] in src/core/os/fork_guard.cc). Whatever the child does — ends with _exit,
 // ends with exit (static destructors run), destroys what it inherited with operations in flight,
 // or tries to use it — the parent's arena keeps working. Every child is waited for with a
 // deadline (then killed), and the parent's steps run under a watchdog, so a hang fails the test
@@ -263,7 +263,6 @@ int use_inherited(spill::IoBackend backend, spill::IoMode mode, const std::strin
       [&] { region.read(buffer.data(), buffer.size()); },
       [&] { region.write_async(buffer.data(), buffer.size()); },
       [&] { region.read_async(buffer.data(), buffer.size()); },
-      [&] { region.read_in_place(buffer.size()); },
       [&] { arena.stats(); },
       [&] { inherited.in_flight_write.wait(); },
   };

@@ -1,6 +1,6 @@
 // The arena stash's io = gds path on the CPU: the copy seam's accelerator emulation makes CPU
-// tensors device inputs, and a fake cuFile (set_cufile_api_for_testing, src/core/gds.h) moves the
-// bytes with pread/pwrite on the O_DIRECT descriptor the arena registered with it. So CI checks
+// tensors device inputs, and a fake cuFile (set_cufile_api_for_testing, src/core/io/gds.h) moves
+// the bytes with pread/pwrite on the O_DIRECT descriptor the arena registered with it. So CI checks
 // what a GPU machine with GPUDirect Storage would: bitwise gradients, the staging buffer
 // registered once and deregistered at the end, pieces, the sub-4 KiB tails through the host,
 // device memory released before the write, cuFile's bounce buffers capped to the host budget,
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/gds.h"
+#include "core/io/gds.h"
 #include "gpt_test_support.h"
 #include "spill/testing.h"
 #include "test_support.h"

@@ -1,4 +1,4 @@
-// GPUDirect Storage (src/core/gds.h): loading libcufile at run time, its typed errors, and the
+// GPUDirect Storage (src/core/io/gds.h): loading libcufile at run time, its typed errors, and the
 // transfers through a fake cuFile table where "device memory" is host memory. No GPU needed;
 // the real library's case runs where SPILLARENA_TEST_CUFILE_LIBRARY names one (else skipped).
 #include <doctest/doctest.h>
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/gds.h"
+#include "core/io/gds.h"
 #include "spill/core.h"
 #include "test_support.h"
 

@@ -1,7 +1,7 @@
 // ArenaOptions::verify_integrity: bytes changed in the spill file behind the arena's back become
 // a spill::IntegrityError naming the region, on every path bytes come back through: Region::read,
-// read_async (buffered and direct, thread pool and io_uring), read_in_place, and the backward of
-// spill::checkpoint. See Note [Integrity hashing] in src/core/integrity.cc.
+// read_async (buffered and direct, thread pool and io_uring), and the backward of
+// spill::checkpoint. See Note [Integrity hashing] in src/core/integrity/integrity.cc.
 // clang-format off
 #include <torch/torch.h>  // first: its CHECK macro (c10 logging) must not replace doctest's
 // clang-format on
@@ -15,8 +15,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/arena_internals.h"
-#include "core/integrity.h"
+#include "core/arena/arena_core.h"
+#include "core/arena/arena_internals.h"
+#include "core/integrity/integrity.h"
 #include "gpt_test_support.h"
 #include "test_support.h"
 
@@ -215,7 +216,9 @@ TEST_CASE("integrity: an unmodified spill file verifies cleanly through every re
         CHECK(dst == src);
         a.read_async(aligned.data, n).wait();
         CHECK(std::memcmp(aligned.data, src.data(), n) == 0);
-        CHECK(std::memcmp(b.read_in_place(n), src.data(), n) == 0);
+        std::fill(dst.begin(), dst.end(), 0);
+        b.read(dst.data(), n);  // the hashes a queued write kept, checked by a synchronous read
+        CHECK(dst == src);
         const spill::ArenaStats s = arena->stats();
         CHECK(s.bytes_verified == 4 * n);
         CHECK(s.bytes_hashed == 6 * n);  // two writes, four reads
@@ -281,19 +284,6 @@ TEST_CASE("integrity: an asynchronous read of changed bytes fails its Pending::w
   }
 }
 
-TEST_CASE("integrity: read_in_place of changed bytes throws instead of handing them out") {
-  ScratchDir dir;
-  spill::SpillArena arena(arena_options(dir.path()));
-  const std::size_t n = spill::MiB + 5;
-  CorruptedRegion c(arena, dir.path(), n);
-  try {
-    (void)c.region.read_in_place(n);
-    FAIL("the changed byte was handed out without an error");
-  } catch (const spill::IntegrityError& e) {
-    check_names_region(e, c.region, c.changed);
-  }
-}
-
 TEST_CASE("integrity: the RAM backing checks its reads too") {
   spill::ArenaOptions o = arena_options("");
   o.backing = spill::Backing::ram;
@@ -301,7 +291,7 @@ TEST_CASE("integrity: the RAM backing checks its reads too") {
   const auto src = pattern(8192, 5);
   spill::Region r = arena.allocate(src.size());
   r.write(src.data(), src.size());
-  static_cast<unsigned char*>(const_cast<void*>(r.read_in_place(src.size())))[100] ^= 1;
+  spill::detail::ArenaAccess::core(r).storage().base()[r.offset() + 100] ^= 1;  // host memory
   std::vector<unsigned char> dst(src.size());
   CHECK_THROWS_AS(r.read(dst.data(), dst.size()), spill::IntegrityError);
   CHECK_THROWS_AS(r.read_async(dst.data(), dst.size()).wait(), spill::IntegrityError);
@@ -473,39 +463,31 @@ TEST_CASE("integrity: a read covering whole 4 MiB chunks of a larger write check
   }
 }
 
-// 12 MiB is three chunks, copied (or checked in place) and hashed beside each other (Note
-// [Hashing beside the copy] in src/core/hash_pipeline.cc), each chunk compared on its own: a byte
-// changed in every chunk is still one failed read, as on the one-thread paths.
+// 12 MiB is three chunks, each copied and hashed in one pass and compared as it lands (Note
+// [Copying and hashing in one pass] in src/core/integrity/integrity.cc): a byte changed in every
+// chunk is still one failed read, and the error names the first.
 TEST_CASE("integrity: a read with several changed chunks is one failure, naming the first") {
-  for (bool in_place : {false, true}) {
-    SUBCASE(in_place ? "read_in_place" : "resident read") {
-      ScratchDir dir;
-      spill::SpillArena arena(arena_options(dir.path()));
-      const std::size_t n = 12 * spill::MiB + 5;
-      const auto src = pattern(n, 5);
-      spill::Region r = spill_test::written_region(arena, src);
-      {
-        FileBehindTheArena file(dir.path());
-        for (std::uint64_t chunk = 0; chunk < 3; ++chunk) {
-          file.flip(r.offset() + chunk * 4 * spill::MiB + 1000);
-        }
-      }
-      std::vector<unsigned char> dst(n);
-      for (std::uint64_t attempt = 1; attempt <= 2; ++attempt) {
-        try {
-          if (in_place) {
-            (void)r.read_in_place(n);
-          } else {
-            r.read(dst.data(), n);
-          }
-          FAIL("the changed bytes were read back without an error");
-        } catch (const spill::IntegrityError& e) {
-          CHECK(e.offset_in_region() == 0);
-          CHECK(e.bytes() == 4 * spill::MiB);
-        }
-        CHECK(arena.stats().integrity_failures == attempt);
-      }
+  ScratchDir dir;
+  spill::SpillArena arena(arena_options(dir.path()));
+  const std::size_t n = 12 * spill::MiB + 5;
+  const auto src = pattern(n, 5);
+  spill::Region r = spill_test::written_region(arena, src);
+  {
+    FileBehindTheArena file(dir.path());
+    for (std::uint64_t chunk = 0; chunk < 3; ++chunk) {
+      file.flip(r.offset() + chunk * 4 * spill::MiB + 1000);
     }
+  }
+  std::vector<unsigned char> dst(n);
+  for (std::uint64_t attempt = 1; attempt <= 2; ++attempt) {
+    try {
+      r.read(dst.data(), n);
+      FAIL("the changed bytes were read back without an error");
+    } catch (const spill::IntegrityError& e) {
+      CHECK(e.offset_in_region() == 0);
+      CHECK(e.bytes() == 4 * spill::MiB);
+    }
+    CHECK(arena.stats().integrity_failures == attempt);
   }
 }
 
@@ -541,9 +523,9 @@ TEST_CASE("integrity: chunks split between pieces are hashed and checked after t
 }
 
 TEST_CASE("integrity: a write off the chunk grid, hashed slice by slice, verifies on every path") {
-  // A synchronous write hashes as it copies, 256 KiB at a time (buffered: after each pwrite;
-  // direct: after each memcpy into a staging slot), its chunks carried across slices. The hashes
-  // must be those of each chunk whole, which reads compute in one call per piece.
+  // A synchronous write hashes as it copies, 512 KiB at a time (buffered: after each pwrite;
+  // direct: as each slice is copied into a staging slot), its chunks carried across slices. The
+  // hashes must be those of each chunk whole, which reads compute in one call per piece.
   ScratchDir dir;
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     for (std::uint64_t staging : {spill::MiB, 4 * spill::MiB}) {
@@ -563,13 +545,7 @@ TEST_CASE("integrity: a write off the chunk grid, hashed slice by slice, verifie
         std::vector<unsigned char> prefix(at + n);  // from the region's start: covers the write
         r.read_async(prefix.data(), prefix.size()).wait();
         CHECK(std::memcmp(prefix.data() + at, src.data(), n) == 0);
-        std::uint64_t reads = 2;
-        if (io == spill::IoMode::buffered) {
-          CHECK(std::memcmp(static_cast<const unsigned char*>(r.read_in_place(r.size())) + at,
-                            src.data(), n) == 0);
-          ++reads;
-        }
-        CHECK(arena.stats().bytes_verified == reads * n);
+        CHECK(arena.stats().bytes_verified == 2 * n);
         CHECK(arena.stats().integrity_failures == 0);
 
         FileBehindTheArena(dir.path()).flip(r.offset() + 4 * spill::MiB + 123456);

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/arena_internals.h"
+#include "core/arena/arena_internals.h"
 #include "io_test_support.h"
 #include "spill/core.h"
 #include "test_support.h"
@@ -134,7 +134,7 @@ TEST_CASE("io engine: direct I/O leaves none of the spilled bytes in the page ca
   CHECK_FALSE(spill::detail::resident(r));
 }
 
-// Note [Writing from an aligned source] in src/core/io_engine.cc: a page-aligned source (a host
+// Note [Writing from an aligned source] in src/core/io/io_engine.cc: a page-aligned source (a host
 // pool block) needs no staging slot but for its tail; its integrity hash is taken from the
 // source itself, and the read back checks it.
 TEST_CASE("io engine: an aligned source is written from where it is, only its tail staged") {
@@ -203,8 +203,8 @@ TEST_CASE("io engine: a region is not reused while its write is queued") {
 // Every write and read belongs to a Region, and a Region waits for its own before its block is
 // freed: by the time the arena's last handle goes, no data operation is left to drain. What no
 // one waits for are the page-cache hints a synchronous buffered write queues (Note [Bounded page
-// cache] in src/core/io_engine.cc); only the drain runs them before the spill file closes. With a
-// page-cache limit of one region, each write queues the drop of the region before, and a drop
+// cache] in src/core/io/io_engine.cc); only the drain runs them before the spill file closes. With
+// a page-cache limit of one region, each write queues the drop of the region before, and a drop
 // waits for the region's writeback: once the arena is gone, none of those pages may be dirty.
 // The drops must still be queued when the arena goes. The thread pool's are held behind slow
 // writes, one per worker; io_uring's hints have one thread of their own, which falls behind the

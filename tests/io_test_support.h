@@ -41,7 +41,7 @@ inline std::function<int(spill::IoOp)> random_delays(unsigned seed, unsigned max
 }
 
 // Installs a platform fault hook for its lifetime (see Note [Fault injection at the seam] in
-// src/core/fault_injection.cc).
+// src/core/os/fault_injection.cc).
 struct FaultScope {
   explicit FaultScope(spill::testing::FaultHook hook) {
     spill::testing::set_fault_hook(std::move(hook));

@@ -1,7 +1,7 @@
 // The spill file's protection: mode 0600 whatever the umask, no name (O_TMPFILE | O_EXCL, or the
 // mkostemp + unlink fallback), no link can give it one, planted symlinks are never followed, and
 // another user can open it neither through /proc/<pid>/fd nor by a name. With LibTorch, the
-// per-file stash's named files too. See Note [Unnamed spill file] in src/core/platform_posix.cc.
+// per-file stash's named files too. See Note [Unnamed spill file] in src/core/os/platform_posix.cc.
 #ifdef SPILLARENA_TEST_WITH_TORCH
 #include <torch/torch.h>  // before doctest: c10 defines a CHECK of its own, doctest's must win
 #endif
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "core/platform.h"
+#include "core/os/platform.h"
 #include "io_test_support.h"
 #include "spill/core.h"
 #include "spill/testing.h"

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "core/slab_allocator.h"
+#include "core/alloc/slab_allocator.h"
 #include "spill/core.h"
 
 TEST_CASE("sizing: a layer input is rounded as the arena rounds it") {

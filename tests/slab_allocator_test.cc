@@ -1,4 +1,4 @@
-#include "core/slab_allocator.h"
+#include "core/alloc/slab_allocator.h"
 
 #include <doctest/doctest.h>
 
@@ -255,7 +255,7 @@ TEST_CASE("slab allocator: huge requests under a huge capacity stay aligned, or 
 
 // tests/CMakeLists.txt compiles the allocator into this test with SPILLARENA_EXPENSIVE_CHECKS, so
 // each allocate and free below also runs the allocator's own validity check, which aborts the
-// test on a broken invariant. See Note [Expensive checks] in src/core/slab_allocator.cc.
+// test on a broken invariant. See Note [Expensive checks] in src/core/alloc/slab_allocator.cc.
 #if !SPILLARENA_EXPENSIVE_CHECKS
 #error "slab_allocator_test is built with SPILLARENA_EXPENSIVE_CHECKS=1 (tests/CMakeLists.txt)"
 #endif

@@ -1,6 +1,6 @@
 // The arena stash when the arena has no room: inputs kept in memory for the step, gradients
 // unchanged, the arena grown for the next step. See Note [Growing the arena] in
-// src/core/arena_growth.cc.
+// src/core/arena/arena_growth.cc.
 #include <torch/torch.h>  // before doctest: c10 defines CHECK too, and doctest's must win
 
 #include <doctest/doctest.h>

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Compiles every source of the core library (src/core/*.cc) with clang's -Wthread-safety -Werror
+# Compiles every source of the core library (src/core/*/*.cc) with clang's -Wthread-safety -Werror
 # (syntax only, no build tree): a member marked GUARDED_BY(m) read or written without m held, or
-# a REQUIRES(m) function called without it, fails. See src/core/thread_annotations.h.
+# a REQUIRES(m) function called without it, fails. See src/core/os/thread_annotations.h.
 # $1 (optional): LibTorch's include directories, ':'-separated (CMake's TORCH_INCLUDE_DIRS);
 # then the LibTorch layer's concurrent files (src/torch_layer: the stash, its pool, copies and
 # progress thread) are checked too. forward_state.cc locks LibTorch's own generator mutex, which
@@ -14,7 +14,7 @@ if [[ -z $clangxx ]]; then
   echo "skipped: no clang++ (-Wthread-safety is clang's; apt-get install clang)"
   exit 77
 fi
-flags=(-std=c++17 -fsyntax-only -Wthread-safety -Werror -I"$src/include"
+flags=(-std=c++17 -fsyntax-only -Wthread-safety -Werror -I"$src/include" -I"$src/src"
   -DSPILLARENA_EXPENSIVE_CHECKS=1)
 # io_uring_queue.cc compiles its ring only where liburing is installed, as CMakeLists.txt does.
 if echo '#include <liburing.h>' | "$clangxx" -fsyntax-only -x c++ - 2>/dev/null; then
@@ -22,23 +22,24 @@ if echo '#include <liburing.h>' | "$clangxx" -fsyntax-only -x c++ - 2>/dev/null;
 fi
 
 # The check itself must be live: a guarded member written without its mutex has to fail.
-probe='#include "mutex.h"
+probe='#include "core/os/mutex.h"
 struct Probe { spill::detail::Mutex m; int x GUARDED_BY(m) = 0; void f() { ++x; } };'
-if echo "$probe" | "$clangxx" "${flags[@]}" -I"$src/src/core" -x c++ - 2>/dev/null; then
+if echo "$probe" | "$clangxx" "${flags[@]}" -x c++ - 2>/dev/null; then
   echo "thread_safety_check: an unguarded write compiled; the annotations are not checked"
   exit 1
 fi
 
 failed=0
-checked="src/core/*.cc"
-for f in "$src"/src/core/*.cc; do
+checked="src/core/*/*.cc"
+for f in "$src"/src/core/*/*.cc; do
   "$clangxx" "${flags[@]}" "$f" || { echo "thread_safety_check: ${f#"$src"/} fails"; failed=1; }
 done
 if [[ -n ${1:-} ]]; then
   torch_flags=(-I"$src/src")
   IFS=':' read -r -a torch_dirs <<<"$1"
   for d in "${torch_dirs[@]}"; do torch_flags+=(-isystem "$d"); done
-  for name in arena_stash device_spill device_copy host_pool serial_worker stash_entry; do
+  for name in arena_stash cpu_path device_path gds_path device_copy host_pool serial_worker \
+    stash_entry; do
     f=$src/src/torch_layer/$name.cc
     "$clangxx" "${flags[@]}" "${torch_flags[@]}" "$f" ||
       { echo "thread_safety_check: ${f#"$src"/} fails"; failed=1; }

@@ -30,7 +30,7 @@ namespace spill {
 
 namespace detail {
 class ArenaCore;
-struct ArenaAccess;  // spillarena's own layers: src/core/arena_internals.h
+struct ArenaAccess;  // spillarena's own layers: src/core/arena/arena_internals.h
 }  // namespace detail
 
 enum class Backing {
@@ -53,7 +53,7 @@ const char* to_string(PoolFull policy);  // "wait" or "keep_on_device"
 // What the stash (spill::checkpoint, spillarena.checkpoint) does with a layer input that finds no
 // room in the arena. Either way the refusal is counted (ArenaStats::overflows) and, with
 // ArenaOptions::grow, the file grows to fit at the next moment no region is live. See Note
-// [Growing the arena] in src/core/arena_growth.cc.
+// [Growing the arena] in src/core/arena/arena_growth.cc.
 enum class WhenFull {
   keep_in_memory,  // the input stays where it is for that step, as in-RAM checkpointing holds it
   error,           // spill::ArenaExhaustedError, raised by store(); the arena is unchanged
@@ -74,7 +74,7 @@ struct ArenaOptions {
   // needed times growth_margin, re-preallocated after a check for free space, at the next
   // allocation that finds no region live. It never shrinks. A grow that the disk refuses
   // changes nothing (counted, one warning). See Note [Growing the arena] in
-  // src/core/arena_growth.cc.
+  // src/core/arena/arena_growth.cc.
   bool grow = true;
   double growth_margin = 1.25;  // 1 to 16
   Backing backing = Backing::disk;
@@ -84,11 +84,11 @@ struct ArenaOptions {
   bool start_writeback_after_write = true;
   // When > 0, the arena keeps at most this many bytes of written regions in the page cache:
   // older ones are written back and dropped (POSIX_FADV_DONTNEED), oldest first. 0: the kernel
-  // decides. See Note [Bounded page cache] in src/core/io_engine.cc. Buffered I/O only.
+  // decides. See Note [Bounded page cache] in src/core/io/io_engine.cc. Buffered I/O only.
   std::uint64_t page_cache_limit_bytes = 0;
-  // How bytes reach the disk: see Note [Direct I/O and the staging pool] in src/core/io_engine.cc.
-  // automatic picks direct when capacity_bytes exceeds the memory this process may use (cgroup
-  // limit, MemAvailable).
+  // How bytes reach the disk: see Note [Direct I/O and the staging pool] in
+  // src/core/io/io_engine.cc. automatic picks direct when capacity_bytes exceeds the memory this
+  // process may use (cgroup limit, MemAvailable).
   IoMode io = IoMode::automatic;
   IoBackend io_backend = IoBackend::automatic;
   // Host memory for direct I/O's staging pool, allocated once (rounded to pages, at least one).
@@ -98,7 +98,7 @@ struct ArenaOptions {
   // Costs CPU time (XXH3 on one core of the 2-core test VM: ~10 GB/s of cached bytes, ~4.5 GB/s
   // streaming from RAM; BM_Integrity), mostly off the training thread; a buffered restore pays
   // it on the caller's, in the pass that copies the region out. See Note [Integrity hashing] in
-  // src/core/integrity.cc.
+  // src/core/integrity/integrity.cc.
   bool verify_integrity = true;
   // The one host-memory budget of the arena stash (spill::checkpoint), in bytes: for accelerator
   // inputs, the pool that device -> host copies land in, O_DIRECT writes read from and reads
@@ -161,7 +161,7 @@ struct ArenaStats {
   std::uint64_t high_water_bytes = 0;  // highest end offset ever handed out
   std::uint64_t bytes_written = 0;     // through write(), all time
   std::uint64_t bytes_read = 0;        // through read(), all time
-  // The I/O engine (disk backing). See Note [The I/O queue] in src/core/io_queue.cc.
+  // The I/O engine (disk backing). See Note [The I/O queue] in src/core/io/io_queue.cc.
   IoMode io_mode = IoMode::buffered;  // resolved: buffered or direct
   IoBackend io_backend = IoBackend::thread_pool;
   std::string io_note;              // why this mode/backend (automatic choices, fallbacks)
@@ -173,8 +173,8 @@ struct ArenaStats {
   std::uint64_t bytes_hashed = 0;
   std::uint64_t bytes_verified = 0;
   std::uint64_t integrity_failures = 0;
-  // Sizing (Note [Growing the arena] in src/core/arena_growth.cc). overflows: allocations that
-  // found no room (with WhenFull::keep_in_memory the stash kept those inputs in memory), of
+  // Sizing (Note [Growing the arena] in src/core/arena/arena_growth.cc). overflows: allocations
+  // that found no room (with WhenFull::keep_in_memory the stash kept those inputs in memory), of
   // overflow_bytes asked for. capacity_needed_bytes: the most the arena was asked to hold at
   // once between two moments with no region live (regions in use plus the overflow), so a
   // capacity that would have fit. initial_capacity_bytes: the capacity the arena was made with.
@@ -244,31 +244,31 @@ class Region {
   // Copies bytes in and out. `offset_in_region + bytes` must be <= size(). With
   // verify_integrity a read throws spill::IntegrityError when the bytes of a write it covers
   // whole differ from what was written (see Note [Integrity hashing] in
-  // src/core/integrity.cc); `dst` must not be used then.
+  // src/core/integrity/integrity.cc); `dst` must not be used then.
   void write(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
   void read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0) const;
   // Queued copies: they return before the bytes moved. `src`/`dst` must stay valid and `src`
   // unchanged until the Pending completes, in every mode (a direct-mode write from memory
   // aligned to SpillArena::io_alignment() is written from where it is, without a staging
   // copy). A failure surfaces at Pending::wait, and at every write or read of the arena
-  // (synchronous and in place too) until this region is freed; a read's integrity check, done
-  // before the Pending is ready, fails its Pending::wait with spill::IntegrityError (on a RAM
-  // arena, read_async checks and throws at once). A direct-mode read lands in `dst` without a
-  // copy when `dst` is so aligned.
+  // (synchronous too) until this region is freed; a read's integrity check, done before the
+  // Pending is ready, fails its Pending::wait with spill::IntegrityError (on a RAM arena,
+  // read_async checks and throws at once). A direct-mode read lands in `dst` without a copy
+  // when `dst` is so aligned.
   // `offset_in_region` moves a piece of the region (page-aligned in direct mode).
   Pending write_async(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
   Pending read_async(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
-  // io = gds (options().io == IoMode::gds): device memory to and from the region through cuFile,
-  // synchronously; `bytes` and `offset_in_region` multiples of 4 KiB. Not hashed (the host never
-  // sees the bytes). See Note [GPUDirect Storage] in src/core/gds.cc.
-  void write_from_device(const void* device_ptr, std::uint64_t bytes,
-                         std::uint64_t offset_in_region = 0);
-  void read_to_device(void* device_ptr, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
-  // Zero-copy read: the region's bytes in the mapping, counted in bytes_read. The caller reads
-  // them in place (the checkpoint wrapper wraps them in a tensor); non-resident pages are read
-  // ahead first, and checked before they are handed out (IntegrityError). `bytes` must be <=
-  // size().
-  const void* read_in_place(std::uint64_t bytes) const;
+  // The operations queued on this region so far (its writes and reads).
+  Pending pending() const;
+  // One call coming back: waits for the operations queued on the region, reads its first
+  // `bytes` into `dst` (checked against the write's hash) and frees the region. True when the
+  // bytes were in memory already (resident pages, or a read_ahead into `dst` that completed),
+  // so nothing waited for the disk. On a throw the region stays allocated.
+  bool take_into(void* dst, std::uint64_t bytes);
+  // Starts bringing the region's bytes into memory without waiting: with `dst`, its
+  // requested_bytes() are read there (take_into(dst, ...) then completes that read); without,
+  // the page cache reads ahead.
+  void read_ahead(void* dst = nullptr);
 
   // Frees the region (after its queued operations completed); the handle becomes empty.
   void free();
@@ -279,12 +279,19 @@ class Region {
   Region(std::shared_ptr<detail::ArenaCore> core, std::uint64_t offset, std::uint64_t size,
          std::uint64_t requested);
   detail::ArenaCore& core_or_throw() const;
+  // io = gds, for the stash through detail::write_from_device and read_to_device
+  // (src/core/arena/arena_internals.h).
+  void write_from_device(const void* device_ptr, std::uint64_t bytes,
+                         std::uint64_t offset_in_region);
+  void read_to_device(void* device_ptr, std::uint64_t bytes, std::uint64_t offset_in_region);
 
   std::shared_ptr<detail::ArenaCore> core_;
   std::uint64_t offset_ = 0;
   std::uint64_t size_ = 0;
   std::uint64_t requested_ = 0;
   Pending in_flight_;  // operations queued on this region, waited for before it is freed
+  void* ahead_destination_ = nullptr;  // read_ahead(dst)'s read, covered by in_flight_
+  Pending ahead_;
 };
 
 class SpillArena {
@@ -308,6 +315,11 @@ class SpillArena {
   // allocate(), but an empty Region (valid() false) where allocate would throw
   // ArenaExhaustedError. Both count the refusal in ArenaStats::overflows.
   Region try_allocate(std::uint64_t bytes);
+  // One call going forward: a region of `bytes` with the write of `src` queued (Region::
+  // pending() says when it completed; `src` must stay valid and unchanged until then). Where
+  // there is no room: an empty Region under WhenFull::keep_in_memory, ArenaExhaustedError under
+  // WhenFull::error (options().when_full).
+  Region spill_from(const void* src, std::uint64_t bytes);
 
   ArenaStats stats() const;
   // As resolved: directory, io mode, rounded sizes. capacity_bytes is the capacity the arena

@@ -127,8 +127,8 @@ class IoError : public Error {
 // Bytes read back from a region are not the bytes written there (ArenaOptions::verify_integrity):
 // the spill file or the disk under it changed behind the arena's back. Names the region (its
 // offset in the spill file), the bytes one write put there (offset in the region, count) and
-// their XXH3-64 hashes as written and as read. Thrown by Region::read, read_in_place and the
-// Pending::wait of a read_async, before the caller uses the bytes; the arena stays usable.
+// their XXH3-64 hashes as written and as read. Thrown by Region::read and the Pending::wait of a
+// read_async, before the caller uses the bytes; the arena stays usable.
 class IntegrityError : public Error {
  public:
   IntegrityError(std::uint64_t region_offset, std::uint64_t offset_in_region, std::uint64_t bytes,
@@ -152,7 +152,7 @@ class IntegrityError : public Error {
 // IoMode::gds was asked but GPUDirect Storage cannot run here: libcufile could not be loaded
 // (cufile_status() 0; the message has dlerror()'s text and how to install it) or cuFile refused
 // to start (cufile_status() is cuFile's CU_FILE_... code, named in the message). Names the
-// library searched. See Note [GPUDirect Storage] in src/core/gds.cc.
+// library searched. See Note [GPUDirect Storage] in src/core/io/gds.cc.
 class GdsUnavailableError : public Error {
  public:
   GdsUnavailableError(const std::string& library, int cufile_status, const std::string& message)
@@ -168,7 +168,7 @@ class GdsUnavailableError : public Error {
 // An arena, one of its regions or a Pending of theirs was used in a child of fork(): an arena
 // belongs to the process that created it. In the child it is inert — no I/O, and destroying it
 // only releases the child's own mapping and descriptors; the parent's arena is untouched. Names
-// the creating process and this one. See Note [Arenas across fork] in src/core/fork_guard.cc.
+// the creating process and this one. See Note [Arenas across fork] in src/core/os/fork_guard.cc.
 class ForkedProcessError : public Error {
  public:
   ForkedProcessError(std::uint64_t creator_pid, std::uint64_t current_pid,

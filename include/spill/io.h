@@ -22,18 +22,18 @@
 
 namespace spill {
 
-// How spilled bytes travel. See Note [Direct I/O and the staging pool] in src/core/io_engine.cc.
+// How spilled bytes travel. See Note [Direct I/O and the staging pool] in src/core/io/io_engine.cc.
 enum class IoMode {
   buffered,   // through the page cache; restores copy out of the mapping (guarded, verified)
   direct,     // O_DIRECT through a preallocated staging pool: spilled bytes never sit in RAM
   automatic,  // direct when the arena is larger than the memory this process may use
   // GPUDirect Storage through cuFile: device memory straight to the file (libcufile, loaded at
-  // run time; see Note [GPUDirect Storage] in src/core/gds.cc). Never chosen by automatic.
+  // run time; see Note [GPUDirect Storage] in src/core/io/gds.cc). Never chosen by automatic.
   // Host-side I/O of such an arena runs as direct.
   gds,
 };
 
-// What executes the queued operations. See Note [The I/O queue] in src/core/io_queue.cc.
+// What executes the queued operations. See Note [The I/O queue] in src/core/io/io_queue.cc.
 enum class IoBackend {
   automatic,    // io_uring where io_uring_setup works, else the thread pool
   io_uring,     // liburing; asked for explicitly, failure to set it up is an error

@@ -100,7 +100,7 @@ struct StashStats {
   // io = gds (zeros and "" until the first device input): the registered device staging buffer
   // (device memory besides the inputs), cuFile's mode, the host memory its bounce buffers may
   // take (compatibility mode; part of the host budget: Note [cuFile's bounce buffers] in
-  // src/core/gds.cc) and the bytes moved through cuFile (the sub-4 KiB tails go the host path).
+  // src/core/io/gds.cc) and the bytes moved through cuFile (the sub-4 KiB tails go the host path).
   std::uint64_t gds_buffer_bytes = 0;
   bool gds_buffer_registered = false;
   std::string cufile_mode;

@@ -36,19 +36,19 @@ enum class FaultSite { pwrite, pread, ring_write, ring_read, open_unnamed, preal
 // move), 0 (nothing moves: end of file), or -errno (it fails and moves nothing). May sleep.
 // The sign is the call's own: one number that is either a count or a failure, as pwrite and
 // io_uring's cqe->res return it. The hook below only ever fails, so it returns a positive
-// errno, as the platform seam (src/core/platform.h) does.
+// errno, as the platform seam (src/core/os/platform.h) does.
 using FaultHook =
     std::function<std::int64_t(FaultSite site, std::uint64_t bytes, std::uint64_t offset)>;
 
 // Installs `hook` for every call from now on (any thread); an empty function removes it. Not
 // installed, each call pays one relaxed atomic load. See Note [Fault injection at the seam] in
-// src/core/fault_injection.cc.
+// src/core/os/fault_injection.cc.
 void set_fault_hook(FaultHook hook);
 
 // I/O queues created afterwards call `hook` on their worker thread for every read and write,
 // before it runs (thread pool) or before its completion is delivered (io_uring). The hook may
 // sleep (to shuffle timings) and returns 0, or an errno that fails the whole operation. An empty
-// function removes it. See Note [The I/O queue] in src/core/io_queue.cc.
+// function removes it. See Note [The I/O queue] in src/core/io/io_queue.cc.
 void set_io_test_hook(std::function<int(IoOp op)> hook);
 
 // LibTorch layer (spillarena::spillarena): while enabled, the arena stash treats CPU inputs as

@@ -8,7 +8,7 @@
 Nothing is allocated before the first checkpointed layer runs with grad. Then the arena is made
 with room for that input's bytes times the layers expected (the checkpointed layers enable()
 found, else DEFAULT_LAYERS) times growth_margin; it grows when a step needs more and keeps what
-finds no room in memory meanwhile (Note [Growing the arena] in src/core/arena_growth.cc).
+finds no room in memory meanwhile (Note [Growing the arena] in src/core/arena/arena_growth.cc).
 """
 
 import threading

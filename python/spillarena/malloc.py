@@ -9,48 +9,15 @@
 
 Note [Returning freed memory from Python]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-A spilling arena moves the saved layer inputs out of the process, but a memory cgroup kills on
-RssAnon, and glibc keeps freed tensor memory: blocks below its dynamic mmap threshold (which
-rises to the size of the largest block freed, up to 32 MiB) come from the heap, and a free
-in the middle of the heap stays resident. Every layer's recomputation frees its working set
-into holes that the next layer only partly reuses, so RssAnon follows malloc's high-water mark,
-not the live tensors, and the spilled inputs' saving is lost in the holes (measured: RssAnon grew
-~65 MiB per unit of batch against 6 MiB of layer inputs). The C++ side's answer
-(Note [Returning freed memory], `spill::return_freed_memory_promptly`) fixes the mmap and trim
-thresholds at 128 KiB: every large tensor is then mapped and faulted afresh on each allocation,
-which costs 1.8x step time on a CPU model.
-
-What this module does instead, once a spilling arena is put to use (backing "disk", or a
-per-file stash; never for the RAM backing or an in-memory stash, which keep the inputs in the
-process anyway): each time a checkpointed layer has run on the CPU, its forward and its backward,
-malloc_trim(0) may return the free pages of every malloc arena (madvise(MADV_DONTNEED) on whole
-free pages, not only the top of the heap). A layer's working set is faulted again once by the
-next layer, instead of on every allocation; blocks keep their addresses; the thresholds are left
-alone. Accelerator layers skip it (their working set is device memory).
-
-A trim is not free: madvise over the freed working set and the faults that bring it back cost
-~0.2 ms per MiB each (measured 2026-12-02, 2 cores: 8 layers, hidden 256, seq 128, batch 8 —
-each trim returned 20-45 MiB in 5-11 ms, and trimming after every layer made the step 1.2x
-slower). So by default ("pressure") a layer trims only when memory is tight: when
-spillarena.memory_limits()["pressure"] — the memory cgroup's anonymous memory over its limit
-(the lowest of its own and its ancestors'), or the system's memory in use over its total,
-whichever is higher — is at least PRESSURE_THRESHOLD (one half), read as each layer ends. Below
-it, a heap whose free holes equal everything in use still fits under the ceiling, and the step
-runs at glibc's speed (one layer's growth past the threshold is trimmed when that layer ends);
-above it, every layer gives its working set back,
-which is what lets a spilled run train 2x the batch of in-RAM checkpointing under one limit
-(docs/head_to_head.md). Reading the pressure costs ~0.1 ms a layer (a few small /proc and cgroup
-files). "return" trims after every layer whatever the pressure (the earlier default).
-
-Measured before the pressure test existed (2026-12-01, 2 shared cores; StableLM-as-Llama, 12
-layers, hidden 256, seq 128, batch 8, hidden dropout on; RssAnon growth over the built model
-during 2 steps): transformers' checkpointing 230 MiB; spillarena with glibc as it is 170;
-trimming after each backward 118; after each forward and backward 85; fixed 128 KiB thresholds
-67, at ~1.2-1.8x the step time.
-
-The policy is process-wide, as malloc is, and set once; SPILLARENA_MALLOC (read on first use)
-chooses it. Without glibc (musl, or jemalloc/mimalloc preloaded, whose own decay returns memory)
-malloc_trim is absent or a no-op and nothing is done.
+Spilling moves the saved layer inputs out of the process, but a memory cgroup kills on RssAnon,
+and glibc keeps freed tensor memory in heap holes, so RssAnon follows malloc's high-water mark and
+the saving is lost. Fixed malloc thresholds (Note [Returning freed memory]) would remap every
+large tensor on each allocation. Instead, once a spilling arena is used (disk backing or a
+per-file stash), malloc_trim(0) runs after a CPU layer's forward and backward, returning whole
+free pages; by default ("pressure") only when spillarena.memory_limits()["pressure"] is at least
+PRESSURE_THRESHOLD, because a trim costs time. "return" trims after every layer. The policy is
+process-wide, as malloc is, read once from SPILLARENA_MALLOC; without glibc nothing is done.
+Figures: docs/benchmarks.md, "Returning freed memory from Python (spillarena.malloc)".
 """
 
 import ctypes

@@ -56,8 +56,8 @@ class Stashed {
 // Note [The arena's warnings reach Python as warnings]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The arena stash warns through TORCH_WARN (the first overflow, a refused grow: Note [Growing the
-// arena] in src/core/arena_growth.cc). Outside torch's own bindings that goes to stderr, where
-// warnings.filterwarnings and pytest.warns cannot see it. store() runs under a c10 warning
+// arena] in src/core/arena/arena_growth.cc). Outside torch's own bindings that goes to stderr,
+// where warnings.filterwarnings and pytest.warns cannot see it. store() runs under a c10 warning
 // handler of its own (c10's public WarningHandler, per thread, and the GIL is released on this
 // thread), and the warnings it collected are raised afterwards, with the GIL, as
 // spillarena.SpillArenaWarning; a filter that turns them into errors raises from store().

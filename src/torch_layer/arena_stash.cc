@@ -1,14 +1,15 @@
 // The arena stash: layer inputs spilled to regions of a SpillArena, overlapped with compute.
-// The chain's common part and its CPU path; the accelerator path is in device_spill.cc.
-// See Note [Overlapped spilling].
+// The chain (what every path shares) and the stash; the paths that move bytes are cpu_path.cc,
+// device_path.cc and gds_path.cc. See Note [Overlapped spilling].
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/arena_internals.h"
+#include "core/arena/arena_internals.h"
 #include "spill/error.h"
 #include "spill/tensor_stash.h"
 #include "stash_chain.h"
@@ -58,41 +59,12 @@ std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
           .count());
 }
 
-[[noreturn]] void throw_modified(const Entry& e, const char* when) {
-  throw CheckpointError(
-      "spill::checkpoint: one of the variables needed for gradient computation "
-      "has been modified by an inplace operation: the stashed " +
-      e.describe() + " was changed " + when +
-      "; clone it before changing it, or do not modify layer inputs in place");
-}
-
-// A write that has completed (its region freed, so it is settled): whether it succeeded. A
-// failure was already recorded for the next store() or restore() to raise.
-bool write_succeeded(const Pending& write) {
-  try {
-    write.wait();
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
 }  // namespace
 
 std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena) {
   return std::static_pointer_cast<ArenaShared>(
       attachment(arena, [] { return std::make_shared<ArenaShared>(); }));
 }
-
-Chain::Chain(const SpillArena& arena, const StashOptions& options)
-    : arena_(arena.shared_handle()),
-      arena_options_(arena_.options()),
-      options_(options),
-      shared_(shared_state_of(arena_)),
-      counters_(shared_->counters),
-      gds_(uses_gds(arena_)) {}
-
-Chain::~Chain() = default;
 
 StashStats ArenaShared::stats() {
   const StashCounters& c = *counters;
@@ -135,157 +107,68 @@ StashStats ArenaShared::stats() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Common
+// What the paths share: the context and the progress thread
 // ---------------------------------------------------------------------------------------------
 
-void Chain::stored(const EntryPtr& e) {
-  std::vector<EntryPtr> to_spill;
+StashContext::StashContext(const SpillArena& a, const StashOptions& o)
+    : arena(a.shared_handle()),
+      arena_options(arena.options()),
+      options(o),
+      shared(shared_state_of(arena)),
+      counters(shared->counters) {}
+
+std::uint64_t StashContext::host_budget(std::uint64_t bytes) const {
+  return arena_options.host_pool_bytes != kAutomaticHostPool
+             ? arena_options.host_pool_bytes
+             : automatic_host_pool_bytes(bytes, options.prefetch_depth + 2ull);
+}
+
+Region StashContext::region_for(const Entry& e, const void* src) {
+  try {
+    if (src) return arena.spill_from(src, e.bytes);
+    // No room under keep_in_memory: the input stays where it is for this step, as in-RAM
+    // checkpointing holds it (counted by the arena; Note [Growing the arena] in
+    // src/core/arena/arena_growth.cc).
+    if (arena_options.when_full == WhenFull::keep_in_memory) return arena.try_allocate(e.bytes);
+    return arena.allocate(e.bytes);
+  } catch (const ArenaExhaustedError& x) {
+    throw ArenaExhaustedError(
+        x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
+        "spill::checkpoint: no room to stash the " + e.describe() + ": " + x.what());
+  }
+}
+
+void Progress::post(std::function<void()> job) {
+  if (asynchronous_) return worker_.post(std::move(job));
+  job();
+}
+
+void Progress::after_copy(const EntryPtr& e, const std::function<void(const EntryPtr&)>& next) {
+  CopyPtr copy;
   {
-    MutexLock lock(mutex_);
-    e->previous = last_;
-    last_ = e;
-    largest_input_ = std::max(largest_input_, e->bytes);
-    unspilled_.push_back(e);
-    while (unspilled_.size() > options_.keep_last) {
-      if (EntryPtr p = unspilled_.front().lock()) to_spill.push_back(std::move(p));
-      unspilled_.pop_front();
-    }
+    MutexLock lock(e->mutex);
+    copy = e->piece.copy;
   }
-  for (const EntryPtr& p : to_spill) {
-    MutexLock lock(p->mutex);
-    spill(p);
+  try {
+    if (copy) copy->synchronize();
+    MutexLock lock(e->mutex);
+    next(e);
+  } catch (...) {
+    record_failure(std::current_exception());
   }
 }
 
-void Chain::spill(const EntryPtr& e) {
-  if (e->state != State::held || e->kept) return;
-  if (e->changed_in_place()) throw_modified(*e, "before it was spilled");
-  if (e->bytes == 0) {
-    e->input = torch::Tensor();
-    return advance(*e, State::spilled);
-  }
-  if (arena_options_.when_full == WhenFull::keep_in_memory) {
-    e->region = arena_.try_allocate(e->bytes);
-    // No room: the input stays where it is for this step, as in-RAM checkpointing holds it
-    // (counted by the arena; Note [Growing the arena] in src/core/arena_growth.cc).
-    if (!e->region) {
-      e->kept = true;
-      return;
-    }
-  } else {
-    try {
-      e->region = arena_.allocate(e->bytes);
-    } catch (const ArenaExhaustedError& x) {
-      throw ArenaExhaustedError(
-          x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
-          "spill::checkpoint: no room to stash the " + e->describe() + ": " + x.what());
-    }
-  }
-  if (e->accelerator) return spill_device(e);
-  spill_cpu(e);
+void Progress::record_failure(std::exception_ptr failure) {
+  MutexLock lock(mutex_);
+  if (!failure_) failure_ = std::move(failure);
 }
 
-torch::Tensor Chain::restore(const EntryPtr& e) {
-  rethrow_failure();
-  Entry& entry = *e;
-  MutexLock lock(entry.mutex);
-  if (entry.state == State::restored) return torch::Tensor();
-  if (entry.changed_in_place()) throw_modified(entry, "after it was stored");
-  const bool in_memory = entry.input.defined();
-  if (in_memory) {  // held, copying, or a CPU input being written: given back as it is
-    torch::Tensor t = give_back_input(entry);
-    lock.unlock();
-    prefetch_predecessors(entry);
-    return t;
-  }
-  const bool was_prefetched = entry.prefetched;
-  const auto start = std::chrono::steady_clock::now();
-  torch::Tensor result;
-  if (entry.accelerator) {
-    const bool ready = entry.state == State::uploading ||
-                       (entry.state == State::reading && entry.piece.io.ready());
-    if (through_gds(entry) && entry.region.valid()) {
-      result = restore_gds(entry);  // its writes completed under the entry's mutex, or failed
-    } else {
-      if (entry.state == State::writing) {  // its device bytes are gone: wait, then read back
-        entry.piece.io.settle();
-        finish_device_write_locked(entry);
-      }
-      if (entry.state == State::spilled && entry.region.valid() &&
-          entry.bytes > pool_for(entry).largest_piece()) {
-        result = restore_in_pieces(entry, pool_for(entry));
-      } else {
-        queue_device_read(entry, true);  // first its own bytes, then the predecessors'
-        lock.unlock();
-        prefetch_predecessors(entry);
-        lock.lock();
-        result = finish_device_restore(entry);
-      }
-    }
-    counters_->record_restore(was_prefetched, ready, elapsed_ns(start));
-  } else {
-    queue_cpu_read(entry);
-    const bool ready =
-        !entry.region.valid() ||
-        (reads_through_mapping() && arena_.backing() == Backing::disk ? resident(entry.region)
-                                                                      : entry.read.ready());
-    lock.unlock();
-    prefetch_predecessors(entry);
-    lock.lock();
-    result = restore_cpu(entry);
-    counters_->record_restore(was_prefetched, ready, elapsed_ns(start));
-  }
-  return result;
+bool Progress::failed() const {
+  MutexLock lock(mutex_);
+  return failure_ != nullptr;
 }
 
-// The region goes back now, after a write still in flight completed (a short wait: it was
-// queued before backward began), so the arena is drained when backward ends.
-torch::Tensor Chain::give_back_input(Entry& e) {
-  if (e.changed_in_place()) throw_modified(e, "between forward and backward");
-  counters_->record_restore(e.prefetched, true, 0);
-  if (e.accelerator) counters_->sub_device_bytes(e.bytes);
-  const bool cpu_write_in_flight = !e.accelerator && e.state == State::writing;
-  e.region.free();  // after the write in flight, if any
-  advance(e, State::restored);
-  torch::Tensor input = std::exchange(e.input, torch::Tensor());
-  if (!cpu_write_in_flight) return input;
-  // Written all the same: counted as spilled (the CLI's "wrote N inputs" must match its bytes),
-  // here rather than in finish_cpu_write, which finds the entry restored. A write that failed
-  // fails the step as it would had backward come later (and read the region): whether a full
-  // or failing disk is reported must not depend on how fast backward caught up with it.
-  if (!write_succeeded(e.write)) e.write.wait();  // throws the write's spill::IoError
-  counters_->inputs_spilled.fetch_add(1);
-  return input;
-}
-
-// Idempotent; a read that found no room in the pool is tried again at the next call.
-void Chain::prefetch(Entry& e) {
-  if (e.state == State::restored) return;
-  if (!e.prefetched) {
-    e.prefetched = true;
-    counters_->prefetches.fetch_add(1);
-  }
-  if (e.input.defined() || !e.region.valid() || through_gds(e)) return;
-  if (e.accelerator) {
-    queue_device_read(e, false);
-    upload_if_read(e);
-  } else {
-    queue_cpu_read(e);
-  }
-}
-
-void Chain::prefetch_predecessors(const Entry& e) {
-  EntryPtr p = e.previous.lock();
-  for (std::uint32_t i = 0; p && i < options_.prefetch_depth; ++i) {
-    {
-      MutexLock lock(p->mutex);
-      prefetch(*p);  // uploads only within the depth: device memory stays bounded
-    }
-    p = p->previous.lock();
-  }
-}
-
-void Chain::rethrow_failure() {
+void Progress::rethrow_failure() {
   std::exception_ptr failure;
   {
     MutexLock lock(mutex_);
@@ -294,144 +177,116 @@ void Chain::rethrow_failure() {
   if (failure) std::rethrow_exception(failure);
 }
 
-void Chain::record_failure(std::exception_ptr failure) {
+// A wait for room gave up: a failure of the progress thread, rethrown here (or, if another
+// thread took it first, named).
+void Progress::throw_abandoned_wait() {
+  rethrow_failure();
+  throw IoError(EIO,
+                "spill::checkpoint: the wait for room in the host pool ended on a failure "
+                "already reported by another call; free the step's graph and run again");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The chain
+// ---------------------------------------------------------------------------------------------
+
+Chain::Chain(const SpillArena& arena, const StashOptions& options)
+    : context_(arena, options),
+      cpu_(make_cpu_path(context_, progress_)),
+      device_(uses_gds(context_.arena) ? make_gds_path(context_, progress_)
+                                       : make_device_path(context_, progress_)),
+      progress_(options.asynchronous) {}
+
+Chain::~Chain() = default;
+
+SpillPath& Chain::path_for(const Entry& e) const { return e.accelerator ? *device_ : *cpu_; }
+
+void Chain::stored(const EntryPtr& e) {
+  std::vector<EntryPtr> to_spill;
   {
     MutexLock lock(mutex_);
-    if (!failure_) failure_ = std::move(failure);
-  }
-  room_.notify_all();
-}
-
-bool Chain::failed() const {
-  MutexLock lock(mutex_);
-  return failure_ != nullptr;
-}
-
-void Chain::post(std::function<void()> job) {
-  if (options_.asynchronous) return progress_.post(std::move(job));
-  job();
-}
-
-// ---------------------------------------------------------------------------------------------
-// CPU inputs: the input itself is written; see Note [Overlapped spilling]
-// ---------------------------------------------------------------------------------------------
-
-void Chain::spill_cpu(const EntryPtr& e) {
-  wait_for_room(e->bytes);
-  e->write = e->region.write_async(e->input.data_ptr(), e->bytes);
-  counters_->add_in_flight(e->bytes);
-  advance(*e, State::writing);
-  if (!options_.asynchronous) {
-    // The comparison point: the write completes before store() returns, failures thrown here.
-    try {
-      e->write.wait();
-    } catch (...) {
-      counters_->sub_in_flight(e->bytes);
-      throw;
+    e->previous = last_;
+    last_ = e;
+    unspilled_.push_back(e);
+    while (unspilled_.size() > context_.options.keep_last) {
+      if (EntryPtr p = unspilled_.front().lock()) to_spill.push_back(std::move(p));
+      unspilled_.pop_front();
     }
+  }
+  std::uint64_t largest = context_.largest_input.load();
+  while (e->bytes > largest && !context_.largest_input.compare_exchange_weak(largest, e->bytes)) {
+  }
+  for (const EntryPtr& p : to_spill) {
+    MutexLock lock(p->mutex);
+    spill(p);
+  }
+}
+
+void Chain::spill(const EntryPtr& e) {
+  if (e->state != State::held) return;
+  if (e->changed_in_place()) throw_modified(*e, "before it was spilled");
+  if (e->bytes == 0) {
     e->input = torch::Tensor();
-    counters_->sub_in_flight(e->bytes);
-    counters_->inputs_spilled.fetch_add(1);
     return advance(*e, State::spilled);
   }
-  progress_.post([this, e] { finish_cpu_write(e); });
+  path_for(*e).spill(e);
 }
 
-// Bounds the bytes of CPU inputs held for writes in flight (host_pool_bytes; by default room for
-// prefetch_depth + 2 inputs): store() waits for the oldest writes to complete.
-void Chain::wait_for_room(std::uint64_t bytes) {
-  const std::uint64_t budget =
-      arena_options_.host_pool_bytes != kAutomaticHostPool
-          ? arena_options_.host_pool_bytes
-          : automatic_host_pool_bytes(bytes, options_.prefetch_depth + 2ull);
-  const auto fits = [&]() REQUIRES(mutex_) {
-    const std::uint64_t now = counters_->host_bytes_in_flight.load();
-    return now == 0 || now + bytes <= budget || failure_ != nullptr;
-  };
-  MutexLock lock(mutex_);
-  if (fits()) return;
+// One switch on the state (Note [Lifecycle of a stashed tensor] in stash_entry.cc): an input
+// still in memory goes back as it is; its path reads back the others. Then the predecessors'
+// reads are queued, so they overlap this layer's recomputation.
+torch::Tensor Chain::restore(const EntryPtr& e) {
+  rethrow_failure();
+  Entry& entry = *e;
+  MutexLock lock(entry.mutex);
+  if (entry.state == State::restored) return torch::Tensor();
+  if (entry.changed_in_place()) throw_modified(entry, "after it was stored");
+  const bool was_prefetched = entry.prefetched;
   const auto start = std::chrono::steady_clock::now();
-  counters_->budget_waits.fetch_add(1);
-  while (!fits()) room_.wait_for(lock, std::chrono::milliseconds(5));
-  counters_->budget_wait_ns.fetch_add(elapsed_ns(start));
+  bool ready = true;
+  torch::Tensor result;
+  switch (entry.state) {
+    case State::failed:
+      std::rethrow_exception(entry.failure);
+    case State::held:
+    case State::kept:
+    case State::copying:
+      result = give_back_input(entry);
+      break;
+    case State::writing:
+    case State::spilled:
+    case State::reading:
+    case State::uploading:
+      result = path_for(entry).restore(entry, ready);
+      break;
+    case State::restored:
+      break;
+  }
+  context_.counters->record_restore(was_prefetched, ready, elapsed_ns(start));
+  lock.unlock();
+  prefetch_predecessors(entry);
+  return result;
 }
 
-// On the progress thread: the write completed (or failed: the arena reports it at the region's
-// next read), so the input is no longer needed here.
-void Chain::finish_cpu_write(const EntryPtr& e) {
-  Pending write;
-  {
-    MutexLock lock(e->mutex);
-    write = e->write;
+// Idempotent; a read that found no room in the pool is tried again at the next call.
+void Chain::prefetch(Entry& e) {
+  if (e.state == State::restored) return;
+  if (!e.prefetched) {
+    e.prefetched = true;
+    context_.counters->prefetches.fetch_add(1);
   }
-  write.settle();
-  {
-    MutexLock lock(e->mutex);
-    e->input = torch::Tensor();
-    if (e->state == State::writing) {
-      advance(*e, State::spilled);
-      counters_->inputs_spilled.fetch_add(1);
+  path_for(e).prefetch(e);
+}
+
+void Chain::prefetch_predecessors(const Entry& e) {
+  EntryPtr p = e.previous.lock();
+  for (std::uint32_t i = 0; p && i < context_.options.prefetch_depth; ++i) {
+    {
+      MutexLock lock(p->mutex);
+      prefetch(*p);  // uploads only within the depth: device memory stays bounded
     }
+    p = p->previous.lock();
   }
-  counters_->sub_in_flight(e->bytes);
-  MutexLock lock(mutex_);
-  room_.notify_all();
-}
-
-// Direct reads skip the staging pool when the destination is aligned.
-torch::Tensor Chain::aligned_host_buffer(const Entry& e) const {
-  return aligned_host_bytes(e.bytes, arena_.io_alignment())
-      .view(e.options.dtype().toScalarType())
-      .view(e.sizes);
-}
-
-void Chain::queue_cpu_read(Entry& e) {
-  if (e.state != State::spilled || !e.region.valid()) return;
-  if (reads_through_mapping()) {
-    read_ahead(e.region);  // readahead; restore_cpu() reads through the mapping
-  } else {
-    e.host = aligned_host_buffer(e);
-    e.read = e.region.read_async(e.host.data_ptr(), e.bytes);
-  }
-  advance(e, State::reading);
-}
-
-// Note [Restoring from the mapping]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A buffered disk restore copies the region out of the mapping (Region::read: the copy and the
-// integrity check in one pass) into a tensor of its own, and frees the region at once. It was a
-// view of the mapping (from_blob), which spared that copy and one input of anonymous memory —
-// but then LibTorch's kernels read the mapping themselves during the recomputation and its
-// backward, and a spill file that shrank meanwhile (truncated by another process, a failing
-// disk) killed the process with SIGBUS inside a kernel, where no handler can turn the fault into
-// an error (found by the red-team pass: 5 of 6 runs). Region::read faults, if at all, in
-// spillarena's own guarded copy: a spill::IoError (Note [SIGBUS on the mapping] in
-// src/core/platform_posix.cc). The RAM backing has no file to shrink and keeps the view: the
-// region is freed when the last reference to the tensor dies (normally at the end of this
-// layer's backward). Direct mode reads into a host buffer and frees the region at once.
-torch::Tensor Chain::restore_cpu(Entry& e) {
-  if (!e.region.valid()) {
-    advance(e, State::restored);
-    return torch::empty(e.sizes, e.options);
-  }
-  queue_cpu_read(e);
-  advance(e, State::restored);
-  if (reads_through_mapping()) {
-    e.write.wait();
-    if (arena_.backing() == Backing::disk) {
-      torch::Tensor copy = torch::empty(e.sizes, e.options);
-      e.region.read(copy.data_ptr(), e.bytes);
-      e.region.free();
-      return copy;
-    }
-    auto region = std::make_shared<Region>(std::move(e.region));
-    return torch::from_blob(
-        const_cast<void*>(region->read_in_place(e.bytes)), e.sizes,
-        [region](void*) mutable { region.reset(); }, e.options);
-  }
-  e.read.wait();
-  e.region.free();
-  return std::exchange(e.host, torch::Tensor());
 }
 
 }  // namespace detail

@@ -13,7 +13,7 @@
 #include <random>
 #include <thread>
 
-#include "core/mutex.h"
+#include "core/os/mutex.h"
 #include "serial_worker.h"
 #include "spill/testing.h"
 

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <string>
 
-#include "core/platform.h"
+#include "core/os/platform.h"
 #include "device_copy.h"
 #include "spill/error.h"
 #include "spill/process_memory.h"

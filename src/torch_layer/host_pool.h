@@ -18,8 +18,8 @@
 #include <memory>
 #include <optional>
 
-#include "core/mutex.h"
-#include "core/slab_allocator.h"
+#include "core/alloc/slab_allocator.h"
+#include "core/os/mutex.h"
 
 namespace spill::detail {
 
@@ -100,7 +100,7 @@ std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t
 
 // A uint8 CPU tensor of `bytes` whose data starts at a multiple of `alignment` (LibTorch's CPU
 // allocator aligns to 64 bytes only): O_DIRECT reads land in it and writes leave from it without
-// a staging copy (Note [Writing from an aligned source] in src/core/io_engine.cc).
+// a staging copy (Note [Writing from an aligned source] in src/core/io/io_engine.cc).
 torch::Tensor aligned_host_bytes(std::uint64_t bytes, std::uint64_t alignment);
 
 }  // namespace spill::detail

@@ -10,7 +10,7 @@
 #include <random>
 #include <utility>
 
-#include "core/platform.h"
+#include "core/os/platform.h"
 #include "spill/quote.h"
 #include "spill/tensor_stash.h"
 #include "spill/units.h"

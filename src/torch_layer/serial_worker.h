@@ -13,13 +13,13 @@
 #include <mutex>
 #include <thread>
 
-#include "core/mutex.h"
+#include "core/os/mutex.h"
 
 namespace spill::detail {
 
 // Note [Two kinds of worker threads]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The core's thread-pool queue (src/core/thread_pool_queue.cc) and this worker both run jobs on
+// The core's thread-pool queue (src/core/io/thread_pool_queue.cc) and this worker both run jobs on
 // threads, and were kept apart on purpose. The pool runs I/O requests, several at once, in any
 // order, each with an IoStatus and a Completion to wait on, a fault-injection hook and fork
 // inertness, and lives in the torch-free core. This worker runs one stash's progress jobs (wait

@@ -4,37 +4,50 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "spill/error.h"
 
 namespace spill::detail {
 
 // Note [Lifecycle of a stashed tensor]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Each stored tensor is in exactly one State; advance() is the one place it changes, and it
-// refuses what the diagram does not draw:
+// refuses what this table does not list:
 //
-//            ┌──────────────────────────────── restore() of an unspilled input ─────────┐
-//   held ──▶ copying ──▶ writing ──▶ spilled ──▶ reading ──▶ uploading ──▶ restored ◀───┘
-//     │    (accelerator)    ▲            ▲           │       (accelerator)      ▲
-//     └──── CPU input ──────┘            │           └──────── CPU input ───────┘
-//                                        └── a 0-byte input: nothing to write
+//   held       ──▶ copying (accelerator), writing (CPU), spilled (0 bytes), kept, restored
+//   kept       ──▶ restored
+//   copying    ──▶ writing, restored
+//   writing    ──▶ spilled, kept, failed, restored
+//   failed         (none: restore() throws its failure)
+//   spilled    ──▶ reading, restored
+//   reading    ──▶ uploading (accelerator), restored
+//   uploading  ──▶ restored
 //
-// spilled goes straight to restored where a restore reads nothing into the pool: a 0-byte input,
-// and io = gds (cuFile reads into the arena's staging buffer, copied into the new device tensor
-// piece by piece, synchronously: Note [One registered staging buffer] in device_spill.cc). An
-// io = gds input is copying until the progress thread takes it, then writing only while it holds
-// the entry's mutex; one left in writing failed (its failure kept for restore(), unless the input
-// was still there to give back).
-// copying and writing may also end in restored: backward reached a tensor whose bytes are still
-// in memory (the input itself), so it is given back as it is; the copy or write finishes on its
-// own and its pool block goes back then. An accelerator input in writing is no longer in memory
-// (its device bytes were released when the copy finished): restore() waits for the write and
-// reads it back. Where each state's memory lives:
-//   held, copying      the input (device or CPU memory), counted in device_bytes_held
-//   writing            accelerator: a pool block (io = gds: the staging buffer); CPU: the input,
-//                      counted in host_bytes_in_flight
-//   spilled            the region only
-//   reading            accelerator: a pool block; CPU: a host buffer or the page cache
-//   uploading          a pool block and the new device tensor (device_bytes_held)
+// kept: left where it is until backward gives it back — no room in the arena (WhenFull::
+// keep_in_memory), none in the host pool (PoolFull::keep_on_device), or a write that failed
+// while the input was still here (its failure goes to the training thread's next call). failed:
+// a write that failed after the input was released (io = gds releases it before the last
+// piece is written); restore() throws the kept failure rather than read what never reached
+// the region. The entry dies in failed.
+//
+// spilled goes straight to restored where nothing was read ahead: a CPU input (Region::take_into
+// reads it at once), a 0-byte input, and io = gds (cuFile reads into the arena's staging buffer,
+// copied into the new device tensor piece by piece, synchronously: Note [One registered staging
+// buffer] in gds_path.cc). An io = gds input is copying until the progress thread takes it, then
+// writing only while it holds the entry's mutex. copying and writing may also end in restored:
+// backward reached a tensor whose bytes are still in memory (the input itself), so it is given back
+// as it is; the copy or write finishes on its own and its pool block goes back then. An accelerator
+// input in writing is no longer in memory (its device bytes were released when the copy finished):
+// restore() waits for the write and reads it back; a CPU input in writing is still in memory and
+// goes back as it is. So restore() is a switch on the state (Chain::restore in arena_stash.cc);
+// each path (SpillPath in stash_path.h) reads back its own. Where each state's memory lives:
+//   held, kept, copying  the input (device or CPU memory), counted in device_bytes_held
+//   writing              accelerator: a pool block (io = gds: the staging buffer); CPU: the
+//                        input, counted in host_bytes_in_flight
+//   spilled              the region only
+//   reading              accelerator: a pool block; CPU: a host buffer or the page cache
+//   uploading            a pool block and the new device tensor (device_bytes_held)
 // An entry destroyed in any state first waits for its copy and its I/O, then returns its pool
 // block and its region (Piece, Region).
 
@@ -44,11 +57,16 @@ bool allowed(State from, State to) {
   switch (from) {
     case State::held:
       return to == State::copying || to == State::writing || to == State::spilled ||
-             to == State::restored;
+             to == State::kept || to == State::restored;
+    case State::kept:
+      return to == State::restored;
     case State::copying:
       return to == State::writing || to == State::restored;
     case State::writing:
-      return to == State::spilled || to == State::restored;
+      return to == State::spilled || to == State::kept || to == State::failed ||
+             to == State::restored;
+    case State::failed:
+      return false;
     case State::spilled:
       return to == State::reading || to == State::restored;
     case State::reading:
@@ -70,8 +88,8 @@ void raise_peak(std::atomic<std::uint64_t>& peak, std::uint64_t now) {
 }  // namespace
 
 const char* to_string(State state) {
-  static const char* const names[] = {"held",    "copying",   "writing", "spilled",
-                                      "reading", "uploading", "restored"};
+  static const char* const names[] = {"held",    "kept",    "copying",   "writing", "failed",
+                                      "spilled", "reading", "uploading", "restored"};
   const auto i = static_cast<std::size_t>(state);
   return i < std::size(names) ? names[i] : "?";
 }
@@ -134,11 +152,50 @@ Entry::Entry(const torch::Tensor& t, std::shared_ptr<StashCounters> c)
 
 // Device bytes still referenced here go with the entry (a graph freed without backward).
 Entry::~Entry() {
-  read.settle();  // a direct read may still land in `host`, destroyed before `region`
-  write.settle();
+  region.free();  // after its I/O: a read ahead may still land in `host`, destroyed first
   piece.settle();
   if (accelerator && input.defined()) counters->sub_device_bytes(bytes);
   if (result.defined()) counters->sub_device_bytes(bytes);
+}
+
+namespace {
+// A write that has completed (its region freed, so it is settled): whether it succeeded. A
+// failure was already recorded for the next store() or restore() to raise.
+bool write_succeeded(const Pending& write) {
+  try {
+    write.wait();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+}  // namespace
+
+// The region goes back now, after a write still in flight completed (a short wait: it was
+// queued before backward began), so the arena is drained when backward ends.
+torch::Tensor give_back_input(Entry& e) {
+  if (e.changed_in_place()) throw_modified(e, "between forward and backward");
+  if (e.accelerator) e.counters->sub_device_bytes(e.bytes);
+  const bool cpu_write_in_flight = !e.accelerator && e.state == State::writing;
+  e.region.free();  // after the write in flight, if any
+  advance(e, State::restored);
+  torch::Tensor input = std::exchange(e.input, torch::Tensor());
+  if (!cpu_write_in_flight) return input;
+  // Written all the same: counted as spilled (the CLI's "wrote N inputs" must match its bytes),
+  // here rather than when the write completed, which finds the entry restored. A write that
+  // failed fails the step as it would had backward come later (and read the region): whether a
+  // full or failing disk is reported must not depend on how fast backward caught up with it.
+  if (!write_succeeded(e.write)) e.write.wait();  // throws the write's spill::IoError
+  e.counters->inputs_spilled.fetch_add(1);
+  return input;
+}
+
+void throw_modified(const Entry& e, const char* when) {
+  throw CheckpointError(
+      "spill::checkpoint: one of the variables needed for gradient computation "
+      "has been modified by an inplace operation: the stashed " +
+      e.describe() + " was changed " + when +
+      "; clone it before changing it, or do not modify layer inputs in place");
 }
 
 std::string Entry::describe() const {

@@ -15,7 +15,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/mutex.h"
+#include "core/os/mutex.h"
 #include "device_copy.h"
 #include "host_pool.h"
 #include "spill/arena.h"
@@ -24,8 +24,11 @@ namespace spill::detail {
 
 enum class State {
   held,       // stored; the stash references the input where it is; nothing moved yet
+  kept,       // left where it is until backward: no room in the arena or the host pool, or a
+              // write that failed while the input was still here
   copying,    // accelerator: device -> host pool copy in flight; the input still referenced
   writing,    // write to the region in flight (from the CPU input itself, or from the pool)
+  failed,     // the write failed after the input was released: restore() throws `failure`
   spilled,    // only the region holds the bytes
   reading,    // read queued (into the pool or a host buffer; readahead for zero-copy)
   uploading,  // accelerator: host pool -> device copy in flight into a new device tensor
@@ -91,23 +94,20 @@ struct Entry {
 
   Mutex mutex;
   State state GUARDED_BY(mutex) = State::held;
-  torch::Tensor input GUARDED_BY(mutex);  // held, copying; writing for a CPU input
-  // Left on its device (keep_last, or no room with keep_on_device).
-  bool kept GUARDED_BY(mutex) = false;
+  torch::Tensor input GUARDED_BY(mutex);  // held, kept, copying; writing for a CPU input
   bool prefetched GUARDED_BY(mutex) = false;
   Region region GUARDED_BY(mutex);
   Pending write GUARDED_BY(mutex);       // CPU input: its write
-  Pending read GUARDED_BY(mutex);        // CPU input, direct mode: its read into `host`
-  torch::Tensor host GUARDED_BY(mutex);  // CPU input, direct mode: the read's destination
+  torch::Tensor host GUARDED_BY(mutex);  // CPU input, direct mode: a read ahead's destination
   // Accelerator input: its pool block, copy and write or read ...
   Piece piece GUARDED_BY(mutex);
   // ... the device tensor being filled (uploading) and the copy filling it (its pool block goes
   // back on its own).
   torch::Tensor result GUARDED_BY(mutex);
   CopyPtr upload GUARDED_BY(mutex);
-  // io = gds: the failure of a write that had released the input already (it stays in writing);
-  // restore() throws it again instead of reading what never reached the region.
-  std::exception_ptr gds_write_failure GUARDED_BY(mutex);
+  // failed: the write's failure; restore() throws it again instead of reading what never
+  // reached the region.
+  std::exception_ptr failure GUARDED_BY(mutex);
   // Stored just before; set once by Chain::stored (under the chain's mutex, before any other
   // thread sees this entry), then only read.
   std::weak_ptr<Entry> previous;
@@ -135,8 +135,16 @@ struct Entry {
 };
 using EntryPtr = std::shared_ptr<Entry>;
 
-// Moves `e` to `to`; throws std::logic_error naming both states when the Note's diagram has no
+// Moves `e` to `to`; throws std::logic_error naming both states when the Note's table has no
 // such arrow. The caller holds e.mutex.
 void advance(Entry& e, State to) REQUIRES(e.mutex);
+
+// held, kept, copying, and a CPU input in writing: the input itself goes back to backward, and
+// the region with it (after a write still in flight). Throws CheckpointError for an input
+// changed in place since store().
+torch::Tensor give_back_input(Entry& e) REQUIRES(e.mutex);
+
+// Autograd's words for a stashed input changed in place; `when` says when it was seen.
+[[noreturn]] void throw_modified(const Entry& e, const char* when);
 
 }  // namespace spill::detail

@@ -10,9 +10,9 @@
 // Note [Why the model tracks free order]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The allocator promises best fit, the most recently freed block among equal fits, carved from
-// the front (see Note [LIFO reuse] in src/core/slab_allocator.cc). The model stamps each gap with
-// the count of frees when it last grew, so best_fit can name the exact offset the allocator must
-// return, not merely "some block that fits".
+// the front (see Note [LIFO reuse] in src/core/alloc/slab_allocator.cc). The model stamps each gap
+// with the count of frees when it last grew, so best_fit can name the exact offset the allocator
+// must return, not merely "some block that fits".
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@
 #include <map>
 #include <optional>
 
-#include "core/slab_allocator.h"
+#include "core/alloc/slab_allocator.h"
 
 namespace spill_fuzz {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "allocator_model.h"
-#include "core/slab_allocator.h"
+#include "core/alloc/slab_allocator.h"
 #include "fuzz_check.h"
 #include "spill/error.h"
 
@@ -135,7 +135,7 @@ std::uint64_t decode_request(FuzzedDataProvider& in, const Session& s) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Checks of the rounded size (see Note [Size classes] in src/core/slab_allocator.cc)
+// Checks of the rounded size (see Note [Size classes] in src/core/alloc/slab_allocator.cc)
 // ---------------------------------------------------------------------------------------------
 
 int floor_log2(std::uint64_t v) { return 63 - __builtin_clzll(v); }

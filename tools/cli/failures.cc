@@ -16,7 +16,7 @@ namespace spill::cli {
 namespace {
 
 // A library's message may go on with a backtrace after its first line (LibTorch's do); what the
-// user typed is already escaped (Note [Messages are one line] in src/core/quote.cc).
+// user typed is already escaped (Note [Messages are one line] in src/core/arena/quote.cc).
 std::string first_line(const std::string& text) {
   return printable(text.substr(0, text.find('\n')));
 }
@@ -44,7 +44,7 @@ constexpr Rewording kRewordings[] = {
     {"point options.directory at a directory", "point --dir at a directory"},
     {"(options.directory or $SPILL_DIR), or set options.allow_memory_backed_directory", "(--dir)"},
     {"lower capacity_bytes", "lower --capacity (or use a smaller model)"},
-    // The arena's sizing warnings (Note [Growing the arena] in src/core/arena_growth.cc).
+    // The arena's sizing warnings (Note [Growing the arena] in src/core/arena/arena_growth.cc).
     {"make the arena with that capacity", "pass that --capacity"},
     {"(grow = false): give a capacity", "(--no-grow): give a --capacity"},
     {"(SPILL_DIR, directory=)", "(--dir)"},
@@ -85,7 +85,7 @@ std::string system_failure(const std::system_error& e) {
 }  // namespace
 
 // EFBIG's advice is the library's (Note [EFBIG is a size limit, not a disk] in
-// src/core/io_advice.h), in the CLI's words like every other message.
+// src/core/io/io_advice.h), in the CLI's words like every other message.
 std::string explain(const spill::Error& error) { return in_cli_words(error.what()); }
 
 int report_usage_error(const std::string& problem) {

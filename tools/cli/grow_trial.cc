@@ -15,7 +15,7 @@ namespace spill::cli {
 // Note [Plan tries a grow]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // An arena a step outgrows is preallocated again, larger, and mapped anew at the next step
-// boundary (Note [Growing the arena] in src/core/arena_growth.cc). Whether that works is a
+// boundary (Note [Growing the arena] in src/core/arena/arena_growth.cc). Whether that works is a
 // property of the directory (free space, fallocate, the address space), so plan tries it there,
 // within the bytes Note [Plan tries the file system] already allows itself: a one-page arena is
 // asked for them (refused: one overflow), then for a page with no region live, which grows the

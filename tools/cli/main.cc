@@ -98,7 +98,7 @@ void add_train_model(CLI::App& train, TrainRequest& r) {
 }
 
 // The arena's options (disk and ram modes; --dir also per-file). See Note [Growing the arena] in
-// src/core/arena_growth.cc for what --when-full, --no-grow and --growth-margin change.
+// src/core/arena/arena_growth.cc for what --when-full, --no-grow and --growth-margin change.
 void add_train_arena(CLI::App& train, TrainRequest& r) {
   add_dir(train, r.directory);
   add_size(train, "--capacity", r.capacity, {0, spill::kMaxCapacityBytes},
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   // ~~~~~~~~~~~~~~~~~~~~~~~
   // Over a file size limit (ulimit -f) the kernel would kill the process; with the signal ignored,
   // fallocate and write fail with EFBIG, which becomes a typed error
-  // (see Note [EFBIG is a size limit, not a disk] in src/core/io_advice.h).
+  // (see Note [EFBIG is a size limit, not a disk] in src/core/io/io_advice.h).
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"spillarena: gradient checkpointing that spills layer inputs to one file on disk"};
   app.require_subcommand(1);

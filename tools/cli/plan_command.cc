@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "clock.h"
-#include "core/arena_internals.h"
-#include "core/slab_allocator.h"
+#include "core/alloc/slab_allocator.h"
+#include "core/arena/arena_internals.h"
 #include "failures.h"
 #include "grow_trial.h"
 #include "memory_budget.h"
@@ -65,7 +65,7 @@ Probe probe_bandwidth(const std::string& dir, std::uint64_t bytes) {
   p.write_gbps = static_cast<double>(bytes) / seconds_since(t0) / 1e9;
   t0 = Clock::now();
   for (auto& r : regions) {
-    spill::detail::read_ahead(r);
+    r.read_ahead();
     r.read(buffer.data(), r.requested_bytes());
   }
   p.read_gbps = static_cast<double>(bytes) / seconds_since(t0) / 1e9;

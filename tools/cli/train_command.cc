@@ -178,7 +178,7 @@ std::string check_train_request(const TrainRequest& r) {
   }
   // With --when-full keep_in_memory a small --capacity is a start: the first step keeps what
   // does not fit in memory and the arena grows before the second (Note [Growing the arena] in
-  // src/core/arena_growth.cc). With error, the first input that does not fit ends the run.
+  // src/core/arena/arena_growth.cc). With error, the first input that does not fit ends the run.
   const std::uint64_t needed = needed_capacity(r);
   if (r.capacity != 0 && r.capacity < needed && uses_arena(r.mode) && r.when_full == "error") {
     return "--capacity " + std::to_string(r.capacity) +
@@ -411,7 +411,7 @@ void train_loop(Trainer& t, BatchSampler& sampler, std::ostream& out) {
 }
 
 // The arena stash warns through TORCH_WARN (the first overflow, a refused grow: Note [Growing the
-// arena] in src/core/arena_growth.cc), which c10 prints as a multi-part log line. In the CLI
+// arena] in src/core/arena/arena_growth.cc), which c10 prints as a multi-part log line. In the CLI
 // each becomes the one stderr line every other warning is.
 class WarningsAsLines final : public c10::WarningHandler {
  public:
@@ -434,7 +434,7 @@ int run_train(const TrainRequest& request, std::ostream& out) {
   r.mode = harness::mode_named(r.mode);
   // Without this call glibc keeps freed tensor memory and RssAnon (what a memory cgroup kills
   // on) follows malloc's high-water mark, not live memory (see Note [Returning freed memory] in
-  // src/core/process_memory.cc).
+  // src/core/os/process_memory.cc).
   if (!r.keep_freed_memory) return_freed_memory_promptly();
   t.summary.returns_freed_memory = !r.keep_freed_memory;
   // Before LibTorch starts its threads: they must block the signals it takes.

@@ -148,8 +148,9 @@ std::string growth_text(const TrainRequest& r, const ArenaStats& a) {
   return t.str();
 }
 
-// Only for an arena that ran out of room (Note [Growing the arena] in src/core/arena_growth.cc):
-// one sized right from the start prints nothing here (the JSON has the fields either way).
+// Only for an arena that ran out of room (Note [Growing the arena] in
+// src/core/arena/arena_growth.cc): one sized right from the start prints nothing here (the JSON has
+// the fields either way).
 void print_sizing(const TrainRequest& r, const ArenaStats& a, std::ostream& out) {
   if (a.overflows == 0 && a.grows == 0 && a.grow_failures == 0) return;
   out << "  sizing          " << counted(a.overflows, "input", "inputs") << " found no room ("

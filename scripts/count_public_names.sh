@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Counts the names a user of the installed headers can reach: classes, enums and their values,
+# functions, members and constants declared in include/spill/*.h (or the headers in DIR), outside
+# spill::detail and outside private/protected sections. Overloads count once. The CHANGELOG
+# states this count before and after a change to the public surface.
+#
+#   scripts/count_public_names.sh            # include/spill
+#   scripts/count_public_names.sh DIR -v     # another header directory; -v lists the names
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-include/spill}
+command -v ctags >/dev/null || { echo "count_public_names: needs universal-ctags" >&2; exit 2; }
+names=$(ctags -x --_xformat='%{scope} %N %{access}' --language-force=C++ --kinds-C++=+p-l \
+    --fields=+aZ -o - "$dir"/*.h |
+  awk '$NF != "private" && $NF != "protected" && $1 !~ /detail/ {
+         scope = ($1 == "-" ? "" : $1 "::"); print scope $2 }' |
+  sort -u)
+[[ ${2:-} == -v ]] && echo "$names"
+echo "$names" | grep -c . 

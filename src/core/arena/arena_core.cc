@@ -1,0 +1,365 @@
+#include "core/arena/arena_core.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/os/platform.h"
+#include "spill/error.h"
+#include "spill/quote.h"
+
+namespace spill::detail {
+
+std::uint64_t round_to_pages(std::uint64_t bytes) {
+  const std::uint64_t page = platform::capabilities().page_size_bytes;
+  return (bytes + page - 1) / page * page;
+}
+
+ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> storage,
+                     std::string io_note, bool gds_requested)
+    : options_(options),
+      io_note_(std::move(io_note)),
+      gds_requested_(gds_requested),
+      storage_(std::move(storage)),
+      allocator_(options.capacity_bytes, platform::capabilities().page_size_bytes) {
+  if (options_.verify_integrity) ledger_ = std::make_unique<IntegrityLedger>();
+  if (options_.backing == Backing::disk) {
+    engine_ = std::make_unique<IoEngine>(*storage_, options_, options_.io);
+  }
+  // Opened with the arena, so a driver cuFile cannot start is a typed error now, and the stats
+  // can say which mode runs.
+  if (gds_requested_ && engine_) gds_ = std::make_unique<GdsFile>(storage_->direct_fd());
+}
+
+void ArenaCore::write_from_device(std::uint64_t start, std::uint64_t at, const void* device_ptr,
+                                  std::uint64_t bytes) {
+  owner_.check("a write from device memory (io = gds)");
+  if (!gds_)
+    throw InvalidArgumentError("spill: write_from_device needs an arena made with io = gds");
+  engine_->throw_if_failed();
+  if (ledger_) ledger_->forget(start, Span{at, bytes});
+  gds_->write(device_ptr, bytes, start + at);
+  bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void ArenaCore::read_to_device(std::uint64_t start, std::uint64_t at, void* device_ptr,
+                               std::uint64_t bytes) {
+  owner_.check("a read into device memory (io = gds)");
+  if (!gds_) throw InvalidArgumentError("spill: read_to_device needs an arena made with io = gds");
+  engine_->throw_if_failed();
+  gds_->read(device_ptr, bytes, start + at);
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+std::shared_ptr<void> ArenaCore::attachment(const std::function<std::shared_ptr<void>()>& make) {
+  MutexLock lock(attachment_mutex_);
+  if (!attachment_) attachment_ = make();
+  return attachment_;
+}
+
+ArenaCore::~ArenaCore() {
+  if (engine_ && !owner_.forked()) engine_->drain();
+}
+
+// The hashes go first: once the block is back in the allocator, another thread may carve the
+// same offset and record its own.
+void ArenaCore::free(const Block& block) noexcept {
+  if (owner_.forked()) return;  // the child's copy of the allocator is never used again
+  if (ledger_) ledger_->drop(block.offset);
+  if (engine_) engine_->forget_failures(block.offset, block.size);
+  try {
+    allocator_.free(block);
+  } catch (...) {
+    // Region handles free each block exactly once; nothing to report from a destructor.
+  }
+}
+
+// Synchronous buffered writes stay on the calling thread: a queue hop buys nothing when the
+// caller waits anyway (see Note [Why pwrite, not memcpy, for the forward copy] in
+// src/core/file/spill_file.cc).
+void ArenaCore::write(std::uint64_t start, std::uint64_t at, const void* src, std::uint64_t bytes) {
+  owner_.check("a write of a region");
+  if (engine_ && options_.io != IoMode::buffered) {
+    write_async(start, at, src, bytes).wait();
+    return;
+  }
+  if (engine_) engine_->throw_if_failed();
+  if (ledger_) {
+    write_hashed(start, at, static_cast<const char*>(src), bytes);
+  } else {
+    storage_->write(start + at, src, bytes);
+  }
+  bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+  if (engine_) engine_->written(start + at, bytes);
+}
+
+// The one place a read is decided: resident pages of a buffered file (and host memory) are
+// copied from the mapping — read faults on resident page-cache pages are cheap and mapped 16 at a
+// time (fault-around), which skips pread's per-page lookups; anything else goes through the I/O
+// engine in parallel pieces (Note [Parallel reads from disk] in src/core/io/io_engine.cc).
+void ArenaCore::read(std::uint64_t start, std::uint64_t at, void* dst, std::uint64_t bytes) {
+  owner_.check("a read of a region");
+  if (engine_ && (options_.io != IoMode::buffered || !storage_->resident(start + at, bytes))) {
+    read_async(start, at, dst, bytes).wait();
+    return;
+  }
+  if (engine_) engine_->throw_if_failed();
+  read_resident(start, at, static_cast<char*>(dst), bytes);
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+// A file: the kernel's pwrite makes the copy, so the copy and the hash take turns slice by slice,
+// each slice hashed right after the pwrite read it, while it is in the cache (Note [Hashing while
+// the bytes are in cache] in src/core/integrity/integrity.cc). A pwrite that fails throws before
+// any hash is recorded. Host memory copies and hashes in one pass instead.
+void ArenaCore::write_hashed(std::uint64_t start, std::uint64_t at, const char* src,
+                             std::uint64_t bytes) {
+  const Span write{at, bytes};
+  ledger_->forget(start, write);
+  if (storage_->fd() < 0) return write_memory_hashed(start, write, src);
+  WriteHasher hasher(write);
+  for (std::uint64_t done = 0; done < bytes; done += kHashSliceBytes) {
+    const std::uint64_t n = std::min(kHashSliceBytes, bytes - done);
+    storage_->write(start + at + done, src + done, n);
+    hasher.update(src + done, n);
+  }
+  ledger_->record(start, hasher);
+}
+
+// Host memory: the write is a memcpy into it (HostMemory::write), here fused with the hash of
+// each chunk (Note [Copying and hashing in one pass] in src/core/integrity/integrity.cc).
+void ArenaCore::write_memory_hashed(std::uint64_t start, const Span& write, const char* src) {
+  WriteHasher hasher(write);
+  hasher.copy(storage_->base() + start + write.offset, src, write.bytes);
+  ledger_->record(start, hasher);
+}
+
+// Resident pages (or host memory), copied from the mapping as SpillFile::read does. Each
+// recorded chunk the read covers whole is copied and hashed in one pass (Note [Copying and
+// hashing in one pass] in src/core/integrity/integrity.cc) and compared as it lands; bytes no chunk
+// covers are only copied. Nothing in the guarded copy has a destructor to skip: a SIGBUS leaves it
+// by siglongjmp (Note [SIGBUS on the mapping] in src/core/os/platform_posix.cc).
+void ArenaCore::read_resident(std::uint64_t start, std::uint64_t at, char* dst,
+                              std::uint64_t bytes) {
+  std::optional<IntegrityLedger::ReadCheck> check;
+  if (ledger_) check.emplace(ledger_->checker(start, Span{at, bytes}));
+  const char* from = storage_->base() + start + at;
+  std::exception_ptr mismatch;
+  auto copy = [&] {
+    if (!check) return copy_in_slices(dst, from, bytes);
+    mismatch = check->copy(dst, from, bytes);
+  };
+  read_mapping(start + at, bytes, IoOp::read, copy);
+  if (mismatch) std::rethrow_exception(mismatch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the mapping (see Note [SIGBUS on the mapping] in src/core/os/platform_posix.cc)
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+template <class Read>
+void run(void* read) {
+  (*static_cast<Read*>(read))();
+}
+}  // namespace
+
+// `read` reads [offset, offset + bytes) of the mapping. A file shorter than that is an IoError
+// before it runs; a SIGBUS while it runs is one after (the file shrank meanwhile, or the disk
+// failed to read a page in). Host memory has no file: `read` just runs.
+template <class Read>
+void ArenaCore::read_mapping(std::uint64_t offset, std::uint64_t bytes, IoOp op, Read& read) const {
+  if (storage_->fd() < 0) return read();
+  throw_if_shrunk(offset, bytes, op);
+  if (platform::read_mapped(storage_->base() + offset, bytes, &run<Read>, &read) == 0) return;
+  throw_unreadable(offset, bytes, op);
+}
+
+// A read of the mapping faulted: the file shrank meanwhile, or the disk failed to read a page in.
+void ArenaCore::throw_unreadable(std::uint64_t offset, std::uint64_t bytes, IoOp op) const {
+  throw_if_shrunk(offset, bytes, op);
+  throw IoError(EIO,
+                "spill: reading " + std::to_string(bytes) + " bytes at offset " +
+                    std::to_string(offset) + " of the spill file in " +
+                    quote(storage_->info().directory) +
+                    " through its mapping failed (SIGBUS): the disk could not read a page of it "
+                    "back; check the disk (dmesg, its SMART log), and move the spill directory to "
+                    "a healthy disk if it happens again",
+                op, offset, bytes);
+}
+
+void ArenaCore::throw_if_shrunk(std::uint64_t offset, std::uint64_t bytes, IoOp op) const {
+  platform::FileStatus status;
+  if (platform::file_status(storage_->fd(), &status) != 0) return;  // the read will tell
+  if (status.size_bytes >= offset + bytes) return;
+  throw IoError(
+      EIO,
+      "spill: the spill file in " + quote(storage_->info().directory) + " is " +
+          std::to_string(status.size_bytes) + " bytes long, not the " +
+          std::to_string(storage_->info().capacity_bytes) +
+          " it was made with: something truncated it behind the arena's back (a process writing "
+          "through /proc/" +
+          std::to_string(platform::process_id()) + "/fd/" + std::to_string(storage_->fd()) +
+          ", or a tool cleaning the directory), and the " + std::to_string(bytes) +
+          " bytes at offset " + std::to_string(offset) +
+          " are gone. Nothing was read; create a new SpillArena, and keep cleanup tools and other "
+          "processes away from the spill directory while it is in use",
+      op, offset, bytes);
+}
+
+// A piece holds its hash chunks whole when a transfer starts on the chunk grid (at 0: every
+// asynchronous transfer of a Region), so each piece hashes its own.
+static_assert(IoEngine::kPieceBytes % kHashChunkBytes == 0, "pieces must hold whole chunks");
+
+namespace {
+// The engine's pieces (file offsets) as spans of the region that starts at `start`.
+std::vector<Span> in_region(std::uint64_t start, const std::vector<IoEngine::Piece>& pieces) {
+  std::vector<Span> spans;
+  for (const auto& [offset, bytes] : pieces) spans.push_back(Span{offset - start, bytes});
+  return spans;
+}
+}  // namespace
+
+// Each piece hashes the chunks it holds whole once its bytes are on the file, on the completing
+// thread (the source is unchanged until then, by contract); the chunks split between pieces are
+// hashed after the last. See Note [Integrity hashing] in src/core/integrity/integrity.cc.
+IoEngine::Hooks ArenaCore::hash_written(std::uint64_t start, std::uint64_t at, const void* src,
+                                        std::uint64_t bytes) {
+  const Span written{at, bytes};
+  ledger_->forget(start, written);
+  IoEngine::Hooks hooks;
+  if (options_.io == IoMode::direct) {  // hashed in the submitting pass, recorded once on file
+    auto hasher = std::make_shared<WriteHasher>(written);
+    hooks.staged = [hasher](const char* memory, std::uint64_t n) { hasher->update(memory, n); };
+    hooks.copy_staged = [hasher](char* slot, const char* src, std::uint64_t n) {
+      hasher->copy(slot, src, n);
+    };
+    hooks.after = [ledger = ledger_.get(), start, hasher](bool all_succeeded,
+                                                          const std::vector<IoEngine::Piece>&) {
+      if (all_succeeded) ledger->record(start, *hasher);
+      return std::exception_ptr();
+    };
+    return hooks;
+  }
+  hooks.piece = [ledger = ledger_.get(), start, written](std::uint64_t offset, const char* memory,
+                                                         std::uint64_t n) {
+    ledger->record(start, written, Span{offset - start, n}, memory);
+    return std::exception_ptr();
+  };
+  hooks.after = [ledger = ledger_.get(), start, written, src](
+                    bool all_succeeded, const std::vector<IoEngine::Piece>& pieces) {
+    const std::vector<Span> done = in_region(start, pieces);
+    if (all_succeeded) {
+      ledger->record(start, written, written, static_cast<const char*>(src), &done);
+    }
+    return std::exception_ptr();
+  };
+  return hooks;
+}
+
+// Each piece checks the chunks it holds whole when it landed; the rest after the last piece.
+IoEngine::Hooks ArenaCore::check_read(std::uint64_t start, std::uint64_t at, void* dst,
+                                      std::uint64_t bytes) {
+  IoEngine::Hooks hooks;
+  hooks.piece = [ledger = ledger_.get(), start](std::uint64_t offset, const char* memory,
+                                                std::uint64_t n) {
+    return ledger->check(start, Span{offset - start, n}, memory);
+  };
+  hooks.after = [ledger = ledger_.get(), start, read = Span{at, bytes}, dst](
+                    bool all_succeeded, const std::vector<IoEngine::Piece>& pieces) {
+    if (!all_succeeded) return std::exception_ptr();
+    const std::vector<Span> done = in_region(start, pieces);
+    return ledger->check(start, read, static_cast<const char*>(dst), &done);
+  };
+  return hooks;
+}
+
+Pending ArenaCore::write_async(std::uint64_t start, std::uint64_t at, const void* src,
+                               std::uint64_t bytes) {
+  owner_.check("an asynchronous write of a region");
+  if (!engine_) {
+    write(start, at, src, bytes);
+    return Pending();
+  }
+  engine_->throw_if_failed();  // before hash_written forgets the hashes of the bytes on file
+  IoEngine::Hooks hooks = ledger_ ? hash_written(start, at, src, bytes) : IoEngine::Hooks{};
+  Pending p = engine_->write(start + at, src, bytes, std::move(hooks));
+  bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+  return p;
+}
+
+Pending ArenaCore::read_async(std::uint64_t start, std::uint64_t at, void* dst,
+                              std::uint64_t bytes) {
+  owner_.check("an asynchronous read of a region");
+  if (!engine_) {
+    read(start, at, dst, bytes);
+    return Pending();
+  }
+  engine_->throw_if_failed();
+  IoEngine::Hooks hooks = ledger_ ? check_read(start, at, dst, bytes) : IoEngine::Hooks{};
+  Pending p = engine_->read(start + at, dst, bytes, std::move(hooks));
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+  return p;
+}
+
+void ArenaCore::read_ahead(std::uint64_t offset, std::uint64_t bytes) const {
+  owner_.check("a read-ahead of a region");
+  storage_->read_ahead(offset, bytes);
+}
+
+void ArenaCore::start_writeback(std::uint64_t offset, std::uint64_t bytes) const {
+  owner_.check("a writeback of a region");
+  storage_->start_writeback(offset, bytes);
+}
+
+void ArenaCore::drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const {
+  owner_.check("a cache drop of a region");
+  storage_->drop_cached_pages(offset, bytes);
+}
+
+std::uint64_t ArenaCore::io_alignment() const {
+  return engine_ ? engine_->alignment() : platform::capabilities().page_size_bytes;
+}
+
+ArenaStats ArenaCore::stats() const {
+  const AllocatorStats a = allocator_.stats();
+  ArenaStats s;
+  s.capacity_bytes = a.capacity_bytes;
+  s.bytes_in_use = a.bytes_in_use;
+  s.peak_bytes_in_use = a.peak_bytes_in_use;
+  s.bytes_requested = a.bytes_requested;
+  s.live_regions = a.live_blocks;
+  s.allocations = a.allocations;
+  s.frees = a.frees;
+  s.reuse_hits = a.reuse_hits;
+  s.largest_free_block = a.largest_free_block;
+  s.free_bytes = a.free_bytes;
+  s.high_water_bytes = a.high_water_bytes;
+  s.bytes_written = bytes_written_.load(std::memory_order_relaxed);
+  s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+  s.io_mode = options_.io;
+  s.io_note = io_note_;
+  if (gds_) s.io_note += std::string("; cuFile mode: ") + gds_->mode();
+  if (engine_) {
+    s.io_backend = engine_->backend();
+    if (!engine_->backend_note().empty()) {
+      s.io_note += (s.io_note.empty() ? "" : "; ") + engine_->backend_note();
+    }
+    s.staging_bytes = engine_->staging_bytes();
+    s.staging_waits = engine_->staging_waits();
+    s.staging_wait_ns = engine_->staging_wait_ns();
+  }
+  if (ledger_) {
+    s.bytes_hashed = ledger_->bytes_hashed();
+    s.bytes_verified = ledger_->bytes_verified();
+    s.integrity_failures = ledger_->failures();
+  }
+  add_sizing_stats(&s);
+  return s;
+}
+
+}  // namespace spill::detail

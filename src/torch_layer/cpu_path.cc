@@ -1,0 +1,152 @@
+// The arena stash's CPU path: the input itself is written to its region, and read back into a
+// new tensor. See Note [Overlapped spilling] in arena_stash.cc.
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <utility>
+
+#include "stash_path.h"
+#include "storable.h"
+
+namespace spill::detail {
+namespace {
+
+// Note [Restoring from the mapping]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A restore copies the region into a tensor of its own (Region::take_into: the copy and the
+// integrity check in one pass, then the region is freed). It was once a view of the mapping
+// (from_blob), which spared that copy — but then LibTorch's kernels read the mapping themselves
+// during the recomputation and its backward, and a spill file that shrank meanwhile (truncated
+// by another process, a failing disk) killed the process with SIGBUS inside a kernel, where no
+// handler can turn the fault into an error (found by the red-team pass: 5 of 6 runs).
+// take_into faults, if at all, in spillarena's own guarded copy: a spill::IoError (Note [SIGBUS
+// on the mapping] in src/core/os/platform_posix.cc). Direct mode reads into an aligned host
+// buffer (the read skips the staging pool), queued ahead by prefetch; buffered mode reads ahead
+// in the page cache and copies at restore.
+
+class CpuPath final : public SpillPath {
+ public:
+  CpuPath(StashContext& context, Progress& progress) : context_(context), progress_(progress) {}
+
+  void spill(const EntryPtr& e) override REQUIRES(e->mutex);
+  void prefetch(Entry& e) override REQUIRES(e.mutex);
+  torch::Tensor restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
+
+ private:
+  void wait_for_room(std::uint64_t bytes) EXCLUDES(mutex_);
+  void finish_write(const EntryPtr& e) EXCLUDES(e->mutex);
+  // A direct arena reads into an aligned host buffer, a buffered one through the mapping.
+  bool reads_into_buffer() const { return context_.arena.io_mode() == IoMode::direct; }
+  torch::Tensor destination(const Entry& e) const;
+
+  StashContext& context_;
+  Progress& progress_;
+  Mutex mutex_;
+  std::condition_variable room_;  // bytes in flight went down
+};
+
+std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
+          .count());
+}
+
+// One call into the arena: the region is allocated and the input's write queued.
+void CpuPath::spill(const EntryPtr& e) {
+  wait_for_room(e->bytes);
+  e->region = context_.region_for(*e, e->input.data_ptr());
+  if (!e->region) return advance(*e, State::kept);
+  e->write = e->region.pending();
+  StashCounters& counters = *context_.counters;
+  counters.add_in_flight(e->bytes);
+  advance(*e, State::writing);
+  if (!progress_.asynchronous()) {
+    // The comparison point: the write completes before store() returns, failures thrown here.
+    try {
+      e->write.wait();
+    } catch (...) {
+      counters.sub_in_flight(e->bytes);
+      throw;
+    }
+    e->input = torch::Tensor();
+    counters.sub_in_flight(e->bytes);
+    counters.inputs_spilled.fetch_add(1);
+    return advance(*e, State::spilled);
+  }
+  progress_.post([this, e] { finish_write(e); });
+}
+
+// Bounds the bytes of CPU inputs held for writes in flight (host_pool_bytes; by default room for
+// prefetch_depth + 2 inputs): store() waits for the oldest writes to complete.
+void CpuPath::wait_for_room(std::uint64_t bytes) {
+  const std::uint64_t budget = context_.host_budget(bytes);
+  StashCounters& counters = *context_.counters;
+  const auto fits = [&] {
+    const std::uint64_t now = counters.host_bytes_in_flight.load();
+    return now == 0 || now + bytes <= budget || progress_.failed();
+  };
+  MutexLock lock(mutex_);
+  if (fits()) return;
+  const auto start = std::chrono::steady_clock::now();
+  counters.budget_waits.fetch_add(1);
+  while (!fits()) room_.wait_for(lock, std::chrono::milliseconds(5));
+  counters.budget_wait_ns.fetch_add(elapsed_ns(start));
+}
+
+// On the progress thread: the write completed (or failed: the arena reports it at the region's
+// next read), so the input is no longer needed here.
+void CpuPath::finish_write(const EntryPtr& e) {
+  Pending write;
+  {
+    MutexLock lock(e->mutex);
+    write = e->write;
+  }
+  write.settle();
+  {
+    MutexLock lock(e->mutex);
+    e->input = torch::Tensor();
+    if (e->state == State::writing) {
+      advance(*e, State::spilled);
+      context_.counters->inputs_spilled.fetch_add(1);
+    }
+  }
+  context_.counters->sub_in_flight(e->bytes);
+  MutexLock lock(mutex_);
+  room_.notify_all();
+}
+
+// Direct reads skip the staging pool when the destination is aligned.
+torch::Tensor CpuPath::destination(const Entry& e) const {
+  if (!reads_into_buffer()) return torch::empty(e.sizes, e.options);
+  return aligned_host_bytes(e.bytes, context_.arena.io_alignment())
+      .view(e.options.dtype().toScalarType())
+      .view(e.sizes);
+}
+
+void CpuPath::prefetch(Entry& e) {
+  if (e.state != State::spilled || !e.region) return;
+  if (reads_into_buffer()) e.host = destination(e);
+  e.region.read_ahead(e.host.defined() ? e.host.data_ptr() : nullptr);
+  advance(e, State::reading);
+}
+
+// See Note [Restoring from the mapping].
+torch::Tensor CpuPath::restore(Entry& e, bool& ready) {
+  if (e.state == State::writing) return give_back_input(e);  // still in memory
+  if (!e.region) {                                           // 0 bytes
+    advance(e, State::restored);
+    return torch::empty(e.sizes, e.options);
+  }
+  torch::Tensor out = e.host.defined() ? std::exchange(e.host, torch::Tensor()) : destination(e);
+  ready = e.region.take_into(out.data_ptr(), e.bytes);  // one call; the region is freed
+  advance(e, State::restored);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<SpillPath> make_cpu_path(StashContext& context, Progress& progress) {
+  return std::make_unique<CpuPath>(context, progress);
+}
+
+}  // namespace spill::detail

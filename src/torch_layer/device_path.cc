@@ -1,0 +1,267 @@
+// The arena stash's accelerator path: device -> host pool -> region, and back. See Note [The
+// host pool] in host_pool.cc, Note [Overlapped spilling] in arena_stash.cc and Note [Lifecycle
+// of a stashed tensor] in stash_entry.cc.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "spill/error.h"
+#include "stash_path.h"
+
+namespace spill::detail {
+namespace {
+
+class DevicePath final : public SpillPath {
+ public:
+  DevicePath(StashContext& context, Progress& progress) : context_(context), progress_(progress) {}
+
+  void spill(const EntryPtr& e) override REQUIRES(e->mutex);
+  void prefetch(Entry& e) override REQUIRES(e.mutex);
+  torch::Tensor restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
+
+ private:
+  HostPool& pool_for(const Entry& e);
+  HostPool::Lease take(HostPool& pool, std::uint64_t bytes);
+  void keep(Entry& e) REQUIRES(e.mutex);
+  void spill_in_pieces(Entry& e, HostPool& pool) REQUIRES(e.mutex);
+  void finish_copy(const EntryPtr& e) REQUIRES(e->mutex);
+  void finish_write(const EntryPtr& e) EXCLUDES(e->mutex);
+  void finish_write_locked(Entry& e) REQUIRES(e.mutex);
+  void queue_read(Entry& e, bool wait_for_room) REQUIRES(e.mutex);
+  void start_upload(Entry& e) REQUIRES(e.mutex);
+  torch::Tensor finish_restore(Entry& e) REQUIRES(e.mutex);
+  torch::Tensor restore_in_pieces(Entry& e, HostPool& pool) REQUIRES(e.mutex);
+
+  StashContext& context_;
+  Progress& progress_;
+};
+
+HostPool& DevicePath::pool_for(const Entry& e) {
+  ArenaShared& shared = *context_.shared;
+  MutexLock lock(shared.mutex);
+  if (!shared.pool) {
+    shared.pool = HostPool::make(context_.host_budget(e.bytes), e.options.device().type());
+  }
+  return *shared.pool;
+}
+
+// Waits for the oldest write to return its block (the progress thread always does).
+HostPool::Lease DevicePath::take(HostPool& pool, std::uint64_t bytes) {
+  HostPool::Lease lease = pool.take(bytes, [this] { return progress_.failed(); });
+  if (!lease) progress_.throw_abandoned_wait();
+  return lease;
+}
+
+// No room in the host pool with PoolFull::keep_on_device: the input stays on its device.
+void DevicePath::keep(Entry& e) {
+  e.region.free();
+  context_.counters->inputs_kept_on_device.fetch_add(1);
+  context_.counters->bytes_kept_on_device.fetch_add(e.bytes);
+  advance(e, State::kept);
+}
+
+void DevicePath::spill(const EntryPtr& e) {
+  e->region = context_.region_for(*e);
+  if (!e->region) return advance(*e, State::kept);
+  HostPool& pool = pool_for(*e);
+  if (e->bytes > pool.largest_piece()) return spill_in_pieces(*e, pool);
+  std::optional<HostPool::Lease> lease;
+  if (context_.arena_options.when_pool_full == PoolFull::keep_on_device) {
+    lease = pool.try_take(e->bytes);
+  } else {
+    lease = take(pool, e->bytes);
+  }
+  if (!lease) return keep(*e);
+  e->piece.bytes = e->bytes;
+  e->piece.lease = std::move(*lease);
+  e->piece.copy = e->engine->to_host(e->input, 0, e->bytes, e->piece.lease.host());
+  advance(*e, State::copying);
+  if (progress_.asynchronous()) {
+    return progress_.post([this, e] {
+      progress_.after_copy(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
+        finish_copy(x);  // under x->mutex (after_copy)
+      });
+    });
+  }
+  e->piece.copy->synchronize();
+  finish_copy(e);
+}
+
+// An input larger than the pool goes through it piece by piece, synchronously: each piece is
+// copied, written and waited for before the next takes the block.
+void DevicePath::spill_in_pieces(Entry& e, HostPool& pool) {
+  context_.counters->pieces.fetch_add(1);
+  const std::uint64_t step = pool.largest_piece();
+  for (std::uint64_t offset = 0; offset < e.bytes; offset += step) {
+    const std::uint64_t n = std::min(step, e.bytes - offset);
+    HostPool::Lease lease = take(pool, n);
+    e.engine->to_host(e.input, offset, n, lease.host())->synchronize();
+    e.region.write_async(lease.host().data_ptr(), n, offset).wait();
+  }
+  e.input = torch::Tensor();
+  context_.counters->sub_device_bytes(e.bytes);
+  advance(e, State::writing);
+  advance(e, State::spilled);
+  context_.counters->inputs_spilled.fetch_add(1);
+}
+
+// The copy is done: the write from the pool block is queued and the device input released.
+void DevicePath::finish_copy(const EntryPtr& e) {
+  if (e->state != State::copying) {  // restored meanwhile: the input went back as it was
+    e->piece = Piece();
+    return;
+  }
+  e->piece.io = e->region.write_async(e->piece.lease.host().data_ptr(), e->bytes);
+  e->input = torch::Tensor();
+  context_.counters->sub_device_bytes(e->bytes);
+  e->piece.copy.reset();
+  advance(*e, State::writing);
+  if (!progress_.asynchronous()) {
+    e->piece.io.wait();
+    return finish_write_locked(*e);
+  }
+  progress_.post([this, e] { finish_write(e); });
+}
+
+// On the progress thread: the write is done (or failed: the region's next read reports it), so
+// the pool block goes back.
+void DevicePath::finish_write(const EntryPtr& e) {
+  Pending write;
+  {
+    MutexLock lock(e->mutex);
+    write = e->piece.io;
+  }
+  write.settle();
+  MutexLock lock(e->mutex);
+  finish_write_locked(*e);
+}
+
+void DevicePath::finish_write_locked(Entry& e) {
+  if (e.state != State::writing) return;
+  e.piece = Piece();
+  advance(e, State::spilled);
+  context_.counters->inputs_spilled.fetch_add(1);
+}
+
+// A read into the pool. Prefetches (wait_for_room false) take a block only when room for the
+// largest input remains, so the restore that needs one next always finds it.
+void DevicePath::queue_read(Entry& e, bool wait_for_room) {
+  if (e.state != State::spilled || !e.region) return;
+  HostPool& pool = pool_for(e);
+  if (e.bytes > pool.largest_piece()) return;  // in pieces, at restore
+  HostPool::Lease lease;
+  if (wait_for_room) {
+    lease = take(pool, e.bytes);
+  } else {
+    std::optional<HostPool::Lease> room = pool.try_take(e.bytes, context_.largest_input.load());
+    if (!room) return;
+    lease = std::move(*room);
+  }
+  e.piece = Piece();
+  e.piece.bytes = e.bytes;
+  e.piece.lease = std::move(lease);
+  e.piece.io = e.region.read_async(e.piece.lease.host().data_ptr(), e.bytes);
+  advance(e, State::reading);
+}
+
+// The read is done: host -> device into a new tensor. The block goes back (on the progress
+// thread) as soon as that copy completed; a failed read is left for restore() to report.
+void DevicePath::start_upload(Entry& e) {
+  try {
+    e.piece.io.wait();
+  } catch (const std::exception&) {
+    return;
+  }
+  torch::Tensor result = device_tensor(e, context_.options.prefetch_depth);
+  CopyPtr upload = e.engine->to_device(e.piece.lease.host(), result, 0);
+  e.result = std::move(result);
+  e.upload = std::move(upload);
+  context_.counters->add_device_bytes(e.bytes);
+  auto piece = std::make_shared<Piece>(std::move(e.piece));
+  piece->copy = e.upload;
+  e.piece = Piece();
+  advance(e, State::uploading);
+  progress_.post([piece]() mutable { piece.reset(); });  // waits for the copy, then the block
+}
+
+// Ahead of backward, an upload that cannot start (the device is out of memory) is left for
+// restore(), which then reports it.
+void DevicePath::prefetch(Entry& e) {
+  if (e.input.defined() || !e.region) return;
+  queue_read(e, false);
+  if (e.state != State::reading || !e.piece.io.ready()) return;
+  try {
+    start_upload(e);
+  } catch (const c10::Error&) {
+  }
+}
+
+torch::Tensor DevicePath::restore(Entry& e, bool& ready) {
+  ready = e.state == State::uploading || (e.state == State::reading && e.piece.io.ready());
+  if (e.state == State::writing) {  // its device bytes are gone: wait, then read back
+    e.piece.io.settle();
+    finish_write_locked(e);
+  }
+  HostPool& pool = pool_for(e);
+  if (e.state == State::spilled && e.region && e.bytes > pool.largest_piece()) {
+    return restore_in_pieces(e, pool);
+  }
+  queue_read(e, true);
+  return finish_restore(e);
+}
+
+torch::Tensor DevicePath::finish_restore(Entry& e) {
+  if (!e.region) {
+    advance(e, State::restored);
+    return device_tensor(e, context_.options.prefetch_depth);
+  }
+  if (e.state == State::reading) {
+    e.piece.io.wait();  // IoError, IntegrityError
+    start_upload(e);
+  }
+  e.upload->order_current_stream();
+  e.upload.reset();
+  e.region.free();
+  context_.counters->sub_device_bytes(e.bytes);
+  advance(e, State::restored);
+  return std::exchange(e.result, torch::Tensor());
+}
+
+torch::Tensor DevicePath::restore_in_pieces(Entry& e, HostPool& pool) {
+  context_.counters->pieces.fetch_add(1);
+  torch::Tensor result = device_tensor(e, context_.options.prefetch_depth);
+  const std::uint64_t step = pool.largest_piece();
+  for (std::uint64_t offset = 0; offset < e.bytes; offset += step) {
+    const std::uint64_t n = std::min(step, e.bytes - offset);
+    HostPool::Lease lease = take(pool, n);
+    e.region.read_async(lease.host().data_ptr(), n, offset).wait();
+    e.engine->to_device(lease.host(), result, offset)->synchronize();
+  }
+  e.region.free();
+  advance(e, State::restored);
+  return result;
+}
+
+}  // namespace
+
+// Out of device memory, LibTorch's own error type (trainers catch it to lower the batch size),
+// saying what the stash was doing and what to change. The entry keeps its bytes: when the
+// failed backward's graph dies, so do its region and pool block.
+torch::Tensor device_tensor(const Entry& e, std::uint32_t prefetch_depth) {
+  try {
+    return e.engine->empty(e.sizes, e.options);
+  } catch (const c10::OutOfMemoryError& x) {
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, false, "spill::checkpoint: no device memory to restore the stashed ",
+        e.describe(), " with prefetch_depth ", prefetch_depth, " (", x.what_without_backtrace(),
+        "); lower StashOptions::prefetch_depth, the batch size or the sequence length");
+  }
+}
+
+std::unique_ptr<SpillPath> make_device_path(StashContext& context, Progress& progress) {
+  return std::make_unique<DevicePath>(context, progress);
+}
+
+}  // namespace spill::detail

@@ -1,0 +1,135 @@
+// The arena stash's three ways of moving a stashed tensor, one type each behind SpillPath: CPU
+// inputs straight to the region (cpu_path.cc), accelerator inputs through the host pool
+// (device_path.cc), accelerator inputs through cuFile with io = gds (gds_path.cc). Chain
+// (stash_chain.h) picks one per entry and keeps what is common. See Note [Overlapped spilling]
+// in arena_stash.cc and Note [Lifecycle of a stashed tensor] in stash_entry.cc.
+//
+//   spill::detail::StashContext context(arena, options);
+//   std::unique_ptr<spill::detail::SpillPath> cpu = spill::detail::make_cpu_path(context);
+//   cpu->spill(entry);                          // held -> writing (or kept)
+//   bool ready = false;
+//   torch::Tensor x = cpu->restore(*entry, ready);  // in backward: -> restored
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+
+#include "core/io/gds.h"
+#include "core/os/mutex.h"
+#include "host_pool.h"
+#include "serial_worker.h"
+#include "spill/tensor_stash.h"
+#include "stash_entry.h"
+
+namespace spill::detail {
+
+// io = gds: the device buffer every cuFile transfer of an arena's stashes goes through, one at a
+// time, registered with cuFile once. See Note [One registered staging buffer] in gds_path.cc.
+class GdsStaging {
+ public:
+  // `bytes` (a multiple of 4 KiB) on `device`, through `engine`'s allocator; throws
+  // c10::OutOfMemoryError. A registration cuFile refuses leaves it unregistered.
+  GdsStaging(CopyEngine& engine, const torch::Device& device, std::uint64_t bytes,
+             std::shared_ptr<GdsDriver> driver);
+  GdsStaging(const GdsStaging&) = delete;
+  GdsStaging& operator=(const GdsStaging&) = delete;
+
+  Mutex mutex;  // held for a whole transfer: copies and cuFile calls
+  std::uint64_t bytes() const { return static_cast<std::uint64_t>(memory_.numel()); }
+  bool registered() const { return registration_ != nullptr; }
+  // The first `bytes` of the buffer (uint8) and its address, 4 KiB aligned.
+  torch::Tensor first(std::uint64_t bytes) const;
+  void* data() const { return memory_.data_ptr(); }
+
+ private:
+  const torch::Tensor allocation_;  // one page more than memory_, for the alignment
+  const torch::Tensor memory_;
+  std::unique_ptr<GdsRegistration> registration_;  // last: deregistered before the memory goes
+};
+
+// What every stash of one arena shares, kept with the arena (spill::detail::attachment): the host
+// pool — made at the first accelerator input, then reused by every step's stash (the shared
+// stash of spill::checkpoint(arena, ...) lives only as long as a graph) — and the counters.
+struct ArenaShared {
+  Mutex mutex;
+  std::shared_ptr<HostPool> pool GUARDED_BY(mutex);
+  StashOptions options GUARDED_BY(mutex);  // set_stash_options
+  // shared_arena_stash, while a graph holds it.
+  std::weak_ptr<TensorStash> shared_stash GUARDED_BY(mutex);
+  // io = gds, from the first device input spilled on: the staging buffer, and the cuFile
+  // session (its mode and bounce buffers, capped to the host budget then, for the stats).
+  std::shared_ptr<GdsStaging> gds_staging GUARDED_BY(mutex);
+  std::shared_ptr<GdsDriver> cufile GUARDED_BY(mutex);
+  const std::shared_ptr<StashCounters> counters = std::make_shared<StashCounters>();
+  StashStats stats();
+};
+std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena);
+
+// The progress thread of one stash (Note [Progress on accelerators] in arena_stash.cc) and the
+// first failure of its jobs, rethrown once on the training thread.
+class Progress {
+ public:
+  explicit Progress(bool asynchronous) : asynchronous_(asynchronous) {}
+  bool asynchronous() const { return asynchronous_; }
+  // On the progress thread, or at once when the stash is synchronous.
+  void post(std::function<void()> job);
+  // On the progress thread: waits for e's copy (or stream marker) without holding its mutex,
+  // then runs `next` under it; a failure is kept for the training thread.
+  void after_copy(const EntryPtr& e, const std::function<void(const EntryPtr&)>& next)
+      EXCLUDES(e->mutex);
+  void record_failure(std::exception_ptr failure) EXCLUDES(mutex_);
+  bool failed() const EXCLUDES(mutex_);
+  void rethrow_failure() EXCLUDES(mutex_);  // once
+  // A wait for room that gave up: the failure that ended it, or an IoError naming it.
+  [[noreturn]] void throw_abandoned_wait();
+
+ private:
+  const bool asynchronous_;
+  mutable Mutex mutex_;
+  std::exception_ptr failure_ GUARDED_BY(mutex_);
+  SerialWorker worker_;  // last: joined before the failure it may record is destroyed
+};
+
+// What a path needs of its stash, made once per stash.
+struct StashContext {
+  StashContext(const SpillArena& arena, const StashOptions& options);
+  SpillArena arena;
+  const ArenaOptions arena_options;  // the host budget: host_pool_bytes, when_pool_full
+  const StashOptions options;
+  const std::shared_ptr<ArenaShared> shared;
+  const std::shared_ptr<StashCounters> counters;
+  std::atomic<std::uint64_t> largest_input{0};  // of those stored so far
+  // The arena's host_pool_bytes, or room for prefetch_depth + 2 inputs of `bytes`.
+  std::uint64_t host_budget(std::uint64_t bytes) const;
+  // A region for `e`, empty where there is no room under WhenFull::keep_in_memory; an
+  // ArenaExhaustedError names the input. With `src`, its bytes' write is queued too
+  // (SpillArena::spill_from: the CPU path's one call going forward).
+  Region region_for(const Entry& e, const void* src = nullptr);
+};
+
+// One way of moving a stashed tensor's bytes. Each call holds the entry's mutex.
+class SpillPath {
+ public:
+  virtual ~SpillPath() = default;
+  // held -> writing, copying or kept: the bytes start towards the region.
+  virtual void spill(const EntryPtr& e) REQUIRES(e->mutex) = 0;
+  // Starts bringing the bytes back without waiting; never waits for room.
+  virtual void prefetch(Entry& e) REQUIRES(e.mutex) = 0;
+  // restore() of an entry in writing, spilled, reading or uploading: waits for the bytes and
+  // gives back the tensor; -> restored. `ready`: whether the bytes were in memory already.
+  virtual torch::Tensor restore(Entry& e, bool& ready) REQUIRES(e.mutex) = 0;
+};
+
+std::unique_ptr<SpillPath> make_cpu_path(StashContext& context, Progress& progress);
+std::unique_ptr<SpillPath> make_device_path(StashContext& context, Progress& progress);
+std::unique_ptr<SpillPath> make_gds_path(StashContext& context, Progress& progress);
+
+// A new device tensor for `e` through its copy engine; out of device memory, LibTorch's own
+// error type (trainers catch it to lower the batch size), naming the input and the fix.
+torch::Tensor device_tensor(const Entry& e, std::uint32_t prefetch_depth);
+
+}  // namespace spill::detail
