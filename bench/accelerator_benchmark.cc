@@ -41,11 +41,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "accelerator_emulation.h"
 #include "bench_common.h"
 #include "core/io/gds.h"
 #include "direct_io.h"
 #include "spill/spill.h"
-#include "spill/testing.h"
 #include "tiny_gpt.h"
 
 namespace spill_bench {

@@ -1,6 +1,6 @@
 #include "modes.h"
 
-#include "spill/quote.h"
+#include "core/arena/quote.h"
 
 namespace spill::harness {
 
@@ -25,7 +25,7 @@ std::string mode_named(const std::string& spelling) {
   }
   std::string valid;
   for (const std::string& name : mode_names()) valid += (valid.empty() ? "" : ", ") + name;
-  throw InvalidArgumentError("unknown mode " + quote(spelling) + "; use one of " + valid);
+  throw InvalidArgumentError("unknown mode " + detail::quote(spelling) + "; use one of " + valid);
 }
 
 ModeSetup make_mode(const std::string& mode, std::uint64_t capacity_bytes,

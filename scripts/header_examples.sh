@@ -45,7 +45,6 @@ values_for() {
     error) echo 'spill::ArenaOptions options; auto shrink_to = [](std::uint64_t) {};' ;;
     io) echo 'std::uint64_t bytes = 4096; const char src[1] = {}; char dst[1];' ;;
     process_memory) ;;
-    quote) echo 'std::string dir;' ;;
     slab_allocator) echo 'auto use = [](std::uint64_t, std::uint64_t) {};' ;;
     spill) echo 'torch::nn::Sequential blocks(Block{});  torch::Tensor x;' ;;
     tensor_stash) echo 'spill::ArenaOptions disk_options, ram_options; torch::Tensor x;

@@ -9,8 +9,8 @@
 
 #include "core/alloc/slab_allocator.h"
 #include "core/arena/arena_internals.h"
+#include "core/os/fault_injection.h"
 #include "spill/core.h"
-#include "spill/testing.h"
 #include "test_support.h"
 
 using spill::MiB;

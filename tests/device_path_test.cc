@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "accelerator_emulation.h"
 #include "gpt_test_support.h"
 #include "io_test_support.h"
 #include "spill/process_memory.h"

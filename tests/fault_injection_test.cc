@@ -1,6 +1,6 @@
-// Faults at the platform seam, injected through <spill/testing.h>: short counts, EIO, ENOSPC and
-// end of file in pwrite/pread and in io_uring pieces, through the synchronous path, both queue
-// backends and both I/O modes, and (with LibTorch) through spill::checkpoint. See
+// Faults at the platform seam, injected through core/os/fault_injection.h: short counts, EIO,
+// ENOSPC and end of file in pwrite/pread and in io_uring pieces, through the synchronous path,
+// both queue backends and both I/O modes, and (with LibTorch) through spill::checkpoint. See
 // Note [Fault injection at the seam] in src/core/os/fault_injection.cc.
 #ifdef SPILLARENA_TEST_WITH_TORCH
 #include <torch/torch.h>  // before doctest: c10 defines a CHECK of its own, doctest's must win
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "core/arena/arena_internals.h"
+#include "core/os/fault_injection.h"
 #include "io_test_support.h"
 #include "spill/core.h"
-#include "spill/testing.h"
 #include "test_support.h"
 
 #ifdef SPILLARENA_TEST_WITH_TORCH

@@ -4,7 +4,9 @@
 //
 //   struct Point { int x = 0; int y = 0; };
 //   static_assert(spill_test::field_count<Point>() == 2);
-//   spill_test::check_visits_every_field(spill::ArenaStats{});
+//   spill_test::check_visits_every_field(spill::ArenaStats{}, [](const auto& s, auto&& visit) {
+//     spill::detail::visit_fields(s, visit);  // core/arena/arena_fields.h
+//   });
 #pragma once
 
 #include <doctest/doctest.h>
@@ -47,9 +49,11 @@ constexpr std::size_t field_count() {
 }
 
 // visit_fields(object, visit) calls visit once per field of `object`: as many calls as fields,
-// each with a field of its own (inside `object`) and a name of its own.
-template <class T>
-void check_visits_every_field(const T& object) {
+// each with a field of its own (inside `object`) and a name of its own. The caller passes the
+// visit_fields to check (the library's are internal, in spill::detail: not found by
+// argument-dependent lookup).
+template <class T, class VisitFields>
+void check_visits_every_field(const T& object, VisitFields&& visit_fields) {
   const char* begin = reinterpret_cast<const char*>(&object);
   std::set<const void*> fields;
   std::set<std::string> names;

@@ -19,10 +19,11 @@
 #include <utility>
 #include <vector>
 
+#include "accelerator_emulation.h"
 #include "core/io/gds.h"
 #include "gpt_test_support.h"
-#include "spill/testing.h"
 #include "test_support.h"
+#include "torch_layer/shared_arena_stash.h"
 
 // LibTorch's logging header defines its own CHECK, which aborts the process at the first failure
 // instead of reporting it; the checks below are doctest's.
@@ -219,7 +220,8 @@ TEST_CASE("gds stash: gradients are bit-identical with every body through one re
       spill::SpillArena arena = gds_arena(dir.path(), asynchronous);
       constexpr int kSteps = 3;
       for (int step = 0; step < kSteps; ++step) {
-        check_identical(gpt_step(g.blocks, spill::shared_arena_stash(arena), g.x0), g.reference);
+        check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
+                        g.reference);
       }
       const spill::StashStats s = spill::stash_stats(arena);
       // Asynchronous, backward gives back an input the progress thread has not taken yet.
@@ -267,7 +269,7 @@ TEST_CASE("gds stash: an input's device memory is released before its last piece
   GdsScope gds;
   spill::SpillArena arena = gds_arena(dir.path(), /*asynchronous=*/false);
   gds.state.arena = &arena;
-  check_identical(gpt_step(g.blocks, spill::shared_arena_stash(arena), g.x0), g.reference);
+  check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0), g.reference);
   gds.state.arena = nullptr;
   // Synchronous, keep_last 0: each input is written when stored, nothing else held. Its first
   // piece leaves while the input is still referenced, its last after it was released.
@@ -289,7 +291,8 @@ TEST_CASE("gds stash: real CPU inputs of an io = gds arena take the CPU path") {
   GdsScope gds(/*emulate=*/false);
   spill::SpillArena arena = gds_arena(dir.path(), /*asynchronous=*/true);
   for (int step = 0; step < 2; ++step) {
-    check_identical(gpt_step(g.blocks, spill::shared_arena_stash(arena), g.x0), g.reference);
+    check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
+                    g.reference);
   }
   CHECK(gds.transfers().empty());
   CHECK(gds.state.registered.empty());
@@ -307,7 +310,8 @@ TEST_CASE("gds stash: cuFile's bounce buffers are capped to the host budget and 
     GdsScope gds;
     spill::SpillArena arena = gds_arena(dir.path(), true);
     CHECK(spill::stash_stats(arena).cufile_bounce_bytes == 0);  // nothing stored yet
-    check_identical(gpt_step(g.blocks, spill::shared_arena_stash(arena), g.x0), g.reference);
+    check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
+                    g.reference);
     CHECK(gds.state.cache_limits_kib == std::vector<std::size_t>{4 * 1024});  // whole 1 MiB buffers
     const spill::StashStats s = spill::stash_stats(arena);
     CHECK(s.cufile_bounce_bytes == 4 * spill::MiB);
@@ -318,7 +322,8 @@ TEST_CASE("gds stash: cuFile's bounce buffers are capped to the host budget and 
     GdsScope gds;
     gds.state.honours_cache_limit = false;
     spill::SpillArena arena = gds_arena(dir.path(), true);
-    check_identical(gpt_step(g.blocks, spill::shared_arena_stash(arena), g.x0), g.reference);
+    check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
+                    g.reference);
     CHECK(gds.state.cache_limits_kib.size() == 1);
     CHECK(spill::stash_stats(arena).cufile_bounce_bytes == 128 * spill::MiB);  // what it keeps
   }
@@ -331,7 +336,8 @@ void step_with(GptReference& g, const spill::SpillArena& arena, Between between)
   for (auto& p : g.blocks->parameters()) p.mutable_grad() = torch::Tensor();
   torch::manual_seed(1234);
   torch::Tensor x = g.x0.clone().requires_grad_(true);
-  torch::Tensor y = spill::models::run_blocks(g.blocks, spill::shared_arena_stash(arena), x);
+  torch::Tensor y =
+      spill::models::run_blocks(g.blocks, spill::detail::shared_arena_stash(arena), x);
   between();
   y.square().mean().backward();
 }
@@ -346,7 +352,8 @@ TEST_CASE("gds stash: a cuFile failure is an IoError naming its status; the next
       GdsScope gds;
       {
         spill::SpillArena arena = gds_arena(dir.path(), asynchronous);
-        check_identical(gpt_step(g.blocks, spill::shared_arena_stash(arena), g.x0), g.reference);
+        check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
+                        g.reference);
         // CU_FILE_INTERNAL_ERROR: every read, or every write after the first piece (the first
         // input's second piece fails after its device memory was released).
         gds.state.fail_reads = reads;
@@ -376,7 +383,8 @@ TEST_CASE("gds stash: a cuFile failure is an IoError naming its status; the next
         // The failed step's graph is gone, and its regions and device bytes with it.
         CHECK(eventually([&] { return drained(arena); }));
         for (int step = 0; step < 2; ++step) {
-          check_identical(gpt_step(g.blocks, spill::shared_arena_stash(arena), g.x0), g.reference);
+          check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
+                          g.reference);
         }
         CHECK(drained(arena));
       }
@@ -393,7 +401,8 @@ TEST_CASE("gds stash: a staging buffer cuFile refuses to register still moves ev
   gds.state.buf_register_status = 5036;  // CU_FILE_GPU_MEMORY_PINNING_FAILED
   {
     spill::SpillArena arena = gds_arena(dir.path(), /*asynchronous=*/false);
-    check_identical(gpt_step(g.blocks, spill::shared_arena_stash(arena), g.x0), g.reference);
+    check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
+                    g.reference);
     const spill::StashStats s = spill::stash_stats(arena);
     CHECK_FALSE(s.gds_buffer_registered);
     CHECK(s.gds_buffer_bytes == kStagingBytes);

@@ -16,7 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "spill/testing.h"
+#include "core/io/io_queue.h"
+#include "core/os/fault_injection.h"
 
 namespace spill_test {
 

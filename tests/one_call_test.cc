@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/io/io_queue.h"
 #include "spill/core.h"
-#include "spill/testing.h"
 #include "test_support.h"
 
 using spill_test::options_in;

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "core/os/fault_injection.h"
 #include "core/os/platform.h"
 #include "io_test_support.h"
 #include "spill/core.h"
-#include "spill/testing.h"
 #include "test_support.h"
 
 #ifdef SPILLARENA_TEST_WITH_TORCH

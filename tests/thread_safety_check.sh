@@ -4,7 +4,7 @@
 # a REQUIRES(m) function called without it, fails. See src/core/os/thread_annotations.h.
 # $1 (optional): LibTorch's include directories, ':'-separated (CMake's TORCH_INCLUDE_DIRS);
 # then the LibTorch layer's concurrent files (src/torch_layer: the stash, its pool, copies and
-# progress thread) are checked too. forward_state.cc locks LibTorch's own generator mutex, which
+# progress thread) and the tests' emulated accelerator (tests/support) are checked too. forward_state.cc locks LibTorch's own generator mutex, which
 # carries no annotations, and is left out.
 # Exit 77 (skipped) where there is no clang++.
 set -euo pipefail
@@ -44,7 +44,11 @@ if [[ -n ${1:-} ]]; then
     "$clangxx" "${flags[@]}" "${torch_flags[@]}" "$f" ||
       { echo "thread_safety_check: ${f#"$src"/} fails"; failed=1; }
   done
-  checked+=" and the stash's src/torch_layer files"
+  # The tests' emulated accelerator (its copies and engine have mutexes of their own).
+  f=$src/tests/support/accelerator_emulation.cc
+  "$clangxx" "${flags[@]}" "${torch_flags[@]}" "$f" ||
+    { echo "thread_safety_check: ${f#"$src"/} fails"; failed=1; }
+  checked+=" and the stash's src/torch_layer files (and tests/support's emulation)"
 fi
 [[ $failed == 0 ]] && echo "thread_safety_check: $checked clean under -Wthread-safety"
 exit $failed

@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "spill/error.h"
@@ -112,28 +111,6 @@ struct ArenaOptions {
   PoolFull when_pool_full = PoolFull::wait;
 };
 
-// Calls visit(name, field) for each field of `options` (const or not), in declaration order: the
-// one list of the options by name (the Python keywords are made from it).
-template <class Options, class Visit>
-std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, ArenaOptions>> visit_fields(
-    Options& options, Visit&& visit) {
-  visit("directory", options.directory);
-  visit("capacity_bytes", options.capacity_bytes);
-  visit("when_full", options.when_full);
-  visit("grow", options.grow);
-  visit("growth_margin", options.growth_margin);
-  visit("backing", options.backing);
-  visit("allow_memory_backed_directory", options.allow_memory_backed_directory);
-  visit("start_writeback_after_write", options.start_writeback_after_write);
-  visit("page_cache_limit_bytes", options.page_cache_limit_bytes);
-  visit("io", options.io);
-  visit("io_backend", options.io_backend);
-  visit("staging_bytes", options.staging_bytes);
-  visit("verify_integrity", options.verify_integrity);
-  visit("host_pool_bytes", options.host_pool_bytes);
-  visit("when_pool_full", options.when_pool_full);
-}
-
 // The staging pools accepted: at least one 4 KiB page (a smaller value is refused, not rounded
 // up), at most 64 GiB, against unit mistakes. Values in between are rounded up to pages.
 constexpr std::uint64_t kMinStagingBytes = 4096;
@@ -188,41 +165,6 @@ struct ArenaStats {
   std::uint64_t grow_failures = 0;
   std::string grow_note;
 };
-
-// Calls visit(name, value) for each field of `stats`, in declaration order: the one list the
-// reports are made from (the CLI's JSON, the Python dict). Enums come as enums (to_string).
-template <class Visit>
-void visit_fields(const ArenaStats& stats, Visit&& visit) {
-  visit("capacity_bytes", stats.capacity_bytes);
-  visit("bytes_in_use", stats.bytes_in_use);
-  visit("peak_bytes_in_use", stats.peak_bytes_in_use);
-  visit("bytes_requested", stats.bytes_requested);
-  visit("live_regions", stats.live_regions);
-  visit("allocations", stats.allocations);
-  visit("frees", stats.frees);
-  visit("reuse_hits", stats.reuse_hits);
-  visit("largest_free_block", stats.largest_free_block);
-  visit("free_bytes", stats.free_bytes);
-  visit("high_water_bytes", stats.high_water_bytes);
-  visit("bytes_written", stats.bytes_written);
-  visit("bytes_read", stats.bytes_read);
-  visit("io_mode", stats.io_mode);
-  visit("io_backend", stats.io_backend);
-  visit("io_note", stats.io_note);
-  visit("staging_bytes", stats.staging_bytes);
-  visit("staging_waits", stats.staging_waits);
-  visit("staging_wait_ns", stats.staging_wait_ns);
-  visit("bytes_hashed", stats.bytes_hashed);
-  visit("bytes_verified", stats.bytes_verified);
-  visit("integrity_failures", stats.integrity_failures);
-  visit("overflows", stats.overflows);
-  visit("overflow_bytes", stats.overflow_bytes);
-  visit("capacity_needed_bytes", stats.capacity_needed_bytes);
-  visit("initial_capacity_bytes", stats.initial_capacity_bytes);
-  visit("grows", stats.grows);
-  visit("grow_failures", stats.grow_failures);
-  visit("grow_note", stats.grow_note);
-}
 
 // A move-only handle to one region of an arena. The region is freed when the handle dies (or on
 // free()). Using a moved-from or freed handle throws spill::MovedFromRegionError.

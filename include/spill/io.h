@@ -15,7 +15,6 @@
 //   std::cout << spill::to_string(arena.stats().io_backend);  // "io_uring" or "thread_pool"
 #pragma once
 
-#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,24 +46,16 @@ const char* to_string(IoMode mode);
 const char* to_string(IoBackend backend);
 const char* to_string(IoOp op);
 
-// The outcome of one queued operation.
-struct IoStatus {
-  int error_number = 0;  // 0: done; else the errno of the failure
-  IoOp op = IoOp::write;
-  std::uint64_t offset = 0;  // byte offset in the spill file
-  std::uint64_t bytes = 0;
-};
-
 namespace detail {
 class Completion;
-}
+class IoEngine;
+}  // namespace detail
 
 // A readiness handle for an asynchronous write or read: one or more queued operations. A
 // default-constructed Pending is complete. Copies share the same operations.
 class Pending {
  public:
   Pending() = default;
-  explicit Pending(std::vector<std::shared_ptr<detail::Completion>> parts);
 
   bool ready() const;  // every operation finished (successfully or not); never blocks
   // Blocks until every operation finished; throws spill::IoError naming the op, offset, bytes
@@ -77,6 +68,9 @@ class Pending {
   void add(const Pending& other);
 
  private:
+  friend class detail::IoEngine;  // makes them from its queue's completions
+  explicit Pending(std::vector<std::shared_ptr<detail::Completion>> parts);
+
   std::vector<std::shared_ptr<detail::Completion>> parts_;
 };
 

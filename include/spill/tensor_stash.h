@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <type_traits>
 
 #include "spill/arena.h"
 
@@ -61,16 +60,6 @@ struct StashOptions {
   // src/torch_layer/device_spill.cc.
   std::uint64_t gds_buffer_bytes = 16ull << 20;
 };
-
-// Calls visit(name, field) for each field of `options` (const or not), in declaration order.
-template <class Options, class Visit>
-std::enable_if_t<std::is_same_v<std::remove_const_t<Options>, StashOptions>> visit_fields(
-    Options& options, Visit&& visit) {
-  visit("asynchronous", options.asynchronous);
-  visit("prefetch_depth", options.prefetch_depth);
-  visit("keep_last", options.keep_last);
-  visit("gds_buffer_bytes", options.gds_buffer_bytes);
-}
 
 // What the arena stashes of one arena did and hold (zeros for the other stashes). Device bytes are
 // those of accelerator inputs the stash references: stored and not yet copied off, or brought back
@@ -109,36 +98,6 @@ struct StashStats {
   std::uint64_t cufile_bytes_read = 0;
 };
 
-// Calls visit(name, value) for each field of `stats`: the one list reports are made from.
-template <class Visit>
-void visit_fields(const StashStats& s, Visit&& visit) {
-  visit("inputs_stored", s.inputs_stored);
-  visit("inputs_spilled", s.inputs_spilled);
-  visit("device_bytes_held", s.device_bytes_held);
-  visit("peak_device_bytes_held", s.peak_device_bytes_held);
-  visit("host_pool_bytes", s.host_pool_bytes);
-  visit("host_pool_pinned", s.host_pool_pinned);
-  visit("peak_host_pool_bytes_in_use", s.peak_host_pool_bytes_in_use);
-  visit("host_bytes_in_flight", s.host_bytes_in_flight);
-  visit("peak_host_bytes_in_flight", s.peak_host_bytes_in_flight);
-  visit("pool_waits", s.pool_waits);
-  visit("pool_wait_ns", s.pool_wait_ns);
-  visit("inputs_kept_on_device", s.inputs_kept_on_device);
-  visit("bytes_kept_on_device", s.bytes_kept_on_device);
-  visit("pieces", s.pieces);
-  visit("restores", s.restores);
-  visit("restore_waits", s.restore_waits);
-  visit("restore_wait_ns", s.restore_wait_ns);
-  visit("prefetches", s.prefetches);
-  visit("prefetch_hits", s.prefetch_hits);
-  visit("gds_buffer_bytes", s.gds_buffer_bytes);
-  visit("gds_buffer_registered", s.gds_buffer_registered);
-  visit("cufile_mode", s.cufile_mode);
-  visit("cufile_bounce_bytes", s.cufile_bounce_bytes);
-  visit("cufile_bytes_written", s.cufile_bytes_written);
-  visit("cufile_bytes_read", s.cufile_bytes_read);
-}
-
 class TensorStash {
  public:
   virtual ~TensorStash() = default;
@@ -154,13 +113,11 @@ class TensorStash {
 std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena);
 std::shared_ptr<TensorStash> make_arena_stash(const SpillArena& arena, const StashOptions& options);
 // The options of the stashes made for `arena` without options of their own (the shared stash
-// of spill::checkpoint(arena, ...) among them), kept with the arena for every handle to it;
-// a shared stash already in use keeps the options it was made with.
+// of spill::checkpoint(arena, ...) among them: one per arena while any of its tensors is
+// stashed), kept with the arena for every handle to it; a shared stash already in use keeps the
+// options it was made with.
 void set_stash_options(const SpillArena& arena, const StashOptions& options);
 StashOptions stash_options(const SpillArena& arena);
-// The stash spill::checkpoint(arena, ...) uses: one per arena while any of its tensors is
-// stashed, so consecutive layers form one chain for prefetching and keep_last.
-std::shared_ptr<TensorStash> shared_arena_stash(const SpillArena& arena);
 // What every arena stash of `arena` did and holds: the host pool and counters are kept with the
 // arena, so they outlive the shared stash (which lives as long as a graph) and span steps.
 StashStats stash_stats(const SpillArena& arena);

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "binding.h"
+#include "fields.h"
 #include "spill/arena.h"
 #include "spill/directory.h"
 #include "spill/io.h"
@@ -55,12 +56,13 @@ std::string unused_options(const spill::ArenaOptions& o, const std::vector<std::
          "; they are ignored (see spill::ArenaOptions)";
 }
 
-// Whether `name` is a field of `Struct` (through spill::visit_fields).
+// Whether `name` is a field of `Struct` (through spill::detail::visit_fields).
 template <class Struct>
 bool has_field(const std::string& name) {
   Struct s;
   bool found = false;
-  visit_fields(s, [&](const char* field, const auto&) { found = found || name == field; });
+  spill::detail::visit_fields(
+      s, [&](const char* field, const auto&) { found = found || name == field; });
   return found;
 }
 
@@ -71,8 +73,8 @@ const std::vector<std::string>& keyword_names() {
     const auto add = [&out](const char* name, const auto&) { out.emplace_back(name); };
     const spill::ArenaOptions arena;
     const spill::StashOptions stash;
-    visit_fields(arena, add);
-    visit_fields(stash, add);
+    spill::detail::visit_fields(arena, add);
+    spill::detail::visit_fields(stash, add);
     return out;
   }();
   return names;

@@ -1,9 +1,9 @@
-// Shared pieces of the spillarena._C extension: the per-area bind functions called by module.cc,
-// Convert<T> between field values and Python objects, and structs as dicts by field name:
+// Shared pieces of the spillarena._C extension: the per-area bind functions called by module.cc
+// and Convert<T> between field values and Python objects (structs as dicts by field name, made
+// from these: fields.h):
 //
-//   spill::ArenaOptions options;
-//   set_field(options, "capacity_bytes", py::int_(1 << 30));  // checked, typed errors
-//   py::dict d = to_dict(options);                            // {"directory": "", ...}
+//   py::object o = Convert<std::uint64_t>::to_python(1 << 30);
+//   std::uint64_t n = Convert<std::uint64_t>::from_python(o, "capacity_bytes");  // checked
 //
 // A field of a new type needs a Convert<T> specialization (an enum: a spill::to_string for it).
 #pragma once
@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "spill/error.h"
-#include "spill/quote.h"
 
 namespace spillarena_python {
 
@@ -175,38 +174,5 @@ struct Convert<E, std::enable_if_t<std::is_enum_v<E>>> {
     throw_bad_value(field, "one of " + names, v);
   }
 };
-
-// Structs by field name, through spill::visit_fields (found by argument-dependent lookup): the
-// library's one list of an options or stats struct's fields.
-// ---------------------------------------------------------------------------------------------
-
-template <class Struct>
-py::dict to_dict(const Struct& s) {
-  py::dict out;
-  visit_fields(s, [&](const char* name, const auto& value) {
-    out[name] = Convert<std::decay_t<decltype(value)>>::to_python(value);
-  });
-  return out;
-}
-
-// Throws spill::InvalidArgumentError for an unknown name (listing `names`, or the struct's
-// fields when empty) or a value of the wrong kind.
-template <class Struct>
-void set_field(Struct& s, const std::string& name, py::handle value,
-               const std::vector<std::string>& names = {}) {
-  bool found = false;
-  std::string known;
-  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-  visit_fields(s, [&](const char* field, auto& target) {
-    if (names.empty()) known += (known.empty() ? "" : ", ") + std::string(field);
-    if (name != field) return;
-    target = Convert<std::decay_t<decltype(target)>>::from_python(value, field);
-    found = true;
-  });
-  if (!found) {
-    throw spill::InvalidArgumentError("spillarena: unknown option " + spill::quote(name) +
-                                      "; the options are: " + known);
-  }
-}
 
 }  // namespace spillarena_python

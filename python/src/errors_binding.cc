@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "binding.h"
+#include "core/arena/quote.h"
 
 namespace spillarena_python {
 namespace {
@@ -219,7 +220,7 @@ void bind_errors(py::module_& m) {
     for (const ErrorClass& c : error_classes()) {
       if (type == c.name) c.example(message);
     }
-    throw spill::InvalidArgumentError("spillarena: no error class " + spill::quote(type));
+    throw spill::InvalidArgumentError("spillarena: no error class " + spill::detail::quote(type));
   });
 }
 

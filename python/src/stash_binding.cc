@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "binding.h"
+#include "fields.h"
 #include "spill/tensor_stash.h"
+#include "torch_layer/shared_arena_stash.h"
 
 namespace spillarena_python {
 namespace {
@@ -126,7 +128,7 @@ void bind_stash(py::module_& m) {
       "default the arena's.");
   m.def(
       "shared_arena_stash",
-      [](const spill::SpillArena& arena) { return spill::shared_arena_stash(arena); },
+      [](const spill::SpillArena& arena) { return spill::detail::shared_arena_stash(arena); },
       py::arg("arena"),
       "The arena's shared stash, as spill::checkpoint uses it: consecutive layers form one "
       "chain for prefetching and keep_last.");

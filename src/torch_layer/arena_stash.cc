@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/arena/arena_internals.h"
+#include "shared_arena_stash.h"
 #include "spill/error.h"
 #include "spill/tensor_stash.h"
 #include "stash_chain.h"
@@ -376,7 +377,7 @@ StashOptions stash_options(const SpillArena& arena) {
 
 // One stash per arena while it is in use: a weak reference kept with the arena. Checkpoint
 // nodes own the stash; when the last graph dies, so does the stash.
-std::shared_ptr<TensorStash> shared_arena_stash(const SpillArena& arena) {
+std::shared_ptr<TensorStash> detail::shared_arena_stash(const SpillArena& arena) {
   const auto shared = detail::shared_state_of(arena);
   detail::MutexLock lock(shared->mutex);
   std::shared_ptr<TensorStash> stash = shared->shared_stash.lock();

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "forward_state.h"
+#include "shared_arena_stash.h"
 
 namespace spill {
 namespace {
@@ -141,7 +142,7 @@ std::vector<torch::Tensor> checkpoint(TensorStash& stash, Layer layer,
 
 std::vector<torch::Tensor> checkpoint(const SpillArena& arena, Layer layer,
                                       std::vector<torch::Tensor> inputs) {
-  std::shared_ptr<TensorStash> stash = shared_arena_stash(arena);
+  std::shared_ptr<TensorStash> stash = detail::shared_arena_stash(arena);
   TensorStash& ref = *stash;
   return run_checkpoint(ref, std::move(stash), std::move(layer), std::move(inputs));
 }

@@ -4,18 +4,10 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <cstring>
-#include <mutex>
-#include <random>
-#include <thread>
+#include <utility>
 
 #include "core/os/mutex.h"
-#include "serial_worker.h"
-#include "spill/testing.h"
 
 namespace spill::detail {
 namespace {
@@ -30,11 +22,13 @@ namespace {
 // cached. Host memory is a view of the stash's pool (Note [The host pool] in host_pool.cc): a
 // view, not a blob, so LibTorch's host allocator sees its own block in every copy.
 //
-// Without a GPU the same path runs under emulation: CPU tensors, one copy thread, a random delay
-// before each copy, and order_current_stream() waits on the host (a CPU "stream" is the calling
-// thread). The stash cannot tell the difference, which is the point. The emulated device pins
-// too: its host pool is page-aligned host memory reported as pinned, or, with pinning_refused,
-// the pageable fallback a memlock cap forces on a real device (Note [The host pool]).
+// Without a GPU the same path runs under emulation, an engine the tests install through
+// set_copy_engine_override (tests/support/accelerator_emulation.cc, not in the library): CPU
+// tensors, one copy thread, a random delay before each copy, and order_current_stream() waits
+// on the host (a CPU "stream" is the calling thread). The stash cannot tell the difference,
+// which is the point. The emulated device pins too: its host pool is page-aligned host memory
+// reported as pinned, or, with pinning refused, the pageable fallback a memlock cap forces on a
+// real device (Note [The host pool]).
 
 torch::Tensor bytes_of(const torch::Tensor& t, std::uint64_t offset, std::uint64_t bytes) {
   return t.reshape({-1})
@@ -96,140 +90,43 @@ class StreamEngine final : public CopyEngine {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Emulation (tests)
+// The override (tests)
 // ---------------------------------------------------------------------------------------------
 
-class EmulatedCopy final : public Copy {
- public:
-  EmulatedCopy(torch::Tensor from, torch::Tensor to) : from_(std::move(from)), to_(std::move(to)) {}
-  void run() {
-    if (to_.defined()) {
-      std::memcpy(to_.data_ptr(), from_.data_ptr(), static_cast<std::size_t>(to_.nbytes()));
-    }
-    MutexLock lock(mutex_);
-    from_ = torch::Tensor();
-    to_ = torch::Tensor();
-    done_ = true;
-    finished_.notify_all();
-  }
-  bool done() const override {
-    MutexLock lock(mutex_);
-    return done_;
-  }
-  void synchronize() const override {
-    MutexLock lock(mutex_);
-    finished_.wait(lock, [this]() REQUIRES(mutex_) { return done_; });
-  }
-  void order_current_stream() override { synchronize(); }
-
- private:
-  mutable Mutex mutex_;
-  mutable std::condition_variable finished_;
-  // Read by run() before it takes the mutex: set at construction, before the copy is queued.
-  torch::Tensor from_;
-  torch::Tensor to_;
-  bool done_ GUARDED_BY(mutex_) = false;
-};
-
-class EmulatedEngine final : public CopyEngine {
- public:
-  explicit EmulatedEngine(const testing::AcceleratorEmulation& e)
-      : min_delay_us_(std::min(e.min_delay_us, e.max_delay_us)),
-        max_delay_us_(e.max_delay_us),
-        random_(e.seed),
-        allocations_to_fail_(e.device_allocations_to_fail) {}
-
-  torch::Tensor empty(at::IntArrayRef sizes, const torch::TensorOptions& options) override {
-    std::uint32_t left = allocations_to_fail_.load();
-    while (left > 0 && !allocations_to_fail_.compare_exchange_weak(left, left - 1)) {
-    }
-    TORCH_CHECK_WITH(OutOfMemoryError, left == 0,
-                     "emulated device out of memory (spill::testing::AcceleratorEmulation)");
-    return torch::empty(sizes, options);
-  }
-
-  CopyPtr to_host(const torch::Tensor& source, std::uint64_t offset, std::uint64_t bytes,
-                  const torch::Tensor& host) override {
-    return queue(bytes_of(source, offset, bytes), host);
-  }
-  CopyPtr to_device(const torch::Tensor& host, const torch::Tensor& dest,
-                    std::uint64_t offset) override {
-    return queue(host, bytes_of(dest, offset, static_cast<std::uint64_t>(host.numel())));
-  }
-  CopyPtr marker(const torch::Device&) override {  // CPU work is done when it returns
-    auto done = std::make_shared<EmulatedCopy>(torch::Tensor(), torch::Tensor());
-    done->run();
-    return done;
-  }
-
- private:
-  CopyPtr queue(torch::Tensor from, torch::Tensor to) {
-    auto copy = std::make_shared<EmulatedCopy>(std::move(from), std::move(to));
-    std::uint32_t delay_us = 0;
-    {
-      MutexLock lock(mutex_);
-      delay_us = min_delay_us_ + random_() % (max_delay_us_ - min_delay_us_ + 1);
-    }
-    worker_.post([copy, delay_us] {
-      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-      copy->run();
-    });
-    return copy;
-  }
-
-  const std::uint32_t min_delay_us_;
-  const std::uint32_t max_delay_us_;
-  Mutex mutex_;
-  std::mt19937 random_ GUARDED_BY(mutex_);
-  std::atomic<std::uint32_t> allocations_to_fail_;
-  SerialWorker worker_;  // last: runs the copies already queued, then joins
-};
-
-Mutex emulation_mutex;
-std::shared_ptr<CopyEngine> emulated GUARDED_BY(emulation_mutex);
-std::atomic<bool> emulating{false};
+Mutex override_mutex;
+std::shared_ptr<CopyEngine> override_engine GUARDED_BY(override_mutex);
+std::atomic<bool> overridden{false};
 std::atomic<EmulatedHostMemory> host_memory{EmulatedHostMemory::off};
 std::atomic<std::uint64_t> epoch{0};
-
-EmulatedHostMemory host_memory_of(const testing::AcceleratorEmulation& e) {
-  if (!e.enabled) return EmulatedHostMemory::off;
-  if (e.host_pool_refused) return EmulatedHostMemory::refused;
-  return e.pinning_refused ? EmulatedHostMemory::pinning_refused : EmulatedHostMemory::pinned;
-}
 
 }  // namespace
 
 std::shared_ptr<CopyEngine> CopyEngine::for_inputs() {
   static const auto real = std::make_shared<StreamEngine>();
-  if (emulating.load(std::memory_order_acquire)) {
-    MutexLock lock(emulation_mutex);
-    if (emulated) return emulated;
+  if (overridden.load(std::memory_order_acquire)) {
+    MutexLock lock(override_mutex);
+    if (override_engine) return override_engine;
   }
   return real;
+}
+
+bool CopyEngine::is_accelerator_input(const torch::Tensor& t) {
+  return !t.device().is_cpu() || overridden.load(std::memory_order_acquire);
 }
 
 EmulatedHostMemory emulated_host_memory() { return host_memory.load(); }
 
 std::uint64_t emulation_epoch() { return epoch.load(); }
 
-bool CopyEngine::is_accelerator_input(const torch::Tensor& t) {
-  return !t.device().is_cpu() || emulating.load(std::memory_order_acquire);
-}
-
-}  // namespace spill::detail
-
-namespace spill::testing {
-
-void set_accelerator_emulation(const AcceleratorEmulation& emulation) {
-  std::shared_ptr<detail::CopyEngine> previous;
+void set_copy_engine_override(std::shared_ptr<CopyEngine> engine, EmulatedHostMemory memory) {
+  std::shared_ptr<CopyEngine> previous;  // dies after the lock: its copy thread joins
   {
-    detail::MutexLock lock(detail::emulation_mutex);
-    previous = std::move(detail::emulated);
-    if (emulation.enabled) detail::emulated = std::make_shared<detail::EmulatedEngine>(emulation);
-    detail::host_memory.store(detail::host_memory_of(emulation));
-    detail::epoch.fetch_add(1);
-    detail::emulating.store(emulation.enabled, std::memory_order_release);
+    MutexLock lock(override_mutex);
+    previous = std::exchange(override_engine, std::move(engine));
+    host_memory.store(memory);
+    epoch.fetch_add(1);
+    overridden.store(override_engine != nullptr, std::memory_order_release);
   }
 }
 
-}  // namespace spill::testing
+}  // namespace spill::detail

@@ -1,8 +1,9 @@
-// The seam for copies between an accelerator and host memory. CopyEngine::real() queues them on
-// a side stream of the tensor's device through c10's device-generic stream/event interfaces
-// (nothing here names CUDA); the emulated engine (spill::testing::set_accelerator_emulation)
-// copies CPU tensors on a thread of its own after random delays, so CI exercises the stash's
-// accelerator path — budget, back-pressure, release timing, lifetimes — without a GPU.
+// The seam for copies between an accelerator and host memory. The library's engine queues them
+// on a side stream of the tensor's device through c10's device-generic stream/event interfaces
+// (nothing here names CUDA). A test installs another in its place (set_copy_engine_override):
+// the emulated engine of tests/support/accelerator_emulation.cc copies CPU tensors on a thread
+// of its own after random delays, so CI exercises the stash's accelerator path — budget,
+// back-pressure, release timing, lifetimes — without a GPU.
 // See Note [Accelerator copies] in src/torch_layer/device_copy.cc.
 //
 //   std::shared_ptr<spill::detail::CopyEngine> engine = spill::detail::CopyEngine::for_inputs();
@@ -50,21 +51,27 @@ class CopyEngine {
     return torch::empty(sizes, options);
   }
 
-  // The engine for the stash's accelerator inputs: the emulated one while a test set it. Held
-  // by whoever still has copies to make with it.
+  // The engine for the stash's accelerator inputs: the override while a test installed one.
+  // Held by whoever still has copies to make with it.
   static std::shared_ptr<CopyEngine> for_inputs();
-  // True when `t` takes the accelerator path: on a device, or on the CPU under emulation.
+  // True when `t` takes the accelerator path: on a device, or on the CPU under an override.
   static bool is_accelerator_input(const torch::Tensor& t);
 };
 
-// The host memory the host pool gets under emulation (spill::testing::set_accelerator_emulation):
-// not emulated (off: the device's own host allocator decides), pinned as a device's host
-// allocator would pin it (page-aligned host memory standing in for it), pinning refused
-// (pageable memory still had), or none at all (host_pool_refused).
+// The host memory the host pool gets under an override: not emulated (off: the device's own
+// host allocator decides), pinned as a device's host allocator would pin it (page-aligned host
+// memory standing in for it), pinning refused (pageable memory still had), or none at all.
 enum class EmulatedHostMemory { off, pinned, pinning_refused, refused };
 EmulatedHostMemory emulated_host_memory();
 
-// Bumped by every set_accelerator_emulation: what is done once per process (the host pool's
+// Test-only (the one seam tests/support/accelerator_emulation.cc needs): from now on `engine`
+// makes the stash's accelerator inputs' copies, CPU inputs become accelerator inputs, and the
+// host pool gets `host_memory`; nullptr (with EmulatedHostMemory::off) goes back to the
+// device's own engine. Entries stored meanwhile keep the engine they took until restored.
+// Process-wide, any thread.
+void set_copy_engine_override(std::shared_ptr<CopyEngine> engine, EmulatedHostMemory host_memory);
+
+// Bumped by every set_copy_engine_override: what is done once per process (the host pool's
 // pageable warning) is done once per emulated device, as if each were a fresh process.
 std::uint64_t emulation_epoch();
 

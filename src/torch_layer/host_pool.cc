@@ -57,7 +57,7 @@ void check_memlock(std::uint64_t bytes) {
 
 // Where pinning is refused every arena's pool is pageable: one warning per process, not one per
 // arena, through TORCH_WARN (LibTorch's warning handler: stderr unless one is installed). Not
-// TORCH_WARN_ONCE, which cannot be re-armed: each emulated device (set_accelerator_emulation)
+// TORCH_WARN_ONCE, which cannot be re-armed: each emulated device (set_copy_engine_override)
 // counts as a fresh process, so a test sees its warning whatever ran before it.
 void warn_pageable_once() {
   static std::atomic<std::uint64_t> warned_epoch{~std::uint64_t{0}};

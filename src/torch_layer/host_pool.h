@@ -29,8 +29,8 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   // `device` through LibTorch's host allocator (the size rounded down to a power of two there,
   // which that allocator would otherwise round up); pageable, the whole budget, with one
   // warning per process (TORCH_WARN), where pinning is refused or there is nothing to pin for
-  // (the CPU). Under emulation the device's pinning is emulated (spill::testing::
-  // AcceleratorEmulation::pinning_refused). Throws spill::InsufficientSpaceError when the memory
+  // (the CPU). Under emulation the device's pinning is emulated (emulated_host_memory() in
+  // device_copy.h). Throws spill::InsufficientSpaceError when the memory
   // cannot be had, InvalidArgumentError above RLIMIT_MEMLOCK.
   static std::shared_ptr<HostPool> make(std::uint64_t budget_bytes, c10::DeviceType device);
 

@@ -10,8 +10,8 @@
 #include <random>
 #include <utility>
 
+#include "core/arena/quote.h"
 #include "core/os/platform.h"
-#include "spill/quote.h"
 #include "spill/tensor_stash.h"
 #include "spill/units.h"
 #include "storable.h"
@@ -51,7 +51,8 @@ std::string errno_text(int e) {
 [[noreturn]] void fail(IoOp op, const std::string& what, const std::string& path, int e,
                        std::uint64_t offset = 0, std::uint64_t bytes = 0) {
   throw IoError(e,
-                "spill: per-file stash: " + what + " " + quote(path) + " failed: " + errno_text(e) +
+                "spill: per-file stash: " + what + " " + detail::quote(path) +
+                    " failed: " + errno_text(e) +
                     "; check the directory's free space and that nothing else writes there",
                 op, offset, bytes);
 }
@@ -113,16 +114,16 @@ WriteOutcome save(const torch::Tensor& host, int fd) {
 // quota is InsufficientSpaceError with the file's size and the space left, anything else IoError.
 [[noreturn]] void fail_save(const WriteOutcome& w, const std::string& path,
                             const std::string& directory) {
-  const std::string where = "spill: per-file stash: writing " + quote(path) + " failed at byte " +
-                            std::to_string(w.failed_at) + " of " + std::to_string(w.total_bytes) +
-                            ": " + errno_text(w.error);
+  const std::string where = "spill: per-file stash: writing " + detail::quote(path) +
+                            " failed at byte " + std::to_string(w.failed_at) + " of " +
+                            std::to_string(w.total_bytes) + ": " + errno_text(w.error);
   if (w.error == ENOSPC || w.error == EDQUOT) {
     platform::FileSystemInfo fs;
     const std::uint64_t free_bytes =
         platform::file_system_info(directory, &fs) == 0 ? fs.free_bytes : 0;
     throw InsufficientSpaceError(
         directory, w.total_bytes, free_bytes,
-        where + "; " + quote(directory) + " has " + bytes_with_units(free_bytes) +
+        where + "; " + detail::quote(directory) + " has " + bytes_with_units(free_bytes) +
             " free (the partial file is removed). Free space there, choose another directory, "
             "or use a disk arena, which reserves its space when it is made");
   }
@@ -192,12 +193,12 @@ class PerFileStash final : public TensorStash {
   explicit PerFileStash(std::string directory) : directory_(std::move(directory)) {
     // The system calls would see the path cut at the NUL: another directory than the one named.
     if (const auto nul = directory_.find('\0'); nul != std::string::npos) {
-      throw InvalidArgumentError("spill: per-file stash directory " + quote(directory_) +
+      throw InvalidArgumentError("spill: per-file stash directory " + detail::quote(directory_) +
                                  " contains a NUL byte; pass the directory's path alone");
     }
     if (int e = platform::check_writable_directory(directory_); e != 0) {
       throw DirectoryError(directory_, e,
-                           "spill: per-file stash directory " + quote(directory_) +
+                           "spill: per-file stash directory " + detail::quote(directory_) +
                                " is missing, not a directory or not writable (" + errno_text(e) +
                                "); create it or choose another");
     }

@@ -10,7 +10,7 @@
 #include <system_error>
 #include <utility>
 
-#include "spill/quote.h"
+#include "core/arena/quote.h"
 
 namespace spill::cli {
 namespace {
@@ -18,7 +18,7 @@ namespace {
 // A library's message may go on with a backtrace after its first line (LibTorch's do); what the
 // user typed is already escaped (Note [Messages are one line] in src/core/arena/quote.cc).
 std::string first_line(const std::string& text) {
-  return printable(text.substr(0, text.find('\n')));
+  return detail::printable(text.substr(0, text.find('\n')));
 }
 
 bool error_printed = false;  // one line per run: a later failure does not add a second

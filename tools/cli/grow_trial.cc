@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "clock.h"
+#include "core/arena/arena_fields.h"
 #include "spill/sizing.h"
 #include "spill/units.h"
 
@@ -42,7 +43,7 @@ nlohmann::json to_json(const GrowTrial& trial) {
       "capacity_bytes",         "overflows", "overflow_bytes", "capacity_needed_bytes",
       "initial_capacity_bytes", "grows",     "grow_failures",  "grow_note"};
   nlohmann::json j;
-  visit_fields(trial.stats, [&](const char* name, const auto& value) {
+  detail::visit_fields(trial.stats, [&](const char* name, const auto& value) {
     if constexpr (!std::is_enum_v<std::decay_t<decltype(value)>>) {
       if (kSizing.count(name) != 0) j[name] = value;
     }

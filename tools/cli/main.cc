@@ -16,6 +16,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "core/arena/quote.h"
 #include "failures.h"
 #include "modes.h"
 #include "open_files.h"
@@ -24,7 +25,6 @@
 #include "spill/arena.h"
 #include "spill/directory.h"
 #include "spill/error.h"
-#include "spill/quote.h"
 #include "train_command.h"
 
 namespace {
@@ -73,7 +73,8 @@ void add_plan(CLI::App& app, PlanRequest& r) {
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
             if (spill::cli::element_size_of(v) != 0) return "";
-            return "unknown dtype " + spill::quote(v) + "; use fp32, fp16, bf16, fp64, fp8 or int8";
+            return "unknown dtype " + spill::detail::quote(v) +
+                   "; use fp32, fp16, bf16, fp64, fp8 or int8";
           },
           "DTYPE"));
   add_dir(*plan, r.directory);
@@ -193,7 +194,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return spill::cli::finish_output(app.exit(e));  // --help
-    return spill::cli::report_usage_error(spill::printable(e.what()) + " (see spillarena --help)");
+    return spill::cli::report_usage_error(spill::detail::printable(e.what()) +
+                                          " (see spillarena --help)");
   }
   return spill::cli::finish_output(
       spill::cli::run_guarded([&] { return run_command(app, plan, train); }));

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "spill/quote.h"
+#include "core/arena/quote.h"
 #include "spill/units.h"
 
 namespace spill::cli {
@@ -15,8 +15,9 @@ namespace {
 // What the user typed, shortened: a 5000-digit argument must not become a 5000-character error.
 std::string shown(std::string_view text) {
   constexpr std::size_t kMaxShown = 40;
-  if (text.size() <= kMaxShown) return quote(text);
-  return quote(text.substr(0, kMaxShown)) + "... (" + std::to_string(text.size()) + " characters)";
+  if (text.size() <= kMaxShown) return detail::quote(text);
+  return detail::quote(text.substr(0, kMaxShown)) + "... (" + std::to_string(text.size()) +
+         " characters)";
 }
 
 std::string count_range(CountBounds b) {

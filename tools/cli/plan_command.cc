@@ -14,11 +14,11 @@
 #include "clock.h"
 #include "core/alloc/slab_allocator.h"
 #include "core/arena/arena_internals.h"
+#include "core/arena/quote.h"
 #include "failures.h"
 #include "grow_trial.h"
 #include "memory_budget.h"
 #include "spill/core.h"
-#include "spill/quote.h"
 
 namespace spill::cli {
 namespace {
@@ -121,7 +121,7 @@ void try_grow(Plan& p) {
     return;
   }
   if (p.grow->stats.grows == 0) {
-    p.problems.push_back("an arena in " + quote(p.dir.path) + " cannot grow (" +
+    p.problems.push_back("an arena in " + detail::quote(p.dir.path) + " cannot grow (" +
                          p.grow->stats.grow_note +
                          "); a step that needs more than the capacity would keep its inputs in "
                          "memory: free space there or pass another --dir");
@@ -132,14 +132,14 @@ void assess(Plan& p) {
   const DirectoryInfo& d = p.dir;
   if (!d.usable) p.problems.push_back(in_cli_words(d.problem));  // its advice fits its errno
   if (d.usable && d.memory_backed) {
-    p.problems.push_back(quote(d.path) + " is on " + d.file_system_type +
+    p.problems.push_back(detail::quote(d.path) + " is on " + d.file_system_type +
                          ", which lives in RAM: spilling there saves no memory; pass a --dir on "
                          "a disk");
   }
   p.fits = d.usable && !d.memory_backed && d.free_bytes >= p.capacity;
   if (d.usable && d.free_bytes < p.capacity) {
     p.problems.push_back("the arena needs " + bytes_with_units(p.capacity) + " but " +
-                         quote(d.path) + " has " + bytes_with_units(d.free_bytes) +
+                         detail::quote(d.path) + " has " + bytes_with_units(d.free_bytes) +
                          " free; free space there or pass another --dir");
   }
   if (p.fits) try_preallocation(p);
@@ -172,7 +172,7 @@ void run_probe(Plan& p) {
     p.probe_skipped =
         "--probe-bytes " + std::to_string(p.request.probe_bytes) + " is below the probe's 1 MiB";
   } else if (probe_bytes == 0) {
-    p.probe_skipped = "less than 2 MiB free in " + quote(p.dir.path);
+    p.probe_skipped = "less than 2 MiB free in " + detail::quote(p.dir.path);
   }
   if (probe_bytes == 0) return;
   try {

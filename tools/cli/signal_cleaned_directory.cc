@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/arena/quote.h"
 #include "spill/error.h"
-#include "spill/quote.h"
 #include "spill/tensor_stash.h"
 
 namespace spill::cli {
@@ -108,7 +108,7 @@ SignalCleanedDirectory::SignalCleanedDirectory(const std::string& parent) {
   if (mkdtemp(name.data()) == nullptr) {
     const int e = errno;
     const std::string what =
-        "making per-file mode's directory " + quote(name) + " failed: " + std::strerror(e);
+        "making per-file mode's directory " + detail::quote(name) + " failed: " + std::strerror(e);
     if (e == ENOSPC || e == EDQUOT) {
       throw InsufficientSpaceError(parent, 0, 0,
                                    what +

@@ -21,13 +21,13 @@
 #include <vector>
 
 #include "clock.h"
+#include "core/arena/quote.h"
 #include "corpus.h"
 #include "failures.h"
 #include "memory_budget.h"
 #include "modes.h"
 #include "progress.h"
 #include "signal_cleaned_directory.h"
-#include "spill/quote.h"
 #include "spill/spill.h"
 #include "tiny_gpt.h"
 #include "train_summary.h"
@@ -70,15 +70,16 @@ std::string load_corpus(const std::string& path) {
   if (path.empty()) return std::string(embedded_corpus());
   OpenFile file(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (file.get() < 0) {
-    throw InvalidArgumentError("cannot read --corpus " + quote(path) + ": " + std::strerror(errno) +
-                               "; check the path");
+    throw InvalidArgumentError("cannot read --corpus " + detail::quote(path) + ": " +
+                               std::strerror(errno) + "; check the path");
   }
   struct stat s;
   if (fstat(file.get(), &s) != 0) {
-    throw InvalidArgumentError("cannot read --corpus " + quote(path) + ": " + std::strerror(errno));
+    throw InvalidArgumentError("cannot read --corpus " + detail::quote(path) + ": " +
+                               std::strerror(errno));
   }
   if (!S_ISREG(s.st_mode)) {
-    throw InvalidArgumentError("--corpus " + quote(path) + " is " + kind_of(s.st_mode) +
+    throw InvalidArgumentError("--corpus " + detail::quote(path) + " is " + kind_of(s.st_mode) +
                                ", not a regular file; pass a text file (a pipe or device may "
                                "never end)");
   }
@@ -88,7 +89,7 @@ std::string load_corpus(const std::string& path) {
     const ssize_t n = read(file.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      throw InvalidArgumentError("cannot read --corpus " + quote(path) + ": " +
+      throw InvalidArgumentError("cannot read --corpus " + detail::quote(path) + ": " +
                                  std::strerror(errno));
     }
     if (n == 0) break;
@@ -96,7 +97,7 @@ std::string load_corpus(const std::string& path) {
   }
   text.resize(done);
   if (text.size() > kMaxCorpusBytes) {
-    throw InvalidArgumentError("--corpus " + quote(path) + " is larger than " +
+    throw InvalidArgumentError("--corpus " + detail::quote(path) + " is larger than " +
                                bytes_with_units(kMaxCorpusBytes) +
                                "; pass a smaller text file (or an excerpt of it)");
   }

@@ -9,9 +9,11 @@
 #include <sstream>
 #include <type_traits>
 
+#include "core/arena/arena_fields.h"
 #include "memory_budget.h"
 #include "spill/tensor_stash.h"
 #include "spill/units.h"
+#include "torch_layer/stash_fields.h"
 
 namespace spill::cli {
 namespace {
@@ -20,7 +22,7 @@ namespace {
 template <class Stats>
 nlohmann::json stats_json(const Stats& a) {
   nlohmann::json j;
-  visit_fields(a, [&](const char* name, const auto& value) {
+  detail::visit_fields(a, [&](const char* name, const auto& value) {
     if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>) {
       j[name] = to_string(value);
     } else {

@@ -8,9 +8,9 @@
 #include <optional>
 #include <string>
 
+#include "core/arena/quote.h"
 #include "core/os/platform.h"
 #include "spill/error.h"
-#include "spill/quote.h"
 
 namespace spill::detail {
 

@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "core/arena/arena_core.h"
+#include "core/arena/quote.h"
 #include "core/os/platform.h"
 #include "spill/error.h"
-#include "spill/quote.h"
 #include "spill/units.h"
 
 namespace spill::detail {

@@ -1,8 +1,8 @@
-#include "spill/quote.h"
+#include "core/arena/quote.h"
 
 #include <cstdio>
 
-namespace spill {
+namespace spill::detail {
 namespace {
 
 // Note [Messages are one line]
@@ -87,4 +87,4 @@ std::string quote(std::string_view text) { return "'" + escaped(text, true) + "'
 
 std::string printable(std::string_view text) { return escaped(text, false); }
 
-}  // namespace spill
+}  // namespace spill::detail

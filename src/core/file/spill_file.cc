@@ -5,10 +5,10 @@
 #include <cstring>
 #include <utility>
 
+#include "core/arena/quote.h"
 #include "core/io/io_advice.h"
 #include "core/os/platform.h"
 #include "spill/error.h"
-#include "spill/quote.h"
 #include "spill/units.h"
 
 namespace spill::detail {

@@ -14,8 +14,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/arena/quote.h"
 #include "spill/error.h"
-#include "spill/quote.h"
 
 namespace spill::detail {
 

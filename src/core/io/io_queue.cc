@@ -9,7 +9,6 @@
 #include "core/io/io_advice.h"
 #include "core/os/platform.h"
 #include "spill/error.h"
-#include "spill/testing.h"
 
 namespace spill {
 
@@ -29,6 +28,8 @@ const char* to_string(IoOp op) { return name_in({"write", "read", "writeback", "
 const char* to_string(IoBackend backend) {
   return name_in({"automatic", "io_uring", "thread_pool"}, backend);
 }
+
+using detail::IoStatus;
 
 Pending::Pending(std::vector<std::shared_ptr<detail::Completion>> parts)
     : parts_(std::move(parts)) {}

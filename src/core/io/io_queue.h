@@ -17,6 +17,14 @@
 
 namespace spill::detail {
 
+// The outcome of one queued operation.
+struct IoStatus {
+  int error_number = 0;  // 0: done; else the errno of the failure
+  IoOp op = IoOp::write;
+  std::uint64_t offset = 0;  // byte offset in the spill file
+  std::uint64_t bytes = 0;
+};
+
 // One operation's completion, shared by the queue, the ticket and any Pending made from it.
 // In a fork() child, a completion of the parent's is never waited for (see Note [Arenas across
 // fork] in src/core/os/fork_guard.cc): Pending throws or skips it.
@@ -68,7 +76,7 @@ class IoQueue {
   // src/core/os/fork_guard.cc.
   const ProcessOwner& owner() const { return owner_; }
   // The test hook's verdict for an operation about to run (thread pool) or complete (io_uring):
-  // 0, or an errno to fail it with. See spill::testing::set_io_test_hook in <spill/testing.h>.
+  // 0, or an errno to fail it with. See spill::testing::set_io_test_hook below.
   int test_hook(IoOp op) const { return hook_ ? hook_(op) : 0; }
 
  private:
@@ -93,3 +101,22 @@ std::unique_ptr<IoQueue> make_thread_pool_queue(int threads);
 std::unique_ptr<IoQueue> make_io_uring_queue(unsigned entries, int* error_number);
 
 }  // namespace spill::detail
+
+// For tests: queued operations that run late or fail, without a failing disk.
+//
+//   spill::testing::set_io_test_hook([](spill::IoOp op) {
+//     return op == spill::IoOp::write ? ENOSPC : 0;  // every queued write fails whole
+//   });
+//   // ... arenas made now: their queues call the hook ...
+//   spill::testing::set_io_test_hook({});  // gone
+namespace spill::testing {
+
+// I/O queues created afterwards call `hook` on their worker thread for every read and write,
+// before it runs (thread pool) or before its completion is delivered (io_uring). The hook may
+// sleep (to shuffle timings) and returns 0, or an errno that fails the whole operation. An empty
+// function removes it. Process-wide, callable on any thread; the hook must not throw. See
+// Note [The I/O queue] in src/core/io/io_queue.cc. Platform calls have a hook of their own:
+// set_fault_hook in core/os/fault_injection.h.
+void set_io_test_hook(std::function<int(IoOp op)> hook);
+
+}  // namespace spill::testing

@@ -2,9 +2,9 @@
 
 #include <cstring>
 
+#include "core/arena/quote.h"
 #include "core/file/spill_file.h"
 #include "core/os/platform.h"
-#include "spill/quote.h"
 
 namespace spill {
 
@@ -24,7 +24,7 @@ DirectoryInfo inspect_directory(const std::string& directory) {
     return d;
   }
   if (statfs_error != 0) {
-    d.problem = "cannot statfs " + quote(directory) + ": " + std::strerror(statfs_error);
+    d.problem = "cannot statfs " + detail::quote(directory) + ": " + std::strerror(statfs_error);
     return d;
   }
   d.usable = true;

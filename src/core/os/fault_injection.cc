@@ -1,12 +1,13 @@
-// The fault hook at the platform seam: spill::testing::set_fault_hook (<spill/testing.h>)
+// The fault hook at the platform seam: spill::testing::set_fault_hook (fault_injection.h)
 // installs it, platform::fault_verdict (platform.h) asks it. Test-only; no system calls.
+#include "core/os/fault_injection.h"
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
 
 #include "core/os/mutex.h"
 #include "core/os/platform.h"
-#include "spill/testing.h"
 
 namespace spill {
 

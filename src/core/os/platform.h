@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <string>
 
-#include "spill/testing.h"
+#include "core/os/fault_injection.h"
 
 namespace spill::platform {
 
@@ -192,7 +192,7 @@ int memory_cgroup(CgroupMemory* out);
 void set_malloc_thresholds(std::uint64_t bytes);
 
 // ---------------------------------------------------------------------------------------------
-// Test-only: fault injection (spill::testing::set_fault_hook in <spill/testing.h> installs the
+// Test-only: fault injection (spill::testing::set_fault_hook in fault_injection.h installs the
 // hook; see Note [Fault injection at the seam] in src/core/os/fault_injection.cc)
 // ---------------------------------------------------------------------------------------------
 

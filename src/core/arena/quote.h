@@ -1,15 +1,17 @@
 // What the user gave, as a message shows it: one line, quoted, bytes that are not text escaped.
+// Internal (not installed): the core, the LibTorch layer, the CLI and the Python bindings build
+// their messages with it.
 //
-//   #include <spill/error.h>
-//   throw spill::PathError(dir, ENOENT, "spill: spill directory " + spill::quote(dir) +
+//   #include "core/arena/quote.h"
+//   throw spill::PathError(dir, ENOENT, "spill: spill directory " + spill::detail::quote(dir) +
 //                                           " does not exist");
-//   // spill::quote("/tmp/a\nb") == "'/tmp/a\\nb'"
+//   // spill::detail::quote("/tmp/a\nb") == "'/tmp/a\\nb'"
 #pragma once
 
 #include <string>
 #include <string_view>
 
-namespace spill {
+namespace spill::detail {
 
 // `text` between single quotes. Valid UTF-8 stays as it is (a non-ASCII path stays readable);
 // \n, \r, \t, \\ and \' get C escapes, other control characters, DEL and bytes that are not
@@ -21,4 +23,4 @@ std::string quote(std::string_view text);
 // that may hold what the user typed (a command-line parser's).
 std::string printable(std::string_view text);
 
-}  // namespace spill
+}  // namespace spill::detail

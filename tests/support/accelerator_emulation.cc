@@ -1,0 +1,133 @@
+// The emulated accelerator: a copy engine for CPU tensors, installed in the library's copy seam.
+// See Note [Accelerator copies] in src/torch_layer/device_copy.cc.
+#include "accelerator_emulation.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "core/os/mutex.h"
+#include "torch_layer/device_copy.h"
+#include "torch_layer/serial_worker.h"
+
+namespace spill::testing {
+namespace {
+
+using detail::Copy;
+using detail::CopyPtr;
+using detail::Mutex;
+using detail::MutexLock;
+
+torch::Tensor bytes_of(const torch::Tensor& t, std::uint64_t offset, std::uint64_t bytes) {
+  return t.reshape({-1})
+      .view(torch::kUInt8)
+      .narrow(0, static_cast<std::int64_t>(offset), static_cast<std::int64_t>(bytes));
+}
+
+class EmulatedCopy final : public Copy {
+ public:
+  EmulatedCopy(torch::Tensor from, torch::Tensor to) : from_(std::move(from)), to_(std::move(to)) {}
+  void run() {
+    if (to_.defined()) {
+      std::memcpy(to_.data_ptr(), from_.data_ptr(), static_cast<std::size_t>(to_.nbytes()));
+    }
+    MutexLock lock(mutex_);
+    from_ = torch::Tensor();
+    to_ = torch::Tensor();
+    done_ = true;
+    finished_.notify_all();
+  }
+  bool done() const override {
+    MutexLock lock(mutex_);
+    return done_;
+  }
+  void synchronize() const override {
+    MutexLock lock(mutex_);
+    finished_.wait(lock, [this]() REQUIRES(mutex_) { return done_; });
+  }
+  void order_current_stream() override { synchronize(); }
+
+ private:
+  mutable Mutex mutex_;
+  mutable std::condition_variable finished_;
+  // Read by run() before it takes the mutex: set at construction, before the copy is queued.
+  torch::Tensor from_;
+  torch::Tensor to_;
+  bool done_ GUARDED_BY(mutex_) = false;
+};
+
+class EmulatedEngine final : public detail::CopyEngine {
+ public:
+  explicit EmulatedEngine(const AcceleratorEmulation& e)
+      : min_delay_us_(std::min(e.min_delay_us, e.max_delay_us)),
+        max_delay_us_(e.max_delay_us),
+        random_(e.seed),
+        allocations_to_fail_(e.device_allocations_to_fail) {}
+
+  torch::Tensor empty(at::IntArrayRef sizes, const torch::TensorOptions& options) override {
+    std::uint32_t left = allocations_to_fail_.load();
+    while (left > 0 && !allocations_to_fail_.compare_exchange_weak(left, left - 1)) {
+    }
+    TORCH_CHECK_WITH(OutOfMemoryError, left == 0,
+                     "emulated device out of memory (spill::testing::AcceleratorEmulation)");
+    return torch::empty(sizes, options);
+  }
+
+  CopyPtr to_host(const torch::Tensor& source, std::uint64_t offset, std::uint64_t bytes,
+                  const torch::Tensor& host) override {
+    return queue(bytes_of(source, offset, bytes), host);
+  }
+  CopyPtr to_device(const torch::Tensor& host, const torch::Tensor& dest,
+                    std::uint64_t offset) override {
+    return queue(host, bytes_of(dest, offset, static_cast<std::uint64_t>(host.numel())));
+  }
+  CopyPtr marker(const torch::Device&) override {  // CPU work is done when it returns
+    auto done = std::make_shared<EmulatedCopy>(torch::Tensor(), torch::Tensor());
+    done->run();
+    return done;
+  }
+
+ private:
+  CopyPtr queue(torch::Tensor from, torch::Tensor to) {
+    auto copy = std::make_shared<EmulatedCopy>(std::move(from), std::move(to));
+    std::uint32_t delay_us = 0;
+    {
+      MutexLock lock(mutex_);
+      delay_us = min_delay_us_ + random_() % (max_delay_us_ - min_delay_us_ + 1);
+    }
+    worker_.post([copy, delay_us] {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      copy->run();
+    });
+    return copy;
+  }
+
+  const std::uint32_t min_delay_us_;
+  const std::uint32_t max_delay_us_;
+  Mutex mutex_;
+  std::mt19937 random_ GUARDED_BY(mutex_);
+  std::atomic<std::uint32_t> allocations_to_fail_;
+  detail::SerialWorker worker_;  // last: runs the copies already queued, then joins
+};
+
+detail::EmulatedHostMemory host_memory_of(const AcceleratorEmulation& e) {
+  if (!e.enabled) return detail::EmulatedHostMemory::off;
+  if (e.host_pool_refused) return detail::EmulatedHostMemory::refused;
+  return e.pinning_refused ? detail::EmulatedHostMemory::pinning_refused
+                           : detail::EmulatedHostMemory::pinned;
+}
+
+}  // namespace
+
+void set_accelerator_emulation(const AcceleratorEmulation& emulation) {
+  detail::set_copy_engine_override(
+      emulation.enabled ? std::make_shared<EmulatedEngine>(emulation) : nullptr,
+      host_memory_of(emulation));
+}
+
+}  // namespace spill::testing
