@@ -1,6 +1,6 @@
 #include "modes.h"
 
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 
 namespace spill::harness {
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/arena/arena_internals.h"
 #include "core/io/io_queue.h"
 #include "spill/core.h"
 #include "test_support.h"
@@ -143,4 +144,21 @@ TEST_CASE("one call: a failed write is thrown by take_into, and the region stays
   CHECK_THROWS_AS(r.take_into(dst.data(), dst.size()), spill::IoError);
   CHECK(r.valid());
   CHECK(arena.stats().live_regions == 1);
+}
+
+// Note [A RAM restore is a view]: the RAM arena's bytes where they are, checked first.
+TEST_CASE("one call: a RAM region's bytes in place are checked, and refused for a disk arena") {
+  ScratchDir dir;
+  const auto src = pattern(spill::MiB, 4);
+  spill::SpillArena ram(way(dir.path(), "ram"));
+  spill::Region r = ram.spill_from(src.data(), src.size());
+  const auto* in_place =
+      static_cast<const unsigned char*>(spill::detail::host_bytes(r, src.size()));
+  CHECK(std::vector<unsigned char>(in_place, in_place + src.size()) == src);
+  const_cast<unsigned char*>(in_place)[100] ^= 1;  // changed behind the arena's back
+  CHECK_THROWS_AS(spill::detail::host_bytes(r, src.size()), spill::IntegrityError);
+  CHECK_THROWS_AS(spill::detail::host_bytes(r, r.size() + 1), spill::InvalidArgumentError);
+  spill::SpillArena disk(way(dir.path(), "buffered"));
+  spill::Region d = disk.spill_from(src.data(), src.size());
+  CHECK_THROWS_AS(spill::detail::host_bytes(d, src.size()), spill::InvalidArgumentError);
 }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "binding.h"
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 
 namespace spillarena_python {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "binding.h"
 #include "core/arena/arena_fields.h"
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 #include "spill/error.h"
 #include "torch_layer/stash_fields.h"
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/arena/arena_internals.h"
 #include "stash_path.h"
 #include "storable.h"
 
@@ -22,7 +23,8 @@ namespace {
 // take_into faults, if at all, in spillarena's own guarded copy: a spill::IoError (Note [SIGBUS
 // on the mapping] in src/core/os/platform_posix.cc). Direct mode reads into an aligned host
 // buffer (the read skips the staging pool), queued ahead by prefetch; buffered mode reads ahead
-// in the page cache and copies at restore.
+// in the page cache and copies at restore. A RAM arena has no file to shrink: its restore is a
+// view of the region (Note [A RAM restore is a view] in src/core/arena/arena_internals.cc).
 
 class CpuPath final : public SpillPath {
  public:
@@ -38,6 +40,7 @@ class CpuPath final : public SpillPath {
   // A direct arena reads into an aligned host buffer, a buffered one through the mapping.
   bool reads_into_buffer() const { return context_.arena.io_mode() == IoMode::direct; }
   torch::Tensor destination(const Entry& e) const;
+  torch::Tensor view(Entry& e) REQUIRES(e.mutex);
 
   StashContext& context_;
   Progress& progress_;
@@ -137,10 +140,20 @@ torch::Tensor CpuPath::restore(Entry& e, bool& ready) {
     advance(e, State::restored);
     return torch::empty(e.sizes, e.options);
   }
+  if (context_.arena.backing() == Backing::ram) return view(e);
   torch::Tensor out = e.host.defined() ? std::exchange(e.host, torch::Tensor()) : destination(e);
   ready = e.region.take_into(out.data_ptr(), e.bytes);  // one call; the region is freed
   advance(e, State::restored);
   return out;
+}
+
+// The region is freed when the last reference to the tensor dies (normally at the end of this
+// layer's backward).
+torch::Tensor CpuPath::view(Entry& e) {
+  auto region = std::make_shared<Region>(std::move(e.region));
+  void* memory = const_cast<void*>(host_bytes(*region, e.bytes));
+  advance(e, State::restored);
+  return torch::from_blob(memory, e.sizes, [region](void*) mutable { region.reset(); }, e.options);
 }
 
 }  // namespace

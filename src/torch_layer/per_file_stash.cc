@@ -10,8 +10,8 @@
 #include <random>
 #include <utility>
 
-#include "core/arena/quote.h"
 #include "core/os/platform.h"
+#include "core/text/quote.h"
 #include "spill/tensor_stash.h"
 #include "spill/units.h"
 #include "storable.h"

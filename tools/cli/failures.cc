@@ -10,13 +10,13 @@
 #include <system_error>
 #include <utility>
 
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 
 namespace spill::cli {
 namespace {
 
 // A library's message may go on with a backtrace after its first line (LibTorch's do); what the
-// user typed is already escaped (Note [Messages are one line] in src/core/arena/quote.cc).
+// user typed is already escaped (Note [Messages are one line] in src/core/text/quote.cc).
 std::string first_line(const std::string& text) {
   return detail::printable(text.substr(0, text.find('\n')));
 }
@@ -85,7 +85,7 @@ std::string system_failure(const std::system_error& e) {
 }  // namespace
 
 // EFBIG's advice is the library's (Note [EFBIG is a size limit, not a disk] in
-// src/core/io/io_advice.h), in the CLI's words like every other message.
+// src/core/file/io_advice.h), in the CLI's words like every other message.
 std::string explain(const spill::Error& error) { return in_cli_words(error.what()); }
 
 int report_usage_error(const std::string& problem) {

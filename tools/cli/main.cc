@@ -16,7 +16,7 @@
 #include <csignal>
 #include <iostream>
 
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 #include "failures.h"
 #include "modes.h"
 #include "open_files.h"
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
   // ~~~~~~~~~~~~~~~~~~~~~~~
   // Over a file size limit (ulimit -f) the kernel would kill the process; with the signal ignored,
   // fallocate and write fail with EFBIG, which becomes a typed error
-  // (see Note [EFBIG is a size limit, not a disk] in src/core/io/io_advice.h).
+  // (see Note [EFBIG is a size limit, not a disk] in src/core/file/io_advice.h).
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"spillarena: gradient checkpointing that spills layer inputs to one file on disk"};
   app.require_subcommand(1);

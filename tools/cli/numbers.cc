@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 #include "spill/units.h"
 
 namespace spill::cli {

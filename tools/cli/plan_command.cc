@@ -14,7 +14,7 @@
 #include "clock.h"
 #include "core/alloc/slab_allocator.h"
 #include "core/arena/arena_internals.h"
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 #include "failures.h"
 #include "grow_trial.h"
 #include "memory_budget.h"

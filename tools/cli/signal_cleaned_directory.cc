@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 #include "spill/error.h"
 #include "spill/tensor_stash.h"
 

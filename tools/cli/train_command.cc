@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "clock.h"
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 #include "corpus.h"
 #include "failures.h"
 #include "memory_budget.h"

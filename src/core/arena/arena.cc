@@ -4,11 +4,11 @@
 #include <cstdlib>
 
 #include "core/arena/arena_core.h"
-#include "core/arena/enum_names.h"
-#include "core/file/host_memory.h"
 #include "core/file/spill_file.h"
+#include "core/file/storage.h"
 #include "core/io/gds.h"
 #include "core/os/platform.h"
+#include "core/text/enum_names.h"
 #include "spill/process_memory.h"
 #include "spill/units.h"
 

@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "core/arena/quote.h"
 #include "core/os/platform.h"
+#include "core/text/quote.h"
 #include "spill/error.h"
 
 namespace spill::detail {
@@ -309,6 +309,23 @@ Pending ArenaCore::read_async(std::uint64_t start, std::uint64_t at, void* dst,
 void ArenaCore::read_ahead(std::uint64_t offset, std::uint64_t bytes) const {
   owner_.check("a read-ahead of a region");
   storage_->read_ahead(offset, bytes);
+}
+
+const void* ArenaCore::host_bytes(std::uint64_t start, std::uint64_t bytes) {
+  owner_.check("a view of a region");
+  if (storage_->fd() >= 0) {
+    throw InvalidArgumentError(
+        "spill: a view of a region is for RAM arenas only (Backing::ram); read a disk arena's "
+        "region with Region::read or take_into");
+  }
+  const char* memory = storage_->base() + start;
+  if (ledger_) {
+    if (std::exception_ptr e = ledger_->check(start, Span{0, bytes}, memory)) {
+      std::rethrow_exception(e);
+    }
+  }
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+  return memory;
 }
 
 void ArenaCore::start_writeback(std::uint64_t offset, std::uint64_t bytes) const {

@@ -53,6 +53,9 @@ class ArenaCore {
   Pending write_async(std::uint64_t start, std::uint64_t at, const void* src, std::uint64_t bytes);
   Pending read_async(std::uint64_t start, std::uint64_t at, void* dst, std::uint64_t bytes);
   void read_ahead(std::uint64_t offset, std::uint64_t bytes) const;
+  // Host memory only (the RAM arena): the region's bytes where they are, checked against the
+  // write's hashes. See Note [A RAM restore is a view] in src/core/arena/arena_internals.cc.
+  const void* host_bytes(std::uint64_t start, std::uint64_t bytes);
   void start_writeback(std::uint64_t offset, std::uint64_t bytes) const;
   void drop_cached_pages(std::uint64_t offset, std::uint64_t bytes) const;
 

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "core/arena/arena_core.h"
-#include "core/arena/quote.h"
 #include "core/os/platform.h"
+#include "core/text/quote.h"
 #include "spill/error.h"
 #include "spill/units.h"
 

@@ -34,6 +34,11 @@ struct ArenaAccess {
   }
 };
 
+// A RAM arena's region (Backing::ram): its first `bytes` where they are, checked against the
+// write's hashes (IntegrityError), counted in bytes_read; InvalidArgumentError for a disk
+// arena. See Note [A RAM restore is a view] in arena_internals.cc.
+const void* host_bytes(const Region& region, std::uint64_t bytes);
+
 // io = gds (options().io == IoMode::gds): device memory to and from the region through cuFile,
 // synchronously; `bytes` and `offset_in_region` multiples of 4 KiB. Not hashed (the host never
 // sees the bytes). See Note [GPUDirect Storage] in src/core/io/gds.cc.

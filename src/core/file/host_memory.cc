@@ -1,4 +1,4 @@
-#include "core/file/host_memory.h"
+#include "core/file/storage.h"
 
 #include <cstring>
 

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <utility>
 
-#include "core/arena/quote.h"
-#include "core/io/io_advice.h"
+#include "core/file/io_advice.h"
 #include "core/os/platform.h"
+#include "core/text/quote.h"
 #include "spill/error.h"
 #include "spill/units.h"
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 
 namespace spill::detail {
@@ -61,5 +62,10 @@ class Storage {
   virtual int direct_fd() const { return -1; }
   virtual std::uint64_t direct_alignment() const { return 0; }
 };
+
+// HostMemory (host_memory.cc): anonymous, private memory as arena storage (the RAM arena). Pages
+// are touched only when written, so capacity costs address space, not RAM, until used. Throws
+// spill::InsufficientSpaceError when capacity exceeds physical memory.
+std::unique_ptr<Storage> make_host_memory(std::uint64_t capacity_bytes);
 
 }  // namespace spill::detail

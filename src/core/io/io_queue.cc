@@ -5,9 +5,9 @@
 #include <cstring>
 #include <string>
 
-#include "core/arena/enum_names.h"
-#include "core/io/io_advice.h"
+#include "core/file/io_advice.h"
 #include "core/os/platform.h"
+#include "core/text/enum_names.h"
 #include "spill/error.h"
 
 namespace spill {
@@ -103,7 +103,7 @@ IoStatus Completion::wait() const {
   return status_;
 }
 
-// See Note [EFBIG is a size limit, not a disk] in src/core/io/io_advice.h.
+// See Note [EFBIG is a size limit, not a disk] in src/core/file/io_advice.h.
 void throw_io_error(const IoStatus& s) {
   throw transfer_error(std::string("queued ") + to_string(s.op), s.op, s.error_number, s.bytes,
                        s.offset);

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 #include "spill/error.h"
 
 namespace spill::detail {

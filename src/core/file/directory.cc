@@ -2,9 +2,9 @@
 
 #include <cstring>
 
-#include "core/arena/quote.h"
 #include "core/file/spill_file.h"
 #include "core/os/platform.h"
+#include "core/text/quote.h"
 
 namespace spill {
 

@@ -1,4 +1,4 @@
-#include "core/arena/quote.h"
+#include "core/text/quote.h"
 
 #include <cstdio>
 

@@ -2,7 +2,7 @@
 // Internal (not installed): the core, the LibTorch layer, the CLI and the Python bindings build
 // their messages with it.
 //
-//   #include "core/arena/quote.h"
+//   #include "core/text/quote.h"
 //   throw spill::PathError(dir, ENOENT, "spill: spill directory " + spill::detail::quote(dir) +
 //                                           " does not exist");
 //   // spill::detail::quote("/tmp/a\nb") == "'/tmp/a\\nb'"
