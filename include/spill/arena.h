@@ -10,6 +10,8 @@
 //   spill::Pending p = r.write_async(src, 64ull << 20);  // queued; src lives until p completes
 //   p.wait();                                       // throws spill::IoError on failure
 //   r.read(dst, 64ull << 20);                       // checked against the write's hash
+//   spill::Region t = arena.spill_from(src, 4096);  // allocate + queue the write, one call
+//   if (t) t.take_into(dst, 4096);                  // wait, read, verify, free: one call back
 //   spill::ArenaStats s = arena.stats();            // s.bytes_in_use, s.io_backend, ...
 //
 // Thread-safe: regions may be allocated, written, read and freed from any thread. Regions keep
