@@ -144,6 +144,14 @@ void Progress::post(std::function<void()> job) {
   job();
 }
 
+void Progress::when_copied(const EntryPtr& e, std::function<void(const EntryPtr&)> next) {
+  if (asynchronous_) {
+    return post([this, e, next = std::move(next)] { after_copy(e, next); });
+  }
+  e->piece.copy->synchronize();
+  next(e);
+}
+
 void Progress::after_copy(const EntryPtr& e, const std::function<void(const EntryPtr&)>& next) {
   CopyPtr copy;
   {

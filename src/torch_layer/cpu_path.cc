@@ -28,7 +28,7 @@ namespace {
 
 class CpuPath final : public SpillPath {
  public:
-  CpuPath(StashContext& context, Progress& progress) : context_(context), progress_(progress) {}
+  using SpillPath::SpillPath;
 
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry& e) override REQUIRES(e.mutex);
@@ -42,8 +42,6 @@ class CpuPath final : public SpillPath {
   torch::Tensor destination(const Entry& e) const;
   torch::Tensor view(Entry& e) REQUIRES(e.mutex);
 
-  StashContext& context_;
-  Progress& progress_;
   Mutex mutex_;
   std::condition_variable room_;  // bytes in flight went down
 };

@@ -15,7 +15,7 @@ namespace {
 
 class DevicePath final : public SpillPath {
  public:
-  DevicePath(StashContext& context, Progress& progress) : context_(context), progress_(progress) {}
+  using SpillPath::SpillPath;
 
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry& e) override REQUIRES(e.mutex);
@@ -33,9 +33,6 @@ class DevicePath final : public SpillPath {
   void start_upload(Entry& e) REQUIRES(e.mutex);
   torch::Tensor finish_restore(Entry& e) REQUIRES(e.mutex);
   torch::Tensor restore_in_pieces(Entry& e, HostPool& pool) REQUIRES(e.mutex);
-
-  StashContext& context_;
-  Progress& progress_;
 };
 
 HostPool& DevicePath::pool_for(const Entry& e) {
@@ -78,15 +75,9 @@ void DevicePath::spill(const EntryPtr& e) {
   e->piece.lease = std::move(*lease);
   e->piece.copy = e->engine->to_host(e->input, 0, e->bytes, e->piece.lease.host());
   advance(*e, State::copying);
-  if (progress_.asynchronous()) {
-    return progress_.post([this, e] {
-      progress_.after_copy(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
-        finish_copy(x);  // under x->mutex (after_copy)
-      });
-    });
-  }
-  e->piece.copy->synchronize();
-  finish_copy(e);
+  progress_.when_copied(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
+    finish_copy(x);  // under x->mutex (when_copied)
+  });
 }
 
 // An input larger than the pool goes through it piece by piece, synchronously: each piece is

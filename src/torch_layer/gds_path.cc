@@ -56,7 +56,7 @@ torch::Tensor aligned_part(const torch::Tensor& allocation, std::uint64_t bytes)
 
 class GdsPath final : public SpillPath {
  public:
-  GdsPath(StashContext& context, Progress& progress) : context_(context), progress_(progress) {}
+  using SpillPath::SpillPath;
 
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry&) override {}  // restores read synchronously, through the buffer
@@ -67,9 +67,6 @@ class GdsPath final : public SpillPath {
   void write(const EntryPtr& e) REQUIRES(e->mutex);
   void write_through_staging(Entry& e) REQUIRES(e.mutex);
   void release_input(Entry& e) REQUIRES(e.mutex);
-
-  StashContext& context_;
-  Progress& progress_;
 };
 
 // Made once per arena, on the training thread at its first io = gds spill, on that input's
@@ -100,15 +97,9 @@ void GdsPath::spill(const EntryPtr& e) {
   staging_for(*e);  // made, and cuFile's bounce buffers capped, at the arena's first gds spill
   e->piece.copy = e->engine->marker(e->input.device());
   advance(*e, State::copying);
-  if (progress_.asynchronous()) {
-    return progress_.post([this, e] {
-      progress_.after_copy(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
-        write(x);  // under x->mutex (after_copy)
-      });
-    });
-  }
-  e->piece.copy->synchronize();
-  write(e);
+  progress_.when_copied(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
+    write(x);  // under x->mutex (when_copied)
+  });
 }
 
 // A failure with the input still here keeps it (kept: backward gets it back); after the input

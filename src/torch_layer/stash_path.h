@@ -77,10 +77,10 @@ class Progress {
   bool asynchronous() const { return asynchronous_; }
   // On the progress thread, or at once when the stash is synchronous.
   void post(std::function<void()> job);
-  // On the progress thread: waits for e's copy (or stream marker) without holding its mutex,
-  // then runs `next` under it; a failure is kept for the training thread.
-  void after_copy(const EntryPtr& e, const std::function<void(const EntryPtr&)>& next)
-      EXCLUDES(e->mutex);
+  // Runs `next(e)` under e's mutex once e's copy (or stream marker) completed: on the progress
+  // thread, which waits without holding the mutex and keeps a failure for the training thread;
+  // or at once, after the wait, when the stash is synchronous.
+  void when_copied(const EntryPtr& e, std::function<void(const EntryPtr&)> next) REQUIRES(e->mutex);
   void record_failure(std::exception_ptr failure) EXCLUDES(mutex_);
   bool failed() const EXCLUDES(mutex_);
   void rethrow_failure() EXCLUDES(mutex_);  // once
@@ -88,6 +88,9 @@ class Progress {
   [[noreturn]] void throw_abandoned_wait();
 
  private:
+  void after_copy(const EntryPtr& e, const std::function<void(const EntryPtr&)>& next)
+      EXCLUDES(e->mutex);
+
   const bool asynchronous_;
   mutable Mutex mutex_;
   std::exception_ptr failure_ GUARDED_BY(mutex_);
@@ -114,6 +117,7 @@ struct StashContext {
 // One way of moving a stashed tensor's bytes. Each call holds the entry's mutex.
 class SpillPath {
  public:
+  SpillPath(StashContext& context, Progress& progress) : context_(context), progress_(progress) {}
   virtual ~SpillPath() = default;
   // held -> writing, copying or kept: the bytes start towards the region.
   virtual void spill(const EntryPtr& e) REQUIRES(e->mutex) = 0;
@@ -122,6 +126,10 @@ class SpillPath {
   // restore() of an entry in writing, spilled, reading or uploading: waits for the bytes and
   // gives back the tensor; -> restored. `ready`: whether the bytes were in memory already.
   virtual torch::Tensor restore(Entry& e, bool& ready) REQUIRES(e.mutex) = 0;
+
+ protected:
+  StashContext& context_;
+  Progress& progress_;
 };
 
 std::unique_ptr<SpillPath> make_cpu_path(StashContext& context, Progress& progress);
