@@ -30,6 +30,8 @@ class CpuPath final : public SpillPath {
  public:
   using SpillPath::SpillPath;
 
+  // spill: the input itself is written (spill_from); prefetch: read ahead: the page cache, or
+  // direct reads into a host buffer; restore: take_into a new tensor (a RAM arena: a view).
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry& e) override REQUIRES(e.mutex);
   torch::Tensor restore(Entry& e, bool& ready) override REQUIRES(e.mutex);

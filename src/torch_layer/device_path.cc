@@ -17,6 +17,8 @@ class DevicePath final : public SpillPath {
  public:
   using SpillPath::SpillPath;
 
+  // spill: copied into a pool block, which is written; prefetch: a read into a free pool block,
+  // then the upload; restore: the read into the pool, then the upload; large inputs in pieces.
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry& e) override REQUIRES(e.mutex);
   torch::Tensor restore(Entry& e, bool& ready) override REQUIRES(e.mutex);

@@ -58,8 +58,10 @@ class GdsPath final : public SpillPath {
  public:
   using SpillPath::SpillPath;
 
+  // spill: through the staging buffer and cuFile; prefetch: nothing (restores read synchronously);
+  // restore: cuFile into the staging buffer, copied piece by piece.
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
-  void prefetch(Entry&) override {}  // restores read synchronously, through the buffer
+  void prefetch(Entry&) override {}
   torch::Tensor restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
 
  private:
