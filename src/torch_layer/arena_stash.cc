@@ -18,7 +18,6 @@
 
 namespace spill {
 namespace detail {
-namespace {
 
 // Note [Overlapped spilling]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -53,14 +52,6 @@ namespace {
 // and returns the pool block; for each CPU write it waits and drops the input. It never waits
 // for the training thread, so a store() waiting for room always gets it. A failure in the thread
 // is kept and rethrown on the training thread at the next store() or restore().
-
-std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
-          .count());
-}
-
-}  // namespace
 
 std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena) {
   return std::static_pointer_cast<ArenaShared>(

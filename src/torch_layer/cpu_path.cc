@@ -48,12 +48,6 @@ class CpuPath final : public SpillPath {
   std::condition_variable room_;  // bytes in flight went down
 };
 
-std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
-          .count());
-}
-
 // One call into the arena: the region is allocated and the input's write queued.
 void CpuPath::spill(const EntryPtr& e) {
   wait_for_room(e->bytes);

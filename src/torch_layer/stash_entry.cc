@@ -102,6 +102,12 @@ void advance(Entry& e, State to) {
   e.state = to;
 }
 
+std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
+          .count());
+}
+
 void StashCounters::add_device_bytes(std::uint64_t bytes) {
   raise_peak(peak_device_bytes_held, device_bytes_held.fetch_add(bytes) + bytes);
 }

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -65,6 +66,9 @@ struct StashCounters {
   void add_in_flight(std::uint64_t bytes);
   void sub_in_flight(std::uint64_t bytes) { host_bytes_in_flight.fetch_sub(bytes); }
 };
+
+// Nanoseconds since `since`: the counters' waits.
+std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since);
 
 // One piece of an accelerator input's movement through the pool: normally the whole input.
 struct Piece {
