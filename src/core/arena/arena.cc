@@ -36,7 +36,7 @@ void check_capacity(std::uint64_t capacity) {
 // NaN fails both comparisons, so it is refused too.
 void check_growth_margin(double margin) {
   if (margin >= kMinGrowthMargin && margin <= kMaxGrowthMargin) return;
-  throw InvalidArgumentError("spill: ArenaOptions::growth_margin = " + std::to_string(margin) +
+  throw InvalidArgumentError("spill: ArenaOptions::growth_margin = " + format_real(margin) +
                              " is out of range; use 1 (grow to exactly what a step needed) to 16 "
                              "(default 1.25)");
 }

@@ -1,6 +1,7 @@
 #include "spill/units.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace spill {
 
@@ -16,6 +17,17 @@ std::string human_bytes(std::uint64_t bytes) {
   }
   char text[32];
   std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
+  return text;
+}
+
+// The fewest significant digits that read back exactly (17 always do), so 1.0000001 is not
+// printed as "1" and 1e308 is not printed as 309 digits.
+std::string format_real(double value) {
+  char text[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) break;
+  }
   return text;
 }
 
