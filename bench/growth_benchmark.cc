@@ -12,8 +12,15 @@
 //                  [Paired steps] in training_step_benchmark.cc). Counters: ratio (median of
 //                  grown / sized per iteration; goal <= 1.02), control_ratio (the second sized
 //                  arena / the first: the noise floor, Note [A control pair for the grown
-//                  arena]), grown_step_ms, sized_step_ms, control_step_ms, capacity_bytes.
-// Both in the default spill directory ($SPILL_DIR, else $TMPDIR or /tmp), buffered I/O.
+//                  arena]), grown_step_ms, sized_step_ms, control_step_ms, capacity_bytes,
+//                  grown_/sized_staging_bytes and grown_/sized_staging_waits_per_step.
+//   BM_Growth/grown_vs_sized_direct/<step MiB>  the same in direct mode, from an arena of three
+//                  pages: its staging pool must grow with it (goal: ratio <= 1.05, as many
+//                  staging waits per step as the sized arena).
+//   BM_Growth/kept_graph/<steps>  file size / peak live bytes after that many steps with one
+//                  graph kept alive (goal: file_over_peak <= growth_margin).
+// All in the default spill directory ($SPILL_DIR, else $TMPDIR or /tmp), buffered I/O unless
+// named direct.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -31,22 +38,23 @@ namespace {
 
 constexpr std::uint64_t kMiB = 1ull << 20;
 
-spill::SpillArena disk_arena(std::uint64_t capacity_bytes) {
+spill::SpillArena disk_arena(std::uint64_t capacity_bytes,
+                             spill::IoMode io = spill::IoMode::buffered) {
   spill::ArenaOptions o;
   o.directory = spill_dir();
   o.capacity_bytes = capacity_bytes;
-  o.io = spill::IoMode::buffered;
+  o.io = io;
   return spill::SpillArena(o);
 }
 
 // Asks `arena` for `total_bytes` in regions of at most `region_bytes`, all live at once: what
-// fits is held, the rest overflows. Returns when every region is freed again, so the next
-// allocation grows the arena to what this asked for times its growth_margin.
+// fits is held, the rest overflows and is held in memory (its empty Region kept, as the stash
+// keeps it). Returns when every region is freed again, so the next allocation grows the arena
+// to what this asked for times its growth_margin.
 void overflow(spill::SpillArena& arena, std::uint64_t total_bytes, std::uint64_t region_bytes) {
   std::vector<spill::Region> held;
   for (std::uint64_t done = 0; done < total_bytes; done += region_bytes) {
-    spill::Region r = arena.try_allocate(std::min(region_bytes, total_bytes - done));
-    if (r) held.push_back(std::move(r));
+    held.push_back(arena.try_allocate(std::min(region_bytes, total_bytes - done)));
   }
 }
 
@@ -134,11 +142,11 @@ class Step {
 // 2 % a grown arena may cost. So a second arena sized right from the start steps in the same
 // rotation, and control_ratio (that arena / the first) says how far apart two arenas that cannot
 // differ come out: ratio means something only next to it.
-void grown_vs_sized(benchmark::State& state, std::uint64_t start_bytes,
-                    std::uint64_t region_bytes) {
+void grown_vs_sized(benchmark::State& state, std::uint64_t start_bytes, std::uint64_t region_bytes,
+                    spill::IoMode io) {
   const std::uint64_t step_bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
   Step step(step_bytes, region_bytes);
-  spill::SpillArena grown = disk_arena(start_bytes);
+  spill::SpillArena grown = disk_arena(start_bytes, io);
   overflow(grown, step_bytes, region_bytes);
   try {
     step.run(grown);  // the grow step: not counted
@@ -147,8 +155,8 @@ void grown_vs_sized(benchmark::State& state, std::uint64_t start_bytes,
   }
   const spill::ArenaStats g = grown.stats();
   if (g.grows != 1) return state.SkipWithError(("no grow: " + g.grow_note).c_str());
-  spill::SpillArena sized = disk_arena(g.capacity_bytes);
-  spill::SpillArena control = disk_arena(g.capacity_bytes);
+  spill::SpillArena sized = disk_arena(g.capacity_bytes, io);
+  spill::SpillArena control = disk_arena(g.capacity_bytes, io);
   // Their first writes into preallocated blocks, as the grow step was for the grown arena.
   step.run(sized);
   step.run(control);
@@ -173,6 +181,63 @@ void grown_vs_sized(benchmark::State& state, std::uint64_t start_bytes,
   state.counters["sized_step_ms"] = mean(seconds[1]) * 1e3;
   state.counters["control_step_ms"] = mean(seconds[2]) * 1e3;
   state.counters["capacity_bytes"] = static_cast<double>(g.capacity_bytes);
+  const double steps = static_cast<double>(std::max<std::size_t>(1, ratio.size()));
+  state.counters["grown_staging_bytes"] = static_cast<double>(grown.stats().staging_bytes);
+  state.counters["sized_staging_bytes"] = static_cast<double>(sized.stats().staging_bytes);
+  // Writes that found every slot busy, per step (direct mode; 0 in buffered mode). The grow step
+  // and the sized arenas' first steps are outside the loop, but in the totals: subtracted.
+  const double grown_waits = static_cast<double>(grown.stats().staging_waits - g.staging_waits);
+  state.counters["grown_staging_waits_per_step"] = grown_waits / steps;
+  state.counters["sized_staging_waits_per_step"] =
+      static_cast<double>(sized.stats().staging_waits) / (steps + 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// Issue 37's second reproduction, as a figure: a graph kept alive for the whole run (a traceback
+// in a notebook) holds `layers` inputs, of which all but the first two overflowed; `steps` steps
+// store and free `layers` inputs each while it lives, so the arena never empties; then the graph
+// dies and the next step grows the file. Counters: capacity_bytes (the file then), peak_live_bytes
+// (the most bytes live at once — regions plus overflowed inputs still held — counted here, page
+// rounded, independently of the arena's own figure), file_over_peak (goal <= growth_margin),
+// growth_margin, capacity_needed_bytes (the arena's figure).
+void kept_graph(benchmark::State& state) {
+  const int steps = static_cast<int>(state.range(0));
+  constexpr int kLayers = 8;
+  constexpr std::uint64_t kInput = 64 * 1024;  // whole pages: rounding cannot blur the figure
+  spill::ArenaStats s;
+  std::uint64_t peak_live = 0;
+  for (auto _ : state) {
+    spill::SpillArena arena = disk_arena(2 * kInput);
+    std::uint64_t live = 0;
+    auto store = [&](std::vector<spill::Region>* held) {
+      held->push_back(arena.try_allocate(kInput));
+      live += kInput;
+      peak_live = std::max(peak_live, live);
+    };
+    std::vector<spill::Region> kept;
+    for (int i = 0; i < kLayers; ++i) store(&kept);
+    for (int step = 0; step < steps; ++step) {
+      std::vector<spill::Region> inputs;
+      for (int i = 0; i < kLayers; ++i) store(&inputs);
+      while (!inputs.empty()) {  // backward frees them, last first
+        inputs.pop_back();
+        live -= kInput;
+      }
+    }
+    kept.clear();
+    live -= kLayers * kInput;
+    std::vector<spill::Region> inputs;
+    for (int i = 0; i < kLayers; ++i) store(&inputs);  // the first step of an empty arena
+    s = arena.stats();
+  }
+  if (s.grows != 1) return state.SkipWithError(("no single grow: " + s.grow_note).c_str());
+  state.counters["capacity_bytes"] = static_cast<double>(s.capacity_bytes);
+  state.counters["peak_live_bytes"] = static_cast<double>(peak_live);
+  state.counters["file_over_peak"] =
+      static_cast<double>(s.capacity_bytes) / static_cast<double>(peak_live);
+  state.counters["growth_margin"] = spill::ArenaOptions{}.growth_margin;
+  state.counters["capacity_needed_bytes"] = static_cast<double>(s.capacity_needed_bytes);
 }
 
 }  // namespace
@@ -187,10 +252,23 @@ void register_growth_benchmarks() {
   const std::uint64_t start = small ? kMiB : 64 * kMiB;
   const std::uint64_t region = small ? kMiB : 16 * kMiB;
   auto* pair = benchmark::RegisterBenchmark(
-      "BM_Growth/grown_vs_sized",
-      [start, region](benchmark::State& s) { grown_vs_sized(s, start, region); });
+      "BM_Growth/grown_vs_sized", [start, region](benchmark::State& s) {
+        grown_vs_sized(s, start, region, spill::IoMode::buffered);
+      });
   pair->Arg(small ? 4 : 256)->Unit(benchmark::kMillisecond)->UseRealTime();
   if (!small) pair->MinTime(20.0);  // the disk is noisy: many rotations
+  // From three pages, as an automatic arena starts where the disk had no room at first: the
+  // staging pool must grow with it (Note [The staging pool follows the arena]).
+  auto* direct = benchmark::RegisterBenchmark(
+      "BM_Growth/grown_vs_sized_direct", [region](benchmark::State& s) {
+        grown_vs_sized(s, 3 * spill::page_size_bytes(), region, spill::IoMode::direct);
+      });
+  direct->Arg(small ? 4 : 128)->Unit(benchmark::kMillisecond)->UseRealTime();
+  if (!small) direct->MinTime(20.0);
+  benchmark::RegisterBenchmark("BM_Growth/kept_graph", kept_graph)
+      ->Arg(small ? 10 : 1000)
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace spill_bench

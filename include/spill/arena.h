@@ -53,8 +53,10 @@ const char* to_string(PoolFull policy);  // "wait" or "keep_on_device"
 
 // What the stash (spill::checkpoint, spillarena.checkpoint) does with a layer input that finds no
 // room in the arena. Either way the refusal is counted (ArenaStats::overflows) and, with
-// ArenaOptions::grow, the file grows to fit at the next moment no region is live. See Note
-// [Growing the arena] in src/core/arena/arena_growth.cc.
+// ArenaOptions::grow, the file grows at the next moment no region is live to what was live at
+// once (times growth_margin). Under error a step stops at its first refusal, so what it reached
+// may be less than it needs: it may take several failed steps to fit (each grows the file by at
+// least growth_margin). See Note [Growing the arena] in src/core/arena/arena_growth.cc.
 enum class WhenFull {
   keep_in_memory,  // the input stays where it is for that step, as in-RAM checkpointing holds it
   error,           // spill::ArenaExhaustedError, raised by store(); the arena is unchanged
@@ -92,7 +94,8 @@ struct ArenaOptions {
   // process may use (cgroup limit, MemAvailable).
   IoMode io = IoMode::automatic;
   IoBackend io_backend = IoBackend::automatic;
-  // Host memory for direct I/O's staging pool, allocated once (rounded to pages, at least one).
+  // Host memory for direct I/O's staging pool (rounded to pages, at least one): at most the
+  // capacity, and fitted again, up to this, each time the arena grows.
   std::uint64_t staging_bytes = 64ull << 20;
   // Hash what each write puts in a region (XXH3-64) and check every read against it, so bytes
   // changed behind the arena's back raise spill::IntegrityError instead of reaching a gradient.
@@ -222,6 +225,7 @@ class Region {
   friend struct detail::ArenaAccess;
   Region(std::shared_ptr<detail::ArenaCore> core, std::uint64_t offset, std::uint64_t size,
          std::uint64_t requested);
+  explicit Region(std::shared_ptr<void> overflow_hold) : overflow_hold_(std::move(overflow_hold)) {}
   detail::ArenaCore& core_or_throw() const;
   // io = gds, for the stash through detail::write_from_device and read_to_device
   // (src/core/arena/arena_internals.h).
@@ -236,6 +240,9 @@ class Region {
   Pending in_flight_;  // operations queued on this region, waited for before it is freed
   void* ahead_destination_ = nullptr;  // read_ahead(dst)'s read, covered by in_flight_
   Pending ahead_;
+  // An empty Region from an allocation that found no room: the overflow's bytes count toward the
+  // arena's demand while this lives. See Note [Growing the arena] in arena_growth.cc.
+  std::shared_ptr<void> overflow_hold_;
 };
 
 class SpillArena {
@@ -257,7 +264,10 @@ class SpillArena {
   // found no room and no region is live now.
   Region allocate(std::uint64_t bytes);
   // allocate(), but an empty Region (valid() false) where allocate would throw
-  // ArenaExhaustedError. Both count the refusal in ArenaStats::overflows.
+  // ArenaExhaustedError. Both count the refusal in ArenaStats::overflows. The empty Region
+  // stands for the input kept in memory instead: while it lives, its bytes count toward what
+  // the arena needs at once (capacity_needed_bytes, the figure a grow aims at); keep it as long
+  // as that input is held and drop it (or free() it) when the input goes.
   Region try_allocate(std::uint64_t bytes);
   // One call going forward: a region of `bytes` with the write of `src` queued (Region::
   // pending() says when it completed; `src` must stay valid and unchanged until then). Where

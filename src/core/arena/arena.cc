@@ -145,8 +145,12 @@ std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
           bytes_with_units(SlabAllocator::rounded_size(bytes, page)) + "), " +
           bytes_with_units(s.free_bytes) + " free of " + bytes_with_units(s.capacity_bytes) +
           ", largest free block " + bytes_with_units(s.largest_free_block) +
-          "; raise ArenaOptions::capacity_bytes or free regions first (with ArenaOptions::grow the "
-          "arena grows to fit once no region is live; Note [Growing the arena])");
+          "; raise ArenaOptions::capacity_bytes to what a whole step needs or free regions first. "
+          "With ArenaOptions::grow the arena grows once no region is live, but only to what was "
+          "live when this allocation failed times growth_margin: a step that needs more fails "
+          "again, each failure growing the arena at least that much, so a step that needs k "
+          "times the capacity may fail about log(k) / log(growth_margin) times. "
+          "WhenFull::keep_in_memory never fails a step (Note [Growing the arena])");
 }
 
 }  // namespace
@@ -177,9 +181,12 @@ SpillArena::SpillArena(const ArenaOptions& options) {
   check_host_pool(options.host_pool_bytes);
   ArenaOptions o = options;
   o.capacity_bytes = detail::round_to_pages(options.capacity_bytes);
-  // A pool larger than the arena could never be filled: capped at the capacity.
-  o.staging_bytes = std::min(detail::round_to_pages(options.staging_bytes), o.capacity_bytes);
+  // The pool is at most the capacity, and grows with it: Note [The staging pool follows the
+  // arena] in src/core/io/io_engine.cc.
+  o.staging_bytes = detail::round_to_pages(options.staging_bytes);
   if (o.backing == Backing::disk && o.directory.empty()) o.directory = default_spill_directory();
+  // Captured once, for messages: Note [Room is found from the descriptor] (spill_file.cc).
+  if (o.backing == Backing::disk) o.directory = platform::absolute_path(o.directory);
   if (o.backing == Backing::ram) o.directory.clear();
   std::string io_note;
   if (o.backing == Backing::disk) detail::check_directory(o.directory);
@@ -187,7 +194,7 @@ SpillArena::SpillArena(const ArenaOptions& options) {
   const bool gds = o.io == IoMode::gds && o.backing == Backing::disk;
   if (gds) detail::cufile_library();
   o.io = resolve_io_mode(o, &io_note);
-  if (o.io == IoMode::direct) check_staging_fits(o.staging_bytes);
+  if (o.io == IoMode::direct) check_staging_fits(std::min(o.staging_bytes, o.capacity_bytes));
   core_ = std::make_shared<detail::ArenaCore>(o, make_storage(o), std::move(io_note), gds);
 }
 
@@ -208,8 +215,9 @@ Region SpillArena::allocate(std::uint64_t bytes) {
 }
 
 Region SpillArena::try_allocate(std::uint64_t bytes) {
-  std::optional<Block> block = live_core().allocate(bytes);
-  if (!block) return Region();
+  std::shared_ptr<void> overflow_hold;
+  std::optional<Block> block = live_core().allocate(bytes, &overflow_hold);
+  if (!block) return Region(std::move(overflow_hold));
   return Region(core_, block->offset, block->size, bytes);
 }
 

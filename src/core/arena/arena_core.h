@@ -37,10 +37,11 @@ class ArenaCore {
   // src/core/os/fork_guard.cc. check_process is that check, for SpillArena's members.
   void check_process(const char* operation) const { owner_.check(operation); }
 
-  // A block, or nullopt when none is large enough (counted as an overflow). Grows the storage
-  // first when an earlier allocation found no room and no region is live now. See Note [Growing
-  // the arena] in src/core/arena/arena_growth.cc.
-  std::optional<Block> allocate(std::uint64_t bytes);
+  // A block, or nullopt when none is large enough: an overflow, counted, whose bytes count
+  // toward the demand while *overflow_hold (set then) lives. Grows the storage first when an
+  // earlier allocation found no room and no region is live now. See Note [Growing the arena] in
+  // src/core/arena/arena_growth.cc.
+  std::optional<Block> allocate(std::uint64_t bytes, std::shared_ptr<void>* overflow_hold);
   void free(const Block& block) noexcept;
   // Warnings for people, each given once per arena (the first overflow, the first refused grow);
   // the front ends (spill::checkpoint, spillarena.checkpoint) take them and warn.
@@ -100,7 +101,7 @@ class ArenaCore {
   void grow_if_due() REQUIRES(sizing_mutex_);
   std::uint64_t grow_target(std::uint64_t needed) const;
   void record_demand(std::uint64_t bytes_in_use) REQUIRES(sizing_mutex_);
-  void record_overflow(std::uint64_t bytes) REQUIRES(sizing_mutex_);
+  std::shared_ptr<void> record_overflow(std::uint64_t bytes) REQUIRES(sizing_mutex_);
   std::string overflow_notice(std::uint64_t bytes) const REQUIRES(sizing_mutex_);
 
   const ProcessOwner owner_;
@@ -115,7 +116,11 @@ class ArenaCore {
   std::unique_ptr<GdsFile> gds_;             // io = gds only
   // Sizing: held by allocate (and a grow) only; free() never takes it.
   mutable Mutex sizing_mutex_;
-  std::uint64_t overflow_since_empty_ GUARDED_BY(sizing_mutex_) = 0;  // bytes, rounded
+  // Rounded bytes of overflowed inputs still held (their holds alive). Shared with the holds,
+  // which take their bytes off when they die, on any thread and without the mutex, and may
+  // outlive the arena.
+  const std::shared_ptr<std::atomic<std::uint64_t>> overflow_held_ =
+      std::make_shared<std::atomic<std::uint64_t>>(0);
   std::uint64_t needed_since_empty_ GUARDED_BY(sizing_mutex_) = 0;
   std::uint64_t needed_peak_ GUARDED_BY(sizing_mutex_) = 0;
   std::uint64_t overflows_ GUARDED_BY(sizing_mutex_) = 0;

@@ -18,10 +18,20 @@ namespace spill::detail {
 // (a longer sequence, an evaluation shape, a larger micro-batch) and ended the run. Now an
 // allocation that finds no room is an overflow, counted with its bytes; the stash keeps that
 // input in memory for the step (WhenFull::keep_in_memory) or raises (WhenFull::error). Between
-// two moments with no region live the arena tracks the most it was asked to hold at once: bytes
-// in use plus the bytes that overflowed since (capacity_needed_bytes). Overflowed inputs are not
-// given back to the arena, so the figure is exact for a forward that stores and a backward that
-// frees, and an upper bound otherwise.
+// two moments with no region live the arena tracks the most that was live at once: bytes in
+// regions plus the bytes of overflowed inputs still held (capacity_needed_bytes).
+//
+// An overflow is held by the empty Region that try_allocate or spill_from returned for it (the
+// stash keeps it with the input it kept in memory): while it lives its rounded bytes count, and
+// when it dies — the input restored or freed — they leave the sum. Counting every overflow since
+// the last empty moment instead, as the arena once did, made the figure climb step after step
+// whenever the arena never emptied (a graph kept alive by a traceback, two interleaved models on
+// one arena, accumulation that never drains) and the first empty moment grew the file to that
+// total: 418 times what was ever live in one reproduction. A graph that is never backwarded
+// therefore holds its bytes — its regions stay live, its overflowed inputs stay counted — but
+// does not multiply them: each step's demand is what was live at once, that graph included, and
+// the file never exceeds growth_margin times that peak. An empty moment starts the next window
+// from the overflow still held, not from zero, for the same reason.
 //
 // With ArenaOptions::grow, the next allocation that finds no region live — the first store of the
 // next step, after backward freed everything — grows the storage to that figure times
@@ -29,7 +39,10 @@ namespace spill::detail {
 // [Preallocate, never sparse] in spill_file.cc) and mapped anew, and the allocator's range
 // extended. Only then: with no region live nothing refers to the mapping (regions never move, a
 // restored RAM view keeps its region live, the I/O engine touches the mapping only for live
-// regions), so replacing it is safe, and a step never pays for a grow in its middle. Gradient
+// regions), so replacing it is safe. The allocation that finds the arena empty pays for the
+// grow: normally the first store of a step, but a step whose regions are all freed part-way
+// (two models on one arena, one backwarded before the other's forward goes on; a checkpoint
+// called outside a training loop) pays for it in its middle. Gradient
 // accumulation keeps regions live across micro-batches (the next forward may begin before the
 // last backward freed all), so the grow waits for the first empty moment. A grow the disk refuses
 // changes nothing: the overflow goes on being kept in memory, grow_failures counts it and one
@@ -39,8 +52,9 @@ namespace spill::detail {
 // longest sequence, the next evaluation); shrinking would give the disk back only to pay for the
 // fallocate and a cold file again. Whoever wants the space back makes a new arena.
 //
-// What is fixed when the arena is made stays fixed: the I/O mode IoMode::automatic chose, the
-// staging pool (capped at the first capacity), the host pool.
+// What is fixed when the arena is made stays fixed: the I/O mode IoMode::automatic chose and the
+// host pool. The staging pool grows with the arena (Note [The staging pool follows the arena] in
+// src/core/io/io_engine.cc).
 
 namespace {
 
@@ -61,39 +75,44 @@ std::uint64_t ArenaCore::grow_target(std::uint64_t needed) const {
       static_cast<std::uint64_t>(std::min(wanted, static_cast<double>(kMaxCapacityBytes))));
 }
 
-std::optional<Block> ArenaCore::allocate(std::uint64_t bytes) {
+std::optional<Block> ArenaCore::allocate(std::uint64_t bytes,
+                                         std::shared_ptr<void>* overflow_hold) {
   owner_.check("SpillArena::allocate");
   if (bytes > kMaxCapacityBytes) throw_too_large(bytes);
   MutexLock lock(sizing_mutex_);
   grow_if_due();
   std::optional<Block> block = allocator_.allocate(bytes);
   if (!block) {
-    record_overflow(bytes);
+    *overflow_hold = record_overflow(bytes);
     return block;
   }
   record_demand(allocator_.stats().bytes_in_use);
   return block;
 }
 
+// Saturated at the largest arena: more demand than that changes no decision, and the sums (in
+// use + overflow, times the margin) stay far from overflowing.
 void ArenaCore::record_demand(std::uint64_t bytes_in_use) {
-  needed_since_empty_ = std::max(needed_since_empty_, bytes_in_use + overflow_since_empty_);
+  const std::uint64_t held = std::min(overflow_held_->load(), kMaxCapacityBytes);
+  needed_since_empty_ = std::max(needed_since_empty_, bytes_in_use + held);
   needed_peak_ = std::max(needed_peak_, needed_since_empty_);
 }
 
-void ArenaCore::record_overflow(std::uint64_t bytes) {
-  const std::uint64_t in_use = allocator_.stats().bytes_in_use;
-  // Saturated at the largest arena: more demand than that changes no decision, and the sums
-  // below (in use + overflow, times the margin) stay far from overflowing.
-  overflow_since_empty_ = std::min(
-      kMaxCapacityBytes,
-      overflow_since_empty_ + SlabAllocator::rounded_size(bytes, allocator_.alignment_bytes()));
+// The overflow's bytes count while the returned hold lives (Note [Growing the arena]).
+std::shared_ptr<void> ArenaCore::record_overflow(std::uint64_t bytes) {
+  const std::uint64_t rounded =
+      SlabAllocator::rounded_size(std::max<std::uint64_t>(bytes, 1), allocator_.alignment_bytes());
+  overflow_held_->fetch_add(rounded);
+  std::shared_ptr<void> hold(nullptr,
+                             [held = overflow_held_, rounded](void*) { held->fetch_sub(rounded); });
   ++overflows_;
   const std::uint64_t most = std::numeric_limits<std::uint64_t>::max();
   overflow_bytes_ = bytes > most - overflow_bytes_ ? most : overflow_bytes_ + bytes;
-  record_demand(in_use);
-  if (warned_overflow_ || options_.when_full != WhenFull::keep_in_memory) return;
+  record_demand(allocator_.stats().bytes_in_use);
+  if (warned_overflow_ || options_.when_full != WhenFull::keep_in_memory) return hold;
   warned_overflow_ = true;
   notices_.push_back(overflow_notice(bytes));
+  return hold;
 }
 
 // The first overflow's warning: what happened, what the arena does about it, and what the user
@@ -116,18 +135,19 @@ std::string ArenaCore::overflow_notice(std::uint64_t bytes) const {
   text += std::string("Before the next step ") + (disk ? "the spill file" : "the arena") +
           " grows to what this step needed, at least " + human_bytes(fits) + " (" +
           std::to_string(fits) + " bytes; stats(): capacity_needed_bytes, grows)";
-  platform::FileSystemInfo fs;
-  if (disk && platform::file_system_info(options_.directory, &fs) == 0) {
+  std::uint64_t free_bytes = 0;  // Note [Room is found from the descriptor] (spill_file.cc)
+  if (disk && platform::file_free_bytes(storage_->fd(), &free_bytes) == 0) {
     text += ", which needs that much free space in " + quote(options_.directory) + " (" +
-            human_bytes(fs.free_bytes) + " free now)";
+            human_bytes(free_bytes) + " free now)";
   }
   return text + ". To preallocate it instead, make the arena with that capacity.";
 }
 
 void ArenaCore::grow_if_due() {
   if (allocator_.stats().live_blocks != 0) return;
-  const std::uint64_t needed = std::exchange(needed_since_empty_, 0);
-  overflow_since_empty_ = 0;
+  // The next window starts from what is still held in memory, not from zero.
+  const std::uint64_t needed =
+      std::exchange(needed_since_empty_, std::min(overflow_held_->load(), kMaxCapacityBytes));
   const std::uint64_t capacity = allocator_.capacity_bytes();
   if (!options_.grow || needed <= capacity) return;
   const std::uint64_t target = grow_target(needed);
@@ -141,6 +161,7 @@ void ArenaCore::grow_if_due() {
   }
   if (why.empty()) {
     allocator_.grow(storage_->info().capacity_bytes);
+    if (engine_) engine_->fit_staging(storage_->info().capacity_bytes);
     ++grows_;
     return;
   }

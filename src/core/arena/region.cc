@@ -16,7 +16,8 @@ Region::Region(Region&& other) noexcept
       requested_(other.requested_),
       in_flight_(std::move(other.in_flight_)),
       ahead_destination_(other.ahead_destination_),
-      ahead_(std::move(other.ahead_)) {
+      ahead_(std::move(other.ahead_)),
+      overflow_hold_(std::move(other.overflow_hold_)) {
   other.core_ = nullptr;
 }
 
@@ -31,6 +32,7 @@ Region& Region::operator=(Region&& other) noexcept {
     in_flight_ = std::move(other.in_flight_);
     ahead_destination_ = other.ahead_destination_;
     ahead_ = std::move(other.ahead_);
+    overflow_hold_ = std::move(other.overflow_hold_);
   }
   return *this;
 }
@@ -43,6 +45,7 @@ Region::~Region() { free(); }
 // once freed here it is forgotten (see Note [Failures last until freed] in
 // src/core/io/io_engine.cc).
 void Region::free() {
+  overflow_hold_.reset();
   if (!core_) return;
   in_flight_.settle();
   in_flight_ = Pending();

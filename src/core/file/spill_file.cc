@@ -298,6 +298,15 @@ Mapping map_file(int fd, const SpillFileOptions& o) {
   return Mapping(base, o.capacity_bytes);
 }
 
+// Note [Room is found from the descriptor]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Once the file is open, the directory's path names nothing the arena needs: the file has no
+// name, and the path may stop leading to its file system (the directory removed or renamed
+// mid-run, a relative directory after the process changed directory). Asking the path (statfs)
+// then failed every grow for the rest of the run with plenty of room. Grows and the warnings'
+// free-space figures ask the open file (fstatfs) and fallocate it; the path, made absolute once
+// when the arena is made (SpillArena's constructor), is kept for messages only.
+//
 // Note [Preallocate, never sparse] holds for a grow too: free space is checked first, the new
 // range gets real blocks, and only then is the larger file mapped. A failure at any point
 // truncates the file back to its old size, which gives back whatever fallocate had allocated
@@ -305,21 +314,22 @@ Mapping map_file(int fd, const SpillFileOptions& o) {
 std::string SpillFile::grow(std::uint64_t capacity_bytes) {
   const std::uint64_t old = info_.capacity_bytes;
   const std::string where = quote(info_.directory) + " (" + info_.file_system_type + ")";
-  platform::FileSystemInfo fs;
-  if (int e = platform::file_system_info(info_.directory, &fs); e != 0) {
-    return "statfs of " + quote(info_.directory) + " failed: " + std::strerror(e);
+  // Asked of the open file, never of the path: Note [Room is found from the descriptor].
+  std::uint64_t free_bytes = 0;
+  if (int e = platform::file_free_bytes(fd_, &free_bytes); e != 0) {
+    return "fstatfs of the spill file in " + where + " failed: " + std::strerror(e);
   }
   const std::uint64_t more = capacity_bytes - old;
-  if (fs.free_bytes < more) {
-    return where + " has " + human_bytes(fs.free_bytes) + " free; growing the spill file from " +
+  if (free_bytes < more) {
+    return where + " has " + human_bytes(free_bytes) + " free; growing the spill file from " +
            human_bytes(old) + " to " + human_bytes(capacity_bytes) + " needs " + human_bytes(more) +
            " more";
   }
   if (int e = platform::preallocate(fd_, capacity_bytes); e != 0) {
     platform::truncate_file(fd_, old);
     return "preallocating " + human_bytes(capacity_bytes) + " in " + where + " failed (" +
-           std::strerror(e) + "; the file system reported " + human_bytes(fs.free_bytes) +
-           " free)" + (e == EFBIG ? ": " + io_error_fix(e) : std::string());
+           std::strerror(e) + "; the file system reported " + human_bytes(free_bytes) + " free)" +
+           (e == EFBIG ? ": " + io_error_fix(e) : std::string());
   }
   void* base = nullptr;
   if (int e = platform::map_shared_file(fd_, capacity_bytes, &base); e != 0) {

@@ -37,13 +37,33 @@ IoEngine::IoEngine(Storage& storage, const ArenaOptions& options, IoMode mode)
       mode_(mode),
       hints_(platform::capabilities().writeback_control),
       start_writeback_(hints_ && options.start_writeback_after_write),
-      page_cache_limit_(hints_ ? options.page_cache_limit_bytes : 0) {
+      page_cache_limit_(hints_ ? options.page_cache_limit_bytes : 0),
+      staging_asked_(options.staging_bytes) {
   queue_ = make_io_queue(options.io_backend, &backend_note_);
   alignment_ = std::max(platform::capabilities().page_size_bytes, storage.direct_alignment());
   if (mode_ == IoMode::direct) {
-    const std::uint64_t slot = std::min(kPieceBytes, options.staging_bytes);
-    staging_ = std::make_unique<StagingPool>(options.staging_bytes / slot * slot, slot);
+    const std::uint64_t budget = std::min(staging_asked_, storage.info().capacity_bytes);
+    const std::uint64_t slot = std::min(kPieceBytes, budget);
+    staging_ = std::make_unique<StagingPool>(budget / slot * slot, slot);
   }
+}
+
+// Note [The staging pool follows the arena]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A pool larger than the arena could never be filled, so it is made at most the capacity. An
+// automatic arena starts tiny (one page when the disk was full, a first guess otherwise), and a
+// pool fixed at that size stayed there after the arena grew: 12 KiB of 12 KiB slots under a
+// 25 MiB arena, 6,475 staging waits, steps 1.3-1.9x a preallocated arena's. So each grow fits the
+// pool again to the new capacity (up to staging_bytes), with slots of up to kPieceBytes, as a
+// preallocated arena of that capacity would have it. A grow happens with no region live, and a
+// region is freed only after its transfers completed, so no slot is in use then; resize()
+// checks it anyway and leaves the pool alone otherwise.
+void IoEngine::fit_staging(std::uint64_t capacity_bytes) {
+  if (!staging_) return;
+  const std::uint64_t budget = std::min(staging_asked_, capacity_bytes);
+  if (budget <= staging_->budget_bytes()) return;
+  const std::uint64_t slot = std::min(kPieceBytes, budget);
+  staging_->resize(budget / slot * slot, slot);
 }
 
 IoEngine::~IoEngine() { queue_->drain(); }

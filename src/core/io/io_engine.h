@@ -32,6 +32,10 @@ class IoEngine {
   // `mode` is resolved (buffered or direct); direct needs storage.direct_fd() >= 0.
   IoEngine(Storage& storage, const ArenaOptions& options, IoMode mode);
   ~IoEngine();  // drains: every queued operation completes first
+  // Direct mode: the staging pool made ArenaOptions::staging_bytes, at most `capacity_bytes`,
+  // after the arena grew to that with no region live (Note [The staging pool follows the arena]).
+  // Never throws: a pool that cannot grow stays as it is.
+  void fit_staging(std::uint64_t capacity_bytes);
   IoEngine(const IoEngine&) = delete;
   IoEngine& operator=(const IoEngine&) = delete;
 
@@ -114,6 +118,7 @@ class IoEngine {
   const std::uint64_t page_cache_limit_;
   std::uint64_t alignment_ = 0;
   std::string backend_note_;
+  const std::uint64_t staging_asked_;     // ArenaOptions::staging_bytes
   std::unique_ptr<StagingPool> staging_;  // direct mode only
   mutable Mutex mutex_;
   std::vector<IoStatus> failures_ GUARDED_BY(mutex_);  // of regions not yet freed

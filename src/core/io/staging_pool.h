@@ -4,6 +4,7 @@
 // See Note [Direct I/O and the staging pool] in src/core/io/io_engine.cc.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <vector>
@@ -29,16 +30,25 @@ class StagingPool {
   Slot acquire();  // blocks while every slot is in use
   void release(std::uint32_t index) noexcept;
 
-  std::uint64_t slot_bytes() const { return slot_bytes_; }
-  std::uint64_t budget_bytes() const { return budget_bytes_; }
+  // Replaces the memory with `budget_bytes` in slots of `slot_bytes` (as the constructor), only
+  // while every slot is free: the arena calls it when it grew with no region live (Note [The
+  // staging pool follows the arena] in io_engine.cc). False, with the pool unchanged, when a slot
+  // is in use or the memory cannot be reserved.
+  bool resize(std::uint64_t budget_bytes, std::uint64_t slot_bytes);
+
+  // Read without the mutex by transfers: they change only in resize(), with no transfer running.
+  std::uint64_t slot_bytes() const { return slot_bytes_.load(std::memory_order_relaxed); }
+  std::uint64_t budget_bytes() const { return budget_bytes_.load(std::memory_order_relaxed); }
   std::uint64_t waits() const;
   std::uint64_t wait_ns() const;
 
  private:
-  const std::uint64_t budget_bytes_;
-  const std::uint64_t slot_bytes_;
-  char* base_ = nullptr;
+  void hand_out_slots() REQUIRES(mutex_);
+
+  std::atomic<std::uint64_t> budget_bytes_;
+  std::atomic<std::uint64_t> slot_bytes_;
   mutable Mutex mutex_;
+  char* base_ GUARDED_BY(mutex_) = nullptr;
   std::condition_variable slot_freed_;
   // Most recently released last: its pages are warm.
   std::vector<std::uint32_t> free_ GUARDED_BY(mutex_);

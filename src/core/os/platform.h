@@ -55,6 +55,14 @@ struct FileSystemInfo {
 // [Linux] Fills *info for the file system holding `directory`.
 int file_system_info(const std::string& directory, FileSystemInfo* info);
 
+// [Linux] Free bytes (f_bavail) of the file system holding the open file `fd` (fstatfs): what a
+// grow asks, so a directory removed, renamed or named relatively before a chdir changes nothing.
+int file_free_bytes(int fd, std::uint64_t* free_bytes);
+
+// `path` made absolute against the working directory now (not resolved: symlinks and ".." stay
+// as given); unchanged when already absolute or when the working directory cannot be read.
+std::string absolute_path(const std::string& path);
+
 // 0 when `directory` exists, is a directory and is writable and searchable by this process.
 int check_writable_directory(const std::string& directory);
 

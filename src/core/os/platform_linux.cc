@@ -190,6 +190,13 @@ int file_system_info(const std::string& directory, FileSystemInfo* info) {
   return 0;
 }
 
+int file_free_bytes(int fd, std::uint64_t* free_bytes) {
+  struct statfs s;
+  if (fstatfs(fd, &s) != 0) return errno;
+  *free_bytes = static_cast<std::uint64_t>(s.f_bavail) * static_cast<std::uint64_t>(s.f_bsize);
+  return 0;
+}
+
 // See Note [Unnamed spill file] in src/core/os/platform_posix.cc.
 int os::open_unnamed(const std::string& directory, int* fd) {
   if (std::int64_t v = fault_verdict(testing::FaultSite::open_unnamed, 0, 0); v < 0) {

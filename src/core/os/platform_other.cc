@@ -14,6 +14,7 @@ Capabilities os::capabilities() { return Capabilities{}; }  // no Linux extras
 int os::open_unnamed(const std::string&, int*) { return EOPNOTSUPP; }
 
 int file_system_info(const std::string&, FileSystemInfo*) { return ENOSYS; }
+int file_free_bytes(int, std::uint64_t*) { return ENOSYS; }
 int reopen_direct(int, int*, std::uint64_t*) { return ENOSYS; }
 int preallocate(int, std::uint64_t) { return ENOSYS; }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "core/os/platform.h"
 #include "core/os/platform_os.h"
@@ -335,6 +336,18 @@ std::uint64_t locked_memory_limit_bytes() {
   struct rlimit limit{};
   if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return ~0ull;
   return static_cast<std::uint64_t>(limit.rlim_cur);
+}
+
+std::string absolute_path(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  std::vector<char> cwd(4096);
+  while (getcwd(cwd.data(), cwd.size()) == nullptr) {
+    if (errno != ERANGE || cwd.size() >= (1u << 20)) return path;
+    cwd.resize(cwd.size() * 2);
+  }
+  std::string base(cwd.data());
+  if (base.back() != '/') base += '/';
+  return path == "." ? cwd.data() : base + path;
 }
 
 std::string temp_directory() {
