@@ -14,6 +14,7 @@
 
 #include "spill/directory.h"
 #include "spill/sizing.h"
+#include "spill/units.h"
 #include "test_support.h"
 
 using spill_test::list_dir;
@@ -221,6 +222,23 @@ TEST_CASE("cli: a capacity too small for the model with --when-full error is a u
   CHECK(list_dir(dir.path()).empty());
 }
 
+// The exit code --help gives for --when-full error is the one such a run ends with.
+TEST_CASE("cli: --help names the exit code --when-full error with a small --capacity gives") {
+  Run help = run("train --help");
+  REQUIRE(help.exit_code == 0);
+  const std::size_t option = help.output.find("--when-full");
+  const std::size_t error = help.output.find("or error (", option);
+  const std::size_t code = help.output.find("exit ", error);
+  REQUIRE(code != std::string::npos);
+  CHECK(code < help.output.find('\n', error));  // stated in the option's own text
+  ScratchDir dir;
+  Run r = run(std::string("train ") + kTiny +
+              " --steps 1 --capacity 4096 --when-full error --dir " + dir.path());
+  CAPTURE(r.output);
+  CHECK(help.output.substr(code, 7) == "exit " + std::to_string(r.exit_code) + ",");
+  CHECK(r.exit_code == 2);  // a usage error, as README and main.cc's exit codes say
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sizing: an arena too small overflows, then grows (Note [Growing the arena], issue 30)
 // ---------------------------------------------------------------------------------------------
@@ -291,6 +309,72 @@ TEST_CASE("cli: --no-grow keeps what does not fit in RAM every step, and --growt
   CHECK(grown["arena"]["capacity_bytes"] == 2 * 4 * 32 * 32 * 4);  // twice the one input
   CHECK(grown["losses"] == j["losses"]);  // where an input waits changes no number
   CHECK(list_dir(dir.path()).empty());
+}
+
+namespace {
+
+// The text after `lead` in `text`, up to `end`: the one figure a message gives there.
+std::string figure_after(const std::string& text, const std::string& lead, const char* end) {
+  const std::size_t at = text.find(lead);
+  if (at == std::string::npos) return "";
+  const std::size_t from = at + lead.size();
+  return text.substr(from, text.find(end, from) - from);
+}
+
+// A run with stderr's lines marked "E " among stdout's.
+Run marked(const std::string& args) {
+  return capture_shell(
+      "{ " + std::string(SPILLARENA_CLI) + " " + args + " 2>&1 1>&3 | sed 's/^/E /'; } 3>&1",
+      false);
+}
+
+}  // namespace
+
+// Note [The capacity to give is the arena's figure] in tools/cli/train_summary.cc: the
+// warning's capacity and the summary's are one figure, the need times the margin in pages.
+TEST_CASE("cli: --no-grow's summary gives the capacity the arena's warning asks for") {
+  ScratchDir dir;
+  const std::uint64_t input = 4 * 32 * 32 * 4;  // kTiny's one spilled input, 16 KiB
+  // 1.0000001 is barely above 1, yet its product is a byte over the need: one more page.
+  const std::uint64_t page = spill::page_size_bytes();
+  const std::uint64_t to_give = (input + 2 + page - 1) / page * page;  // ceil(16384 x 1.0000001)
+  Run r = marked(std::string("train ") + kTiny +
+                 " --steps 2 --compare-steps 0 --capacity 4096 --no-grow --growth-margin "
+                 "1.0000001 --dir " +
+                 dir.path());
+  CAPTURE(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::string warned = figure_after(r.output, "give a --capacity of at least ", " (");
+  CHECK(warned == spill::human_bytes(to_give));
+  CHECK(r.output.find("capacity needed " + spill::human_bytes(input) +
+                      "; growing is off (--no-grow): give a --capacity of at least " + warned +
+                      " (the capacity needed times --growth-margin 1.0000001, in whole "
+                      "pages)\n") != std::string::npos);
+  CHECK(r.output.find("would have held") == std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: a grown arena reaches the warning's capacity, and the margin prints as given") {
+  ScratchDir dir;
+  Run r = marked(std::string("train ") + kTiny +
+                 " --steps 2 --compare-steps 0 --capacity 4096 --growth-margin 1.0000001 --dir " +
+                 dir.path());
+  CAPTURE(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::string warned =
+      figure_after(r.output, "grows to what this step needed, at least ", " (");
+  CHECK(!warned.empty());
+  CHECK(r.output.find("arena grew to " + warned) != std::string::npos);
+  CHECK(r.output.find("grew 1 time, 4.00 KiB -> " + warned + " (--growth-margin 1.0000001)\n") !=
+        std::string::npos);
+  CHECK(list_dir(dir.path()).empty());
+}
+
+TEST_CASE("cli: reals print back as typed: --help's defaults and the bounds of --lr") {
+  Run help = run("train --help");
+  CHECK(help.output.find("--growth-margin FLOAT=1.25 ") != std::string::npos);
+  CHECK(help.output.find("--lr FLOAT=0.003 ") != std::string::npos);
+  check_usage_error("train --lr 1e38", "--lr must be a finite number in [1.2e-38, 3.4e+37]");
 }
 
 TEST_CASE("cli: bad --growth-margin, --when-full or --grow values are usage errors") {

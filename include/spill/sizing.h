@@ -33,4 +33,9 @@ std::uint64_t bytes_for_layer_input(const ActivationShape& shape, std::uint64_t 
 std::uint64_t bytes_for_layer_inputs(std::uint64_t layers, const ActivationShape& shape,
                                      std::uint64_t element_size_bytes);
 
+// The capacity that holds `needed_bytes` with `growth_margin` (ArenaOptions) to spare: needed x
+// margin, in whole pages, at most kMaxCapacityBytes. The one figure a grow aims at, the overflow
+// warning asks for, and the CLI's summary gives.
+std::uint64_t capacity_with_margin(std::uint64_t needed_bytes, double growth_margin);
+
 }  // namespace spill

@@ -107,7 +107,8 @@ void add_train_arena(CLI::App& train, TrainRequest& r) {
   train
       .add_option("--when-full", r.when_full,
                   "A layer input that finds no room in the arena: keep_in_memory (for that step, "
-                  "as in-RAM checkpointing holds it) or error (the run stops, exit 1)")
+                  "as in-RAM checkpointing holds it) or error (the run stops instead: a --capacity "
+                  "below what a step stashes is a usage error, exit 2, before the run starts)")
       ->capture_default_str()
       ->check(CLI::IsMember({"keep_in_memory", "keep-in-memory", "error"}));
   train.add_flag("--grow,!--no-grow", r.grow,

@@ -4,7 +4,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <sstream>
 
 #include "core/text/quote.h"
 #include "spill/units.h"
@@ -30,10 +29,8 @@ std::string size_range(CountBounds b) {
 }
 
 std::string real_range(RealBounds b) {
-  std::ostringstream s;
-  s << "a finite number in " << (b.min_inclusive ? "[" : "(") << b.min << ", " << b.max
-    << (b.max_inclusive ? "]" : ")");
-  return s.str();
+  return std::string("a finite number in ") + (b.min_inclusive ? "[" : "(") + format_real(b.min) +
+         ", " + format_real(b.max) + (b.max_inclusive ? "]" : ")");
 }
 
 template <class T>

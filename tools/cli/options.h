@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "numbers.h"
+#include "spill/units.h"
 
 namespace spill::cli {
 
@@ -28,9 +29,13 @@ T take(Parsed<T> parsed) {
 
 template <class T>
 std::string default_text(const T& value) {
-  std::ostringstream s;
-  s << value;
-  return s.str();
+  if constexpr (std::is_floating_point_v<T>) {
+    return format_real(value);  // --help's defaults as short as they read back exactly
+  } else {
+    std::ostringstream s;
+    s << value;
+    return s.str();
+  }
 }
 
 }  // namespace detail

@@ -19,6 +19,7 @@
 #include "grow_trial.h"
 #include "memory_budget.h"
 #include "spill/core.h"
+#include "spill/units.h"
 
 namespace spill::cli {
 namespace {
@@ -238,8 +239,9 @@ void print_text(const Plan& p, std::ostream& out) {
         << " GB/s (" << human_bytes(p.probe.bytes) << " through an arena, read back from disk)\n";
     if (r.layer_ms > 0) {
       out << "keeps up     " << (p.keeps_up ? "yes" : "no") << ": " << p.io_ms_per_layer
-          << " ms of I/O per layer vs " << r.layer_ms << " ms of compute; " << p.spillable_layers
-          << " of " << r.layers << " layers can spill without slowing the step\n";
+          << " ms of I/O per layer vs " << format_real(r.layer_ms) << " ms of compute; "
+          << p.spillable_layers << " of " << r.layers
+          << " layers can spill without slowing the step\n";
     }
   }
   for (const auto& problem : p.problems) out << "problem      " << problem << "\n";

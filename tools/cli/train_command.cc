@@ -29,6 +29,7 @@
 #include "progress.h"
 #include "signal_cleaned_directory.h"
 #include "spill/spill.h"
+#include "spill/units.h"
 #include "tiny_gpt.h"
 #include "train_summary.h"
 
@@ -236,8 +237,9 @@ double check_finite_loss(const TrainRequest& r, std::int64_t step, const torch::
   const double value = loss.item<double>();
   if (std::isfinite(value)) return value;
   std::ostringstream m;
-  m << "training diverged: the loss is " << value << " at step " << step << " of " << r.steps
-    << " (--lr " << r.lr << "); lower --lr (the default is " << TrainRequest{}.lr << ")";
+  m << "training diverged: the loss is " << format_real(value) << " at step " << step << " of "
+    << r.steps << " (--lr " << format_real(r.lr) << "); lower --lr (the default is "
+    << format_real(TrainRequest{}.lr) << ")";
   throw TrainingDivergedError(step, value, m.str());
 }
 

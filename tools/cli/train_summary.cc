@@ -11,6 +11,8 @@
 
 #include "core/arena/arena_fields.h"
 #include "memory_budget.h"
+#include "spill/arena.h"
+#include "spill/sizing.h"
 #include "spill/tensor_stash.h"
 #include "spill/units.h"
 #include "torch_layer/stash_fields.h"
@@ -128,6 +130,17 @@ std::string counted(std::uint64_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
+// Note [The capacity to give is the arena's figure]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Two figures, each with one name: the capacity a step needed (capacity_needed_bytes), and the
+// capacity to give, that times --growth-margin in whole pages: what a grow aims at and what the
+// arena's first-overflow warning tells a --no-grow run to pass (ArenaCore::grow_target in
+// src/core/arena/arena_growth.cc). The summary once named the bare need as the --capacity that
+// "would have held it" while the warning asked for at least the figure with the margin ("12.00
+// KiB" against "8.00 KiB" in one run). It now names the warning's figure, from the function the
+// arena computes it with (spill::capacity_with_margin), and says how it follows from the need
+// printed beside it.
+
 // What grew, or why nothing did: the arena overflowed at the last step (the grow comes at the
 // next one's first store), growing is off, or the disk refused (grow_note says why).
 std::string growth_text(const TrainRequest& r, const ArenaStats& a) {
@@ -135,10 +148,12 @@ std::string growth_text(const TrainRequest& r, const ArenaStats& a) {
   if (a.grows > 0) {
     t << "grew " << counted(a.grows, "time", "times") << ", "
       << human_bytes(a.initial_capacity_bytes) << " -> " << human_bytes(a.capacity_bytes)
-      << " (--growth-margin " << r.growth_margin << ")";
+      << " (--growth-margin " << format_real(r.growth_margin) << ")";
   } else if (!r.grow) {
-    t << "growing is off (--no-grow): a --capacity of " << human_bytes(a.capacity_needed_bytes)
-      << " would have held it";
+    t << "growing is off (--no-grow): give a --capacity of at least "
+      << human_bytes(capacity_with_margin(a.capacity_needed_bytes, r.growth_margin))
+      << " (the capacity needed times --growth-margin " << format_real(r.growth_margin)
+      << ", in whole pages)";
   } else if (a.grow_failures == 0) {
     t << "not grown yet (the arena grows at the first store of the step after an overflow)";
   } else {

@@ -8,6 +8,7 @@
 #include "core/os/platform.h"
 #include "core/text/quote.h"
 #include "spill/error.h"
+#include "spill/sizing.h"
 #include "spill/units.h"
 
 namespace spill::detail {
@@ -70,9 +71,7 @@ namespace {
 // What a grow asks for when `needed` bytes were wanted at once: times growth_margin, whole pages,
 // at most the largest arena.
 std::uint64_t ArenaCore::grow_target(std::uint64_t needed) const {
-  const double wanted = std::ceil(static_cast<double>(needed) * options_.growth_margin);
-  return round_to_pages(
-      static_cast<std::uint64_t>(std::min(wanted, static_cast<double>(kMaxCapacityBytes))));
+  return capacity_with_margin(needed, options_.growth_margin);
 }
 
 std::optional<Block> ArenaCore::allocate(std::uint64_t bytes,

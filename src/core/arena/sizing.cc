@@ -1,9 +1,14 @@
 #include "spill/sizing.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+
+#include "core/arena/arena_core.h"
 
 #include "core/alloc/slab_allocator.h"
 #include "core/os/platform.h"
+#include "spill/arena.h"
 #include "spill/error.h"
 
 namespace spill {
@@ -40,6 +45,12 @@ std::uint64_t bytes_for_layer_input(const ActivationShape& shape,
   bytes = checked_mul(bytes, shape.hidden, "batch x seq x hidden");
   bytes = checked_mul(bytes, element_size_bytes, "layer input bytes");
   return SlabAllocator::rounded_size(bytes, platform::capabilities().page_size_bytes);
+}
+
+std::uint64_t capacity_with_margin(std::uint64_t needed_bytes, double growth_margin) {
+  const double wanted = std::ceil(static_cast<double>(needed_bytes) * growth_margin);
+  const double most = static_cast<double>(kMaxCapacityBytes);
+  return detail::round_to_pages(static_cast<std::uint64_t>(std::min(wanted, most)));
 }
 
 std::uint64_t bytes_for_layer_inputs(std::uint64_t layers, const ActivationShape& shape,
