@@ -9,12 +9,17 @@ Nothing is allocated before the first checkpointed layer runs with grad. Then th
 with room for that input's bytes times the layers expected (the checkpointed layers enable()
 found, else DEFAULT_LAYERS) times growth_margin; it grows when a step needs more and keeps what
 finds no room in memory meanwhile (Note [Growing the arena] in src/core/arena/arena_growth.cc).
+A disk with no room for any arena keeps the inputs in memory until one can be made: Note [No
+room for the first arena].
 """
 
+import os
 import threading
+import warnings
+import weakref
 
 from . import _C
-from .errors import InsufficientSpaceError, InvalidArgumentError
+from .errors import InsufficientSpaceError, InvalidArgumentError, SpillArenaWarning
 
 # A plain spillarena.checkpoint() without enable() cannot know how many layers it will see: the
 # first arena has room for this many inputs of the first one's size (at least MIN_FIRST_BYTES),
@@ -23,9 +28,83 @@ DEFAULT_LAYERS = 16
 MIN_FIRST_BYTES = 64 << 20
 _PAGE = 4096
 
+# Note [No room for the first arena]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A disk with less room than the first guess gets a smaller arena, down to one page, whose
+# overflows and grows then do the rest. A disk with not even a page free gets none: under
+# when_full="keep_in_memory" (the default) that is an overflow, not an error. The input stays in
+# memory, as in-RAM checkpointing holds it (the C++ in-memory stash, behind _HeldInMemory), it is
+# counted in stats() (overflows, overflow_bytes) and one SpillArenaWarning names the directory
+# and its free space. The arena is tried again at the next empty moment: a first input while no
+# input of this AutomaticArena is held in memory for lack of an arena, that is the first input
+# of the next step. Never in the middle of a step: its inputs would then live in two places, and
+# the arena would be sized from whichever input came when the disk happened to have room.
+# Making the AutomaticArena on a full disk is no error either: the page-sized probe that checks
+# its settings finds no room, after every check but the room has passed, and one in memory
+# stands in for it. With when_full="error" every refusal stays InsufficientSpaceError.
+
 
 def _round_to_pages(n):
     return max(_PAGE, (int(n) + _PAGE - 1) // _PAGE * _PAGE)
+
+
+def _no_room_on_disk(error):
+    # The memory checks (staging, host pool) raise the same class with a "<...>" pseudo-path.
+    return not str(error.path).startswith("<")
+
+
+def _zeros(stats):
+    """``stats`` with every value zero ("" for the notes): an arena's stats before it exists."""
+    return {key: type(value)() for key, value in stats.items()}
+
+
+def _probe(directory, options):
+    """(directory, resolved options, zero stats) of an arena made with ``options``, from a
+    page-sized probe: a bad setting is its typed error now, and nothing of it stays (its file
+    never had a name). A disk without a page free: Note [No room for the first arena]."""
+    try:
+        probe = _C.SpillArena(_PAGE, directory, **options)
+        directory = probe.directory or None  # the RAM backing has none
+        return directory, probe.options(), _zeros(probe.stats())
+    except InsufficientSpaceError as e:
+        if not _no_room_on_disk(e) or options.get("when_full") == "error":
+            raise
+        in_memory = {k: options[k] for k in ("when_full", "grow", "growth_margin") if k in options}
+        probe = _C.SpillArena(_PAGE, None, backing="ram", **in_memory)
+        return e.path, probe.options(), _zeros(probe.stats())
+
+
+class _HeldInMemory:
+    """A layer input its AutomaticArena keeps in memory for lack of an arena: the in-memory
+    stash's StashedTensor, on the arena's list of held inputs until it is freed."""
+
+    def __init__(self, stashed, owner):
+        self._stashed, self._owner = stashed, owner
+
+    def restore(self):
+        return self._stashed.restore()
+
+    def free(self):
+        self._stashed.free()
+        self._owner._release(self)
+
+
+class _NoArenaYet:
+    """The stash spillarena.checkpoint gets from an AutomaticArena that has no arena yet (Note
+    [No room for the first arena]): each input stays in memory and counts as an overflow. Made
+    per call, so the AutomaticArena holds no reference back to itself."""
+
+    def __init__(self, owner):
+        self._owner = owner
+
+    @property
+    def name(self):
+        return self._owner._in_memory.name  # spills nothing: malloc's policy stays off
+
+    def store(self, tensor):
+        held = _HeldInMemory(self._owner._in_memory.store(tensor), self._owner)
+        self._owner._hold(held, tensor.numel() * tensor.element_size())
+        return held
 
 
 class AutomaticArena:
@@ -35,7 +114,11 @@ class AutomaticArena:
     ``io``, ...) and are checked now: a missing or memory-backed directory or a bad option is a
     typed error here, not at the first step. ``layers``: the inputs one step is expected to
     store (enable() passes the layers it checkpoints); None: DEFAULT_LAYERS, at least
-    MIN_FIRST_BYTES. Copies share it; it cannot be pickled."""
+    MIN_FIRST_BYTES. A disk with no room for an arena is no error under the default
+    when_full="keep_in_memory": the inputs stay in memory until a step starts with room there
+    (Note [No room for the first arena]). With when_full="error" a step whose inputs find no room
+    raises, and the arena grows only to what that step reached: a model may fail several steps
+    before it fits. Copies share it; it cannot be pickled."""
 
     def __init__(self, directory=None, *, layers=None, **options):
         if "capacity_bytes" in options:
@@ -49,16 +132,18 @@ class AutomaticArena:
             raise InvalidArgumentError(
                 f"spillarena.AutomaticArena: layers must be an integer >= 1, got {layers!r}"
             )
-        # A page-sized probe in the directory with these options: the typed errors of a bad
-        # setting come now, and nothing of it stays (its file never had a name).
-        probe = _C.SpillArena(_PAGE, directory, **options)
-        self.directory = probe.directory or None  # the RAM backing has none
+        self.directory, resolved, self._zero_stats = _probe(directory, options)
         self.options = dict(options)
         self.layers = layers
-        self._margin = probe.options()["growth_margin"]
-        del probe
+        self._margin = resolved["growth_margin"]
+        self._keeps_in_memory = resolved["when_full"] == "keep_in_memory"
         self._lock = threading.Lock()
         self._arena = None
+        self._in_memory = _C.make_in_memory_stash()
+        self._held = weakref.WeakSet()  # _HeldInMemory not yet freed; GUARDED_BY(_lock)
+        self._overflows = 0  # inputs kept in memory for lack of an arena; GUARDED_BY(_lock)
+        self._overflow_bytes = 0  # GUARDED_BY(_lock)
+        self._warned = False  # GUARDED_BY(_lock)
 
     @property
     def arena(self):
@@ -66,9 +151,19 @@ class AutomaticArena:
         return self._arena
 
     def stats(self):
-        """The arena's stats() (a dict); {} before the first input."""
-        arena = self._arena
-        return arena.stats() if arena is not None else {}
+        """The arena's stats() (a dict), its overflows and overflow_bytes counting also the
+        inputs kept in memory before it could be made; {} before the first input; the same keys,
+        zero but those two, while a disk without room has kept it from being made."""
+        with self._lock:
+            arena, overflows, overflow_bytes = self._arena, self._overflows, self._overflow_bytes
+        if arena is None:
+            if not overflows:
+                return {}
+            return {**self._zero_stats, "overflows": overflows, "overflow_bytes": overflow_bytes}
+        stats = arena.stats()
+        stats["overflows"] += overflows
+        stats["overflow_bytes"] += overflow_bytes
+        return stats
 
     def first_capacity_bytes(self, tensor):
         """The capacity the first arena gets for a first input like ``tensor``."""
@@ -78,18 +173,31 @@ class AutomaticArena:
         return _round_to_pages(max(bytes_ * DEFAULT_LAYERS * self._margin, MIN_FIRST_BYTES))
 
     def arena_for(self, tensor):
-        """The arena, made now for ``tensor`` (a layer input) when it is the first."""
+        """Where ``tensor`` (a layer input) goes: the arena, made now when this is the first
+        input of a step and there is none yet; else a stash that keeps it in memory (Note [No
+        room for the first arena])."""
         arena = self._arena
         if arena is not None:
             return arena
         with self._lock:
-            if self._arena is None:
+            if self._arena is None and not self._held:
                 self._arena = self._make(self.first_capacity_bytes(tensor))
-            return self._arena
+            return self._arena if self._arena is not None else _NoArenaYet(self)
 
     def _make(self, capacity):
-        # A disk with less room than the first guess gets a smaller arena, not an error: what
-        # does not fit stays in memory and the overflow warning says how much room is missing.
+        """A SpillArena of ``capacity`` bytes, or less where the disk has less room; None when
+        it has not a page (Note [No room for the first arena])."""
+        try:
+            return self._make_fitting(capacity)
+        except InsufficientSpaceError as e:
+            if not self._keeps_in_memory or not _no_room_on_disk(e):
+                raise
+            self._warn_no_room(capacity, e.available_bytes)
+            return None
+
+    def _make_fitting(self, capacity):
+        # What does not fit in a smaller arena stays in memory, and the overflow warning says
+        # how much room is missing.
         try:
             return _C.SpillArena(capacity, self.directory, **self.options)
         except InsufficientSpaceError as e:
@@ -100,6 +208,30 @@ class AutomaticArena:
                 return _C.SpillArena(fits, self.directory, **self.options)
             except InsufficientSpaceError:
                 return _C.SpillArena(_PAGE, self.directory, **self.options)
+
+    def _warn_no_room(self, capacity, available_bytes):
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(
+            f"spillarena: no room for an arena in {self.directory!r}: {available_bytes} bytes "
+            f"free, the first arena needs {capacity} (one page at least). Layer inputs stay in "
+            "memory, as in-RAM checkpointing holds them, and the arena is made at the first step "
+            "that finds room there; free space there or choose another directory "
+            "(AutomaticArena(directory) or $SPILL_DIR). Counted in stats(): overflows",
+            SpillArenaWarning,
+            stacklevel=1,  # here, as the store's own warnings name where they were raised
+        )
+
+    def _hold(self, held, bytes_):
+        with self._lock:
+            self._held.add(held)
+            self._overflows += 1
+            self._overflow_bytes += bytes_
+
+    def _release(self, held):
+        with self._lock:
+            self._held.discard(held)
 
     def __repr__(self):
         made = repr(self._arena) if self._arena is not None else "not made yet"
@@ -124,7 +256,8 @@ _default_lock = threading.Lock()
 
 def default_arena():
     """The AutomaticArena spillarena.checkpoint() uses when no arena= is given: one per process,
-    in the default directory ($SPILL_DIR, else a temp directory on disk)."""
+    in the default directory ($SPILL_DIR, else a temp directory on disk). A fork() child gets a
+    fresh one at its first use (Note [The default arena across fork])."""
     global _default
     with _default_lock:
         if _default is None:
@@ -132,8 +265,26 @@ def default_arena():
         return _default
 
 
+# Note [The default arena across fork]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# An arena belongs to the process that made it; in a fork() child every use of it is a
+# ForkedProcessError whose fix is a new arena in the child (Note [Arenas across fork] in
+# src/core/os/fork_guard.cc). The default arena is nobody's to replace, so the child forgets the
+# parent's: its first checkpoint without arena= makes its own AutomaticArena. Dropping the
+# inherited one touches nothing of the parent's (its destruction in a child is inert, by that
+# Note). The lock is made anew too: a parent thread may have held it at the fork. An arena the
+# caller passed explicitly is theirs, and keeps the error.
+def _forget_the_default_in_a_child():
+    global _default, _default_lock
+    _default, _default_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_the_default_in_a_child)
+
+
 def resolve(arena, tensor):
-    """The SpillArena or TensorStash behind ``arena`` for an input like ``tensor``."""
+    """The SpillArena or TensorStash behind ``arena`` for an input like ``tensor``: an
+    AutomaticArena's arena, or its in-memory stand-in while it has none."""
     if arena is None:
         arena = default_arena()
     if isinstance(arena, AutomaticArena):

@@ -67,11 +67,13 @@ def _check_arena(arena):
 
 def _stash_for(arena, tensor):
     """The stash for a layer input like ``tensor`` (``arena`` passed _check_arena): an
-    AutomaticArena (None: the default one) makes its arena now when this is its first input."""
+    AutomaticArena (None: the default one) makes its arena now when this is its first input, or
+    keeps the input in memory while a full disk leaves it none (Note [No room for the first
+    arena] in automatic.py)."""
     arena = _automatic.resolve(arena, tensor)
-    if isinstance(arena, _C.TensorStash):
-        return arena
-    return _C.shared_arena_stash(arena)
+    if isinstance(arena, _C.SpillArena):
+        return _C.shared_arena_stash(arena)
+    return arena
 
 
 def _unwrap(function):
@@ -270,11 +272,13 @@ def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_sta
     ``arena`` is a SpillArena, an AutomaticArena, None (the process's default_arena(), made at
     the first input and grown as steps need) or any TensorStash (make_in_memory_stash():
     classic checkpointing, no spill). An input that finds no room stays in memory for the step (one
-    SpillArenaWarning per arena) unless the arena was made with when_full="error": then
-    ArenaExhaustedError (nothing is left allocated). Raises InvalidArgumentError for a
-    non-tensor layer input; CheckpointError for a layer that saves other tensors when it runs
-    again, and (reentrant) for a second backward. Under torch.compile the call runs eagerly, a
-    graph break (Note [The checkpoint under torch.compile]).
+    SpillArenaWarning per arena), also when a full disk leaves an AutomaticArena no arena at all,
+    unless the arena was made with when_full="error": then ArenaExhaustedError (nothing is left
+    allocated; the arena grows only to what the failed step reached, so a model may fail several
+    steps before it fits), or InsufficientSpaceError for an AutomaticArena on a full disk. Raises
+    InvalidArgumentError for a non-tensor layer input; CheckpointError for a layer that saves
+    other tensors when it runs again, and (reentrant) for a second backward. Under torch.compile
+    the call runs eagerly, a graph break (Note [The checkpoint under torch.compile]).
     """
     global _checkpoint_outside_compile
     _drop_torch_only_arguments(kwargs)  # here, so its warning names the caller's line

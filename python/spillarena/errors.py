@@ -38,9 +38,10 @@ globals().update(_classes)
 
 class SpillArenaWarning(UserWarning):
     """An arena's sizing warning, given once per arena: the first input that found no room (it
-    stays in memory for that step) and the first grow the disk refused. ``stats()`` counts both
-    (overflows, grow_failures); ``warnings.filterwarnings("error", category=...)`` makes them
-    errors."""
+    stays in memory for that step), the first grow the disk refused, and an AutomaticArena's disk
+    without room for any arena (its inputs stay in memory until a step finds room). ``stats()``
+    counts them (overflows, grow_failures); ``warnings.filterwarnings("error", category=...)``
+    makes them errors."""
 
 
 # The name before 0.2 ("RAM-backed" read like the RAM arena); kept as an alias for now.

@@ -8,7 +8,8 @@
 
 With no arena, enable() gives the model an AutomaticArena of its own (spillarena/automatic.py):
 made at the first layer input with room for one input per checkpointed layer, grown when a step
-needs more. An arena of your own: spillarena.enable(model, spillarena.SpillArena(capacity, dir)),
+needs more (under when_full="error" only to what the failed step reached: it may take several
+steps). An arena of your own: spillarena.enable(model, spillarena.SpillArena(capacity, dir)),
 or spillarena.AutomaticArena(dir, **options) for the automatic one in another directory.
 
 It goes through transformers' own hook, ``model._set_gradient_checkpointing(enable=True,
@@ -235,11 +236,24 @@ def _checkpointed_layers(target):
     )
 
 
+def _paused_or_enabled(model, target):
+    """The _Enabled of an enable() that disable() has not undone, paused or not; else None."""
+    for holder in _guarded(model, target):
+        guard = holder.__dict__.get(_ENABLE_METHODS[0])
+        if isinstance(guard, _TransformersEnable):
+            return guard.enabled
+    return None
+
+
 def arena_of(model):
     """The arena enable() gave ``model``'s layers: the SpillArena, TensorStash or AutomaticArena
     it was given, or the AutomaticArena it made (its ``stats()`` are {} before the first step);
-    None when the model is not enabled."""
-    return _enabled_arena(_pretrained(model))
+    also while transformers' checkpointing is paused (gradient_checkpointing_disable()), since
+    the model stays spillarena's until spillarena.disable(). None when the model is not
+    enabled."""
+    target = _pretrained(model)
+    enabled = _paused_or_enabled(model, target)
+    return enabled.function.arena if enabled is not None else _enabled_arena(target)
 
 
 def enable(model, arena=None, every_n_layers=1, **checkpoint_kwargs):
@@ -254,10 +268,7 @@ def enable(model, arena=None, every_n_layers=1, **checkpoint_kwargs):
         _check_not_compiled(model)
     target = _pretrained(model)
     parameters = _check_supported(model, target)
-    if _enabled_arena(target) is not None or any(
-        isinstance(holder.__dict__.get(_ENABLE_METHODS[0]), _TransformersEnable)
-        for holder in _guarded(model, target)
-    ):
+    if _enabled_arena(target) is not None or _paused_or_enabled(model, target) is not None:
         raise InvalidArgumentError(
             f"spillarena.enable: {type(model).__name__} is already enabled (its layers spill to a "
             "SpillArena, or will again once transformers' checkpointing is turned back on); call "

@@ -52,7 +52,9 @@ def test_losses_equal_axolotl_checkpointing_step_for_step_with_every_step_spille
     assert all(s["live_regions"] == 0 and s["bytes_in_use"] == 0 for s in stats), stats
     # Read back: what backward did not take back from memory while its write was still in
     # flight (Note [Overlapped spilling]; one CI run under load read 163840 of 196608 bytes).
-    assert 0 < stats[-1]["bytes_read"] <= stats[-1]["bytes_written"], stats[-1]
+    # How much that is depends on the machine's timing, none included; the equal losses above
+    # show that what came back was right.
+    assert stats[-1]["bytes_read"] <= stats[-1]["bytes_written"], stats[-1]
 
     summary = re.search(r"spillarena: (\d+) layer inputs spilled, (\d+) bytes written",
                         run.stdout + run.stderr)

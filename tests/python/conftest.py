@@ -1,8 +1,10 @@
 """Shared fixtures of the spillarena Python tests (CPU only, tiny models, nothing downloaded)."""
 
+import errno
 import os
 import pathlib
 import shutil
+import subprocess
 import tempfile
 import time
 
@@ -35,6 +37,43 @@ def arena(spill_dir):
     a = spillarena.SpillArena(64 << 20, spill_dir, keep_last=0)
     yield a
     assert_drained(a)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB ext4 file system loop-mounted for the test, no blocks reserved for root; skipped
+    where that is impossible (not root, no mkfs.ext4, no loop devices)."""
+    if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None:
+        pytest.skip("needs root and mkfs.ext4 to loop-mount a small file system")
+    image, mount_point = tmp_path / "fs.img", tmp_path / "mnt"
+    mount_point.mkdir()
+    subprocess.run(["truncate", "-s", "16M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], check=True,
+                   capture_output=True)
+    if subprocess.run(["mount", "-o", "loop", str(image), str(mount_point)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("loop mount failed (no loop devices?)")
+    try:
+        yield mount_point
+    finally:
+        if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount_point)], check=False)  # a file still open
+
+
+def fill(directory):
+    """Writes one file into ``directory`` until its file system has less than a page free;
+    returns its path."""
+    filler = pathlib.Path(directory) / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for chunk in (1 << 20, 4096):
+            try:
+                while True:
+                    f.write(bytes(chunk))
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+        os.fsync(f.fileno())
+    return filler
 
 
 def assert_drained(arena, wait_s=0.0):

@@ -8,7 +8,6 @@ import io
 import os
 import pathlib
 import pickle
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -179,23 +178,12 @@ FULL_DISK_SCRIPT = textwrap.dedent(
 )
 
 
-def test_the_per_file_stash_on_a_full_disk_raises_typed_and_leaves_nothing(tmp_path):
-    if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None:
-        pytest.skip("needs root and mkfs.ext4 to loop-mount a small file system")
-    image, mount_point = tmp_path / "fs.img", tmp_path / "mnt"
-    mount_point.mkdir()
-    subprocess.run(["truncate", "-s", "16M", str(image)], check=True)
-    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
-    if subprocess.run(["mount", "-o", "loop", str(image), str(mount_point)]).returncode != 0:
-        pytest.skip("loop mount failed (no loop devices?)")
-    try:
-        # In a child: before the fix, LibTorch's writer aborted the whole process (SIGABRT).
-        child = subprocess.run([sys.executable, "-c", FULL_DISK_SCRIPT, str(mount_point)],
-                               capture_output=True, text=True, timeout=300)
-        assert child.returncode == 0, (child.returncode, child.stderr[-2000:])
-        assert child.stdout.strip() == "typed"
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=False)
+def test_the_per_file_stash_on_a_full_disk_raises_typed_and_leaves_nothing(small_disk):
+    # In a child: before the fix, LibTorch's writer aborted the whole process (SIGABRT).
+    child = subprocess.run([sys.executable, "-c", FULL_DISK_SCRIPT, str(small_disk)],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, (child.returncode, child.stderr[-2000:])
+    assert child.stdout.strip() == "typed"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The non-reentrant spilling checkpoint (the default): bitwise against no checkpointing on every
-architecture where transformers' own non-reentrant checkpointing is, torch.autograd.grad,
+"""The non-reentrant spilling checkpoint (the default): bitwise against torch's own non-reentrant
+checkpointing and against no checkpointing on every architecture, torch.autograd.grad,
 backward(inputs=...), retain_graph, and what it refuses. Note [A non-reentrant checkpoint that
 spills] in python/spillarena/non_reentrant.py."""
 
@@ -89,6 +89,10 @@ def two_steps(make, checkpointing, spill_dir=None):
     torch.manual_seed(0)
     model, batch = make()
     model.config._attn_implementation = "eager"
+    # transformers turns the cache off under any checkpointing; off here too, the reference
+    # without checkpointing does the same work (T5 with labels shorter than its inputs otherwise
+    # takes another path, whose floats may differ).
+    model.config.use_cache = False
     model.train()
     arena = None
     if checkpointing == "transformers":
@@ -116,27 +120,26 @@ def differing(a_steps, b_steps):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_bitwise_wherever_transformers_non_reentrant_checkpointing_is(name, spill_dir):
+def test_bitwise_as_torchs_non_reentrant_checkpointing_and_no_checkpointing(name, spill_dir):
     make = MODELS[name]
     reference = two_steps(make, None)
-    theirs = two_steps(make, "transformers")
     ours = two_steps(make, "spillarena", spill_dir)
-    assert differing(ours, theirs) == []  # the same floats as torch's own, on every model
-    if name == "t5-unequal":
-        # Without checkpointing T5 keeps use_cache on, which transformers turns off under any
-        # checkpointing: with labels shorter than the inputs that changes the floats (94 of its
-        # gradient tensors, by up to 1e-7), for torch's checkpoint and ours alike.
-        assert differing(theirs, reference) != []
-        return
-    assert differing(theirs, reference) == []
+    assert differing(ours, two_steps(make, "transformers")) == []  # the floats of torch's own
     assert differing(ours, reference) == []
 
 
-def test_the_reentrant_form_is_still_there_and_differs_on_bart(spill_dir):
+def test_the_reentrant_form_is_still_there_and_within_rounding_on_bart(spill_dir):
     # Why the default changed: an encoder output that every decoder layer takes gets its gradient
-    # summed in another order by one autograd Function per layer.
+    # summed in another order by one autograd Function per layer, so bitwise equality is not
+    # promised there (whether the last bits differ depends on the machine); the gradients are
+    # those of no checkpointing up to that rounding.
     reference = two_steps(bart, None)
-    assert differing(two_steps(bart, "spillarena-reentrant", spill_dir), reference) != []
+    ours = two_steps(bart, "spillarena-reentrant", spill_dir)
+    for step, expected in zip(ours, reference):
+        assert step.keys() == expected.keys()
+        for name in expected:
+            torch.testing.assert_close(step[name], expected[name], rtol=1e-5, atol=1e-6,
+                                       msg=name)
 
 
 # ---------------------------------------------------------------------------------------------

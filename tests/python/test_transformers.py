@@ -223,6 +223,21 @@ def test_transformers_disable_then_enable_pauses_and_resumes_the_spill(spill_dir
     assert_drained(arena)
 
 
+@pytest.mark.parametrize("given", [True, False], ids=["spill-arena", "automatic-arena"])
+def test_arena_of_names_the_arena_while_transformers_checkpointing_is_paused(given, spill_dir):
+    arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0) if given else None
+    model = spillarena.enable(tiny_llama().train(), arena)
+    enabled = spillarena.arena_of(model)
+    assert enabled is arena if given else isinstance(enabled, spillarena.AutomaticArena)
+    model.gradient_checkpointing_disable()  # paused: still spillarena's
+    assert spillarena.arena_of(model) is enabled
+    model.gradient_checkpointing_enable()
+    assert spillarena.arena_of(model) is enabled
+    model.activation_checkpointing_disable()
+    spillarena.disable(model)
+    assert spillarena.arena_of(model) is None
+
+
 def test_enable_twice_is_an_error_until_disable(spill_dir):
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
     other = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)

@@ -2,7 +2,10 @@
 kept in memory when there is no room, and the options that pick the old behaviour."""
 
 import functools
+import gc
+import os
 import pathlib
+import time
 import warnings
 
 import pytest
@@ -11,7 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import spillarena
-from conftest import assert_drained
+from conftest import assert_drained, fill
 
 transformers = pytest.importorskip("transformers")
 
@@ -269,6 +272,91 @@ def test_enable_sizes_the_first_arena_from_the_first_input_and_the_layers(spill_
     assert automatic.arena.stats()["overflows"] == 0
     spillarena.disable(model)
     assert spillarena.arena_of(model) is None
+
+
+def test_a_full_disk_at_the_first_input_keeps_inputs_in_memory_until_a_step_finds_room(
+        small_disk):
+    blocks, x0 = mlp_blocks(), torch.randn(16, 64)
+    reference = plain_step(blocks, x0)
+    input_bytes = x0.numel() * 4
+    automatic = spillarena.AutomaticArena(small_disk, layers=8, keep_last=0)  # as enable() would
+    erring = spillarena.AutomaticArena(small_disk, layers=8, when_full="error")
+    filler = fill(small_disk)
+    spill = functools.partial(spillarena.checkpoint, arena=automatic)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(1, 4):
+            assert_bitwise(plain_step(blocks, x0, spill), reference)
+            assert automatic.arena is None  # no step found room
+            assert automatic.stats()["overflows"] == 8 * step
+        made_on_a_full_disk = spillarena.AutomaticArena(small_disk)  # no error either
+    sizing = [w for w in caught if issubclass(w.category, spillarena.SpillArenaWarning)]
+    assert len(sizing) == 1, [str(w.message) for w in sizing]
+    assert f"no room for an arena in {str(small_disk)!r}" in str(sizing[0].message)
+    assert "bytes free" in str(sizing[0].message)
+    stats = automatic.stats()
+    assert stats["overflow_bytes"] == 3 * 8 * input_bytes
+    assert stats["allocations"] == 0 and stats["capacity_bytes"] == 0
+    assert made_on_a_full_disk.directory == str(small_disk)
+    # when_full="error": the typed error, at the first input and when the AutomaticArena is made.
+    with pytest.raises(spillarena.InsufficientSpaceError):
+        plain_step(blocks, x0, functools.partial(spillarena.checkpoint, arena=erring))
+    with pytest.raises(spillarena.InsufficientSpaceError):
+        spillarena.AutomaticArena(small_disk, when_full="error")
+
+    filler.unlink()
+    os.sync()  # the freed blocks are the allocator's once the journal commits
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", spillarena.SpillArenaWarning)
+        assert_bitwise(plain_step(blocks, x0, spill), reference)
+    arena = automatic.arena
+    assert arena is not None and arena.directory == str(small_disk)
+    assert arena.stats()["allocations"] == 8 and arena.stats()["overflows"] == 0
+    assert automatic.stats()["overflows"] == 3 * 8  # those before the arena still count
+    assert_drained(arena)
+    del arena, automatic, erring, made_on_a_full_disk, spill
+    gc.collect()  # the spill file's descriptor, before the disk is unmounted
+
+
+def wait_for_exit_code(pid, timeout_s=120):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return "timed out"
+
+
+def test_a_forked_child_gets_its_own_default_arena_and_the_parents_keeps_working(spill_env):
+    blocks, x0 = mlp_blocks(3), torch.randn(8, 64)
+    reference = plain_step(blocks, x0)
+    assert_bitwise(plain_step(blocks, x0, spillarena.checkpoint), reference)
+    parents = spillarena.default_arena()
+    assert parents.arena is not None
+    pid = os.fork()
+    if pid == 0:  # the child: its verdict is its exit code, and nothing of pytest runs here
+        code = 99
+        try:
+            torch.set_num_threads(1)
+            assert_bitwise(plain_step(blocks, x0, spillarena.checkpoint), reference)
+            childs = spillarena.default_arena()
+            own_default = childs is not parents and childs.arena.stats()["allocations"] > 0
+            code = 2
+            try:  # an arena passed explicitly stays the parent's
+                spillarena.checkpoint(blocks[0], x0.clone().requires_grad_(True), arena=parents)
+            except spillarena.ForkedProcessError:
+                code = 0 if own_default else 1
+        finally:
+            os._exit(code)
+    assert wait_for_exit_code(pid) == 0
+    assert spillarena.default_arena() is parents
+    before = parents.arena.stats()["allocations"]
+    assert_bitwise(plain_step(blocks, x0, spillarena.checkpoint), reference)
+    assert parents.arena.stats()["allocations"] > before
 
 
 # ---------------------------------------------------------------------------------------------
