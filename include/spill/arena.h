@@ -55,8 +55,9 @@ const char* to_string(PoolFull policy);  // "wait" or "keep_on_device"
 // room in the arena. Either way the refusal is counted (ArenaStats::overflows) and, with
 // ArenaOptions::grow, the file grows at the next moment no region is live to what was live at
 // once (times growth_margin). Under error a step stops at its first refusal, so what it reached
-// may be less than it needs: it may take several failed steps to fit (each grows the file by at
-// least growth_margin). See Note [Growing the arena] in src/core/arena/arena_growth.cc.
+// may be less than it needs: it may take several failed steps to fit; a refusal for lack of a
+// large enough free block (fragmentation) grows nothing. See Note [Growing the arena] in
+// src/core/arena/arena_growth.cc.
 enum class WhenFull {
   keep_in_memory,  // the input stays where it is for that step, as in-RAM checkpointing holds it
   error,           // spill::ArenaExhaustedError, raised by store(); the arena is unchanged

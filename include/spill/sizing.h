@@ -36,6 +36,7 @@ std::uint64_t bytes_for_layer_inputs(std::uint64_t layers, const ActivationShape
 // The capacity that holds `needed_bytes` with `growth_margin` (ArenaOptions) to spare: needed x
 // margin, in whole pages, at most kMaxCapacityBytes. The one figure a grow aims at, the overflow
 // warning asks for, and the CLI's summary gives.
+// Throws InvalidArgumentError for a margin outside 1 to 16 (NaN included).
 std::uint64_t capacity_with_margin(std::uint64_t needed_bytes, double growth_margin);
 
 }  // namespace spill

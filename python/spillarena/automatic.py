@@ -37,11 +37,23 @@ _PAGE = 4096
 # counted in stats() (overflows, overflow_bytes) and one SpillArenaWarning names the directory
 # and its free space. The arena is tried again at the next empty moment: a first input while no
 # input of this AutomaticArena is held in memory for lack of an arena, that is the first input
-# of the next step. Never in the middle of a step: its inputs would then live in two places, and
-# the arena would be sized from whichever input came when the disk happened to have room.
+# of the next step. Not in the middle of a step: its inputs would then live in two places, and
+# the arena would be sized from whichever input came when the disk happened to have room. (Two
+# threads checkpointing through one AutomaticArena can still split a step: one may make the
+# arena between another's finding none and its input's registration as held. Harmless: each
+# input is restored from where it went.)
 # Making the AutomaticArena on a full disk is no error either: the page-sized probe that checks
 # its settings finds no room, after every check but the room has passed, and one in memory
 # stands in for it. With when_full="error" every refusal stays InsufficientSpaceError.
+
+
+def _bytes(n):
+    """``n`` bytes as the C++ messages give them: "16384 bytes (16.00 KiB)"."""
+    value, unit = float(n), 0
+    while value >= 1024 - 0.005 and unit < 6:
+        value, unit = value / 1024, unit + 1
+    readable = f"{int(n)} B" if unit == 0 else f"{value:.2f} {'BKMGTPE'[unit]}iB"
+    return f"{int(n)} bytes ({readable})"
 
 
 def _round_to_pages(n):
@@ -140,7 +152,9 @@ class AutomaticArena:
         self._lock = threading.Lock()
         self._arena = None
         self._in_memory = _C.make_in_memory_stash()
-        self._held = weakref.WeakSet()  # _HeldInMemory not yet freed; GUARDED_BY(_lock)
+        # _HeldInMemory not yet freed: added and discarded under _lock; garbage collection also
+        # drops entries (under the GIL)
+        self._held = weakref.WeakSet()
         self._overflows = 0  # inputs kept in memory for lack of an arena; GUARDED_BY(_lock)
         self._overflow_bytes = 0  # GUARDED_BY(_lock)
         self._warned = False  # GUARDED_BY(_lock)
@@ -214,10 +228,10 @@ class AutomaticArena:
             return
         self._warned = True
         warnings.warn(
-            f"spillarena: no room for an arena in {self.directory!r}: {available_bytes} bytes "
-            f"free, the first arena needs {capacity} (one page at least). Layer inputs stay in "
-            "memory, as in-RAM checkpointing holds them, and the arena is made at the first step "
-            "that finds room there; free space there or choose another directory "
+            f"spillarena: no room for an arena in {self.directory!r}: {_bytes(available_bytes)} "
+            f"free, the first arena needs {_bytes(capacity)} (one page at least). Layer inputs "
+            "stay in memory, as in-RAM checkpointing holds them, and the arena is made at the "
+            "first step that finds room there; free space there or choose another directory "
             "(AutomaticArena(directory) or $SPILL_DIR). Counted in stats(): overflows",
             SpillArenaWarning,
             stacklevel=1,  # here, as the store's own warnings name where they were raised

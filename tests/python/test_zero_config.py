@@ -5,6 +5,7 @@ import functools
 import gc
 import os
 import pathlib
+import re
 import time
 import warnings
 
@@ -294,7 +295,7 @@ def test_a_full_disk_at_the_first_input_keeps_inputs_in_memory_until_a_step_find
     sizing = [w for w in caught if issubclass(w.category, spillarena.SpillArenaWarning)]
     assert len(sizing) == 1, [str(w.message) for w in sizing]
     assert f"no room for an arena in {str(small_disk)!r}" in str(sizing[0].message)
-    assert "bytes free" in str(sizing[0].message)
+    assert re.search(r": \d+ bytes \([\d.]+ (B|KiB|MiB)\) free", str(sizing[0].message))
     stats = automatic.stats()
     assert stats["overflow_bytes"] == 3 * 8 * input_bytes
     assert stats["allocations"] == 0 and stats["capacity_bytes"] == 0

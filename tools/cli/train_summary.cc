@@ -137,9 +137,10 @@ std::string counted(std::uint64_t n, const char* one, const char* many) {
 // arena's first-overflow warning tells a --no-grow run to pass (ArenaCore::grow_target in
 // src/core/arena/arena_growth.cc). The summary once named the bare need as the --capacity that
 // "would have held it" while the warning asked for at least the figure with the margin ("12.00
-// KiB" against "8.00 KiB" in one run). It now names the warning's figure, from the function the
-// arena computes it with (spill::capacity_with_margin), and says how it follows from the need
-// printed beside it.
+// KiB" against "8.00 KiB" in one run). It now names the same kind of figure, from the function
+// the arena computes it with (spill::capacity_with_margin) applied to the step's whole need; the
+// warning, given at the first overflow, applies it to the need so far, a lower bound, so its
+// figure can be smaller, never larger.
 
 // What grew, or why nothing did: the arena overflowed at the last step (the grow comes at the
 // next one's first store), growing is off, or the disk refused (grow_note says why).

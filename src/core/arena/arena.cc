@@ -10,6 +10,7 @@
 #include "core/os/platform.h"
 #include "core/text/enum_names.h"
 #include "spill/process_memory.h"
+#include "spill/sizing.h"
 #include "spill/units.h"
 
 namespace spill {
@@ -49,8 +50,9 @@ void check_staging(std::uint64_t staging) {
   }
 }
 
-// The staging pool is touched when the arena is made: more than the memory this process may
-// still use would not fail there but summon the OOM killer, for this process or a neighbour.
+// The staging pool is touched when the arena is made (and again when a grow enlarges it, with
+// the same check: IoEngine::fit_staging): more than the memory this process may still use would
+// not fail there but summon the OOM killer, for this process or a neighbour.
 void check_staging_fits(std::uint64_t staging) {
   const std::uint64_t usable = memory_limits().usable_bytes();
   if (usable == 0 || staging <= usable) return;
@@ -137,20 +139,34 @@ std::unique_ptr<detail::Storage> make_storage(const ArenaOptions& o) {
   return detail::make_spill_file(f);
 }
 
-[[noreturn]] void throw_exhausted(const ArenaStats& s, std::uint64_t bytes) {
+// What happens next, said for this arena's options: a grow comes only when what was live at once
+// exceeded the capacity (not for a refusal of fragmentation), and only to that times the margin.
+std::string what_growth_does(const ArenaOptions& o, const ArenaStats& s, std::uint64_t reserving) {
+  if (!o.grow) return "growing is off (ArenaOptions::grow = false)";
+  const std::uint64_t live = s.bytes_in_use + reserving;
+  if (live <= s.capacity_bytes) {
+    return "the arena does not grow for this: its free space is enough but no free block is "
+           "large enough (fragmentation); free regions first";
+  }
+  return "once no region is live the arena grows to what was live when this allocation failed "
+         "times growth_margin " +
+         format_real(o.growth_margin) + ", " +
+         human_bytes(capacity_with_margin(live, o.growth_margin)) +
+         "; a step that needs more fails again at its first refusal, so a step may fail several "
+         "times before it fits";
+}
+
+[[noreturn]] void throw_exhausted(const ArenaOptions& o, const ArenaStats& s, std::uint64_t bytes) {
   const std::uint64_t page = platform::capabilities().page_size_bytes;
+  const std::uint64_t reserving = SlabAllocator::rounded_size(bytes, page);
   throw ArenaExhaustedError(
       bytes, s.free_bytes, s.largest_free_block,
       "spill: arena exhausted: asked for " + bytes_with_units(bytes) + " (reserving " +
-          bytes_with_units(SlabAllocator::rounded_size(bytes, page)) + "), " +
-          bytes_with_units(s.free_bytes) + " free of " + bytes_with_units(s.capacity_bytes) +
-          ", largest free block " + bytes_with_units(s.largest_free_block) +
-          "; raise ArenaOptions::capacity_bytes to what a whole step needs or free regions first. "
-          "With ArenaOptions::grow the arena grows once no region is live, but only to what was "
-          "live when this allocation failed times growth_margin: a step that needs more fails "
-          "again, each failure growing the arena at least that much, so a step that needs k "
-          "times the capacity may fail about log(k) / log(growth_margin) times. "
-          "WhenFull::keep_in_memory never fails a step (Note [Growing the arena])");
+          bytes_with_units(reserving) + "), " + bytes_with_units(s.free_bytes) + " free of " +
+          bytes_with_units(s.capacity_bytes) + ", largest free block " +
+          bytes_with_units(s.largest_free_block) + "; " + what_growth_does(o, s, reserving) +
+          ". Make the arena with the capacity a whole step needs, or use "
+          "WhenFull::keep_in_memory, which never fails a step (Note [Growing the arena])");
 }
 
 }  // namespace
@@ -210,7 +226,7 @@ detail::ArenaCore& SpillArena::live_core() const {
 
 Region SpillArena::allocate(std::uint64_t bytes) {
   Region region = try_allocate(bytes);
-  if (!region) throw_exhausted(core_->stats(), bytes);
+  if (!region) throw_exhausted(core_->options(), core_->stats(), bytes);
   return region;
 }
 

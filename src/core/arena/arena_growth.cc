@@ -31,7 +31,8 @@ namespace spill::detail {
 // total: 418 times what was ever live in one reproduction. A graph that is never backwarded
 // therefore holds its bytes — its regions stay live, its overflowed inputs stay counted — but
 // does not multiply them: each step's demand is what was live at once, that graph included, and
-// the file never exceeds growth_margin times that peak. An empty moment starts the next window
+// a grow never makes the file larger than growth_margin times that peak (in whole pages; a
+// capacity given larger at the start stays). An empty moment starts the next window
 // from the overflow still held, not from zero, for the same reason.
 //
 // With ArenaOptions::grow, the next allocation that finds no region live — the first store of the
@@ -42,12 +43,13 @@ namespace spill::detail {
 // restored RAM view keeps its region live, the I/O engine touches the mapping only for live
 // regions), so replacing it is safe. The allocation that finds the arena empty pays for the
 // grow: normally the first store of a step, but a step whose regions are all freed part-way
-// (two models on one arena, one backwarded before the other's forward goes on; a checkpoint
-// called outside a training loop) pays for it in its middle. Gradient
-// accumulation keeps regions live across micro-batches (the next forward may begin before the
-// last backward freed all), so the grow waits for the first empty moment. A grow the disk refuses
-// changes nothing: the overflow goes on being kept in memory, grow_failures counts it and one
-// warning names the directory and its free space; the next empty moment tries again.
+// pays for it in its middle — an arena so small that every input so far overflowed (no region
+// is live at the next store: it grows there, to what is held), two models on one arena with one
+// backwarded before the other's forward goes on, a checkpoint called outside a training loop.
+// Gradient accumulation keeps regions live across micro-batches (the next forward may begin before
+// the last backward freed all), so the grow waits for the first empty moment. A grow the disk
+// refuses changes nothing: the overflow goes on being kept in memory, grow_failures counts it and
+// one warning names the directory and its free space; the next empty moment tries again.
 //
 // The arena never shrinks. Its peak is the largest step seen, and that step comes back (the
 // longest sequence, the next evaluation); shrinking would give the disk back only to pay for the
@@ -160,7 +162,10 @@ void ArenaCore::grow_if_due() {
   }
   if (why.empty()) {
     allocator_.grow(storage_->info().capacity_bytes);
-    if (engine_) engine_->fit_staging(storage_->info().capacity_bytes);
+    if (engine_) {
+      std::string staging = engine_->fit_staging(storage_->info().capacity_bytes);
+      if (!staging.empty()) notices_.push_back("spillarena: after growing the arena, " + staging);
+    }
     ++grows_;
     return;
   }

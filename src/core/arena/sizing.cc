@@ -10,6 +10,7 @@
 #include "core/os/platform.h"
 #include "spill/arena.h"
 #include "spill/error.h"
+#include "spill/units.h"
 
 namespace spill {
 namespace {
@@ -48,6 +49,10 @@ std::uint64_t bytes_for_layer_input(const ActivationShape& shape,
 }
 
 std::uint64_t capacity_with_margin(std::uint64_t needed_bytes, double growth_margin) {
+  if (!(growth_margin >= kMinGrowthMargin && growth_margin <= kMaxGrowthMargin)) {  // NaN too
+    throw InvalidArgumentError("spill: capacity_with_margin: growth_margin = " +
+                               format_real(growth_margin) + " is out of range; use 1 to 16");
+  }
   const double wanted = std::ceil(static_cast<double>(needed_bytes) * growth_margin);
   const double most = static_cast<double>(kMaxCapacityBytes);
   return detail::round_to_pages(static_cast<std::uint64_t>(std::min(wanted, most)));

@@ -7,6 +7,8 @@
 
 #include "core/os/platform.h"
 #include "spill/error.h"
+#include "spill/process_memory.h"
+#include "spill/units.h"
 
 namespace spill::detail {
 namespace {
@@ -24,7 +26,8 @@ std::uint64_t round_up(std::uint64_t bytes, std::uint64_t unit) {
 // user memory to the disk. O_DIRECT needs buffers, offsets and lengths aligned to the device's
 // logical block (regions are page aligned; the alignment is the larger of the page and the
 // file's direct-I/O alignment), and most tensors are not: a write from unaligned memory is
-// copied into slots of a staging pool, preallocated once (ArenaOptions::staging_bytes), and each
+// copied into slots of a staging pool, preallocated (ArenaOptions::staging_bytes, at most the
+// capacity; Note [The staging pool follows the arena]), and each
 // slot goes back to the pool when its write completed; an aligned source, such as a host pool
 // block, is written from where it is (Note [Writing from an aligned source]). Host memory the
 // spill uses is then the staging budget, whatever the model's size. Reads land directly in an
@@ -42,10 +45,16 @@ IoEngine::IoEngine(Storage& storage, const ArenaOptions& options, IoMode mode)
   queue_ = make_io_queue(options.io_backend, &backend_note_);
   alignment_ = std::max(platform::capabilities().page_size_bytes, storage.direct_alignment());
   if (mode_ == IoMode::direct) {
-    const std::uint64_t budget = std::min(staging_asked_, storage.info().capacity_bytes);
-    const std::uint64_t slot = std::min(kPieceBytes, budget);
-    staging_ = std::make_unique<StagingPool>(budget / slot * slot, slot);
+    const StagingShape shape = staging_shape(storage.info().capacity_bytes);
+    staging_ = std::make_unique<StagingPool>(shape.budget_bytes, shape.slot_bytes);
   }
+}
+
+// staging_bytes, at most the capacity, in whole slots of at most kPieceBytes.
+IoEngine::StagingShape IoEngine::staging_shape(std::uint64_t capacity_bytes) const {
+  const std::uint64_t budget = std::min(staging_asked_, capacity_bytes);
+  const std::uint64_t slot = std::min(kPieceBytes, budget);
+  return {budget / slot * slot, slot};
 }
 
 // Note [The staging pool follows the arena]
@@ -55,15 +64,27 @@ IoEngine::IoEngine(Storage& storage, const ArenaOptions& options, IoMode mode)
 // pool fixed at that size stayed there after the arena grew: 12 KiB of 12 KiB slots under a
 // 25 MiB arena, 6,475 staging waits, steps 1.3-1.9x a preallocated arena's. So each grow fits the
 // pool again to the new capacity (up to staging_bytes), with slots of up to kPieceBytes, as a
-// preallocated arena of that capacity would have it. A grow happens with no region live, and a
-// region is freed only after its transfers completed, so no slot is in use then; resize()
-// checks it anyway and leaves the pool alone otherwise.
-void IoEngine::fit_staging(std::uint64_t capacity_bytes) {
-  if (!staging_) return;
-  const std::uint64_t budget = std::min(staging_asked_, capacity_bytes);
-  if (budget <= staging_->budget_bytes()) return;
-  const std::uint64_t slot = std::min(kPieceBytes, budget);
-  staging_->resize(budget / slot * slot, slot);
+// preallocated arena of that capacity would have it — when the memory this process may still
+// use holds the larger pool (the check the arena's constructor makes: direct mode is chosen
+// where memory is short, and a pool touched beyond it would summon the OOM killer). A grow
+// happens with no region live, and a region is freed only after its transfers completed, so no
+// slot is in use then; resize() checks it anyway and leaves the pool alone otherwise.
+std::string IoEngine::fit_staging(std::uint64_t capacity_bytes) {
+  if (!staging_) return "";
+  const StagingShape shape = staging_shape(capacity_bytes);
+  const std::uint64_t now = staging_->budget_bytes();
+  if (shape.budget_bytes <= now) return "";
+  const std::uint64_t usable = memory_limits().usable_bytes();
+  if (usable != 0 && shape.budget_bytes - now > usable) {
+    return "the staging pool stays at " + human_bytes(now) + ": the " +
+           human_bytes(shape.budget_bytes) + " this capacity would use exceed the " +
+           human_bytes(usable) + " of memory this process may still use";
+  }
+  if (!staging_->resize(shape.budget_bytes, shape.slot_bytes)) {
+    return "the staging pool stays at " + human_bytes(now) + ": " +
+           human_bytes(shape.budget_bytes) + " of memory could not be reserved";
+  }
+  return "";
 }
 
 IoEngine::~IoEngine() { queue_->drain(); }

@@ -34,8 +34,9 @@ class IoEngine {
   ~IoEngine();  // drains: every queued operation completes first
   // Direct mode: the staging pool made ArenaOptions::staging_bytes, at most `capacity_bytes`,
   // after the arena grew to that with no region live (Note [The staging pool follows the arena]).
-  // Never throws: a pool that cannot grow stays as it is.
-  void fit_staging(std::uint64_t capacity_bytes);
+  // Never throws: a pool that cannot grow stays as it is, and the reason is returned ("" when it
+  // grew or had no need to).
+  std::string fit_staging(std::uint64_t capacity_bytes);
   IoEngine(const IoEngine&) = delete;
   IoEngine& operator=(const IoEngine&) = delete;
 
@@ -118,6 +119,11 @@ class IoEngine {
   const std::uint64_t page_cache_limit_;
   std::uint64_t alignment_ = 0;
   std::string backend_note_;
+  struct StagingShape {
+    std::uint64_t budget_bytes, slot_bytes;
+  };
+  StagingShape staging_shape(std::uint64_t capacity_bytes) const;
+
   const std::uint64_t staging_asked_;     // ArenaOptions::staging_bytes
   std::unique_ptr<StagingPool> staging_;  // direct mode only
   mutable Mutex mutex_;

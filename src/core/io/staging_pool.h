@@ -1,4 +1,5 @@
-// StagingPool: aligned host memory for direct I/O, preallocated once and reused forever. A
+// StagingPool: aligned host memory for direct I/O, preallocated and reused (made larger only when
+// its arena grows, with no slot in use). A
 // transfer takes a slot, fills or drains it, and gives it back when its operation completed; a
 // writer that finds every slot busy waits, and the pool counts those waits and their time.
 // See Note [Direct I/O and the staging pool] in src/core/io/io_engine.cc.

@@ -59,8 +59,9 @@ int file_system_info(const std::string& directory, FileSystemInfo* info);
 // grow asks, so a directory removed, renamed or named relatively before a chdir changes nothing.
 int file_free_bytes(int fd, std::uint64_t* free_bytes);
 
-// `path` made absolute against the working directory now (not resolved: symlinks and ".." stay
-// as given); unchanged when already absolute or when the working directory cannot be read.
+// `path` made absolute against the working directory now (getcwd's physical path, then `path`
+// with "." and ".." folded lexically, its symlinks not resolved); unchanged when already
+// absolute or when the working directory cannot be read.
 std::string absolute_path(const std::string& path);
 
 // 0 when `directory` exists, is a directory and is writable and searchable by this process.

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <vector>
 
 #include "core/os/platform.h"
@@ -345,9 +346,10 @@ std::string absolute_path(const std::string& path) {
     if (errno != ERANGE || cwd.size() >= (1u << 20)) return path;
     cwd.resize(cwd.size() * 2);
   }
-  std::string base(cwd.data());
-  if (base.back() != '/') base += '/';
-  return path == "." ? cwd.data() : base + path;
+  // "." and ".." folded lexically; getcwd's part is the physical path (symlinks resolved).
+  std::string absolute = (std::filesystem::path(cwd.data()) / path).lexically_normal().string();
+  if (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();  // "." gives "cwd/"
+  return absolute;
 }
 
 std::string temp_directory() {
