@@ -22,30 +22,31 @@ import sys
 import warnings
 
 import torch
+import torch.utils.checkpoint as torch_checkpoint
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _C
 from . import automatic as _automatic
+from . import layout as _layout
 from . import malloc as _malloc
 from . import non_reentrant as _non_reentrant
 from .errors import CheckpointError, InvalidArgumentError
 
-# Arguments of torch.utils.checkpoint.checkpoint that only mean something to its own
-# implementation, with torch's defaults. Accepted so callers can switch functions; a value other
-# than the default would be ignored, so it is accepted with a warning that says so (a
-# non-default context_fn is refused).
-_TORCH_ONLY_ARGUMENTS = {"determinism_check": "default", "debug": False, "early_stop": True}
+# torch.utils.checkpoint.checkpoint's own keyword arguments (what enable() passes on); one left
+# out stands at torch's default.
+TORCH_ARGUMENTS = ("use_reentrant", "preserve_rng_state", "context_fn", "determinism_check",
+                   "debug", "early_stop")
+_TORCH_DEFAULT = object()
 
 
-def _drop_torch_only_arguments(kwargs):
-    ignored = []
-    for name, default in _TORCH_ONLY_ARGUMENTS.items():
-        if name in kwargs and kwargs.pop(name) != default:
-            ignored.append(name)
-    if ignored:
+def _warn_ignored_by_the_reentrant_form(use_reentrant, early_stop, determinism_check):
+    # torch's reentrant form ignores them too; it says nothing, spillarena says so once per call.
+    if use_reentrant and (early_stop is False or determinism_check not in (_TORCH_DEFAULT,
+                                                                           "default")):
         warnings.warn(
-            f"spillarena.checkpoint ignores {', '.join(ignored)} (options of "
-            "torch.utils.checkpoint's own implementation); pass torch's defaults or leave them out",
+            "spillarena.checkpoint: early_stop and determinism_check apply to the default "
+            "(non-reentrant) form; use_reentrant=True recomputes every layer whole and checks "
+            "nothing, as torch.utils.checkpoint's reentrant form does",
             UserWarning,
             stacklevel=3,
         )
@@ -100,6 +101,7 @@ class _Job:
         self.stash = stash
         self.preserve_rng_state = preserve_rng_state
         self.stashed = None
+        self.layout = None  # how the stored view becomes the input again (layout.py)
         self.spill_index = None  # among the tensors
         self.needs_grad = []
         self.state = None  # _C._ForwardState: RNG and autocast of forward
@@ -116,6 +118,25 @@ class _Job:
             leaves[position] = tensor
         prefix, args, kwargs = tree_unflatten(leaves, self.spec)
         return self.func(*prefix, *args, **kwargs)
+
+    def store(self, tensor):
+        """Stores the layer input: its smallest view that holds every value (Note [A restored
+        input keeps its layout] in layout.py)."""
+        stored, self.layout = _layout.compact(tensor)
+        self.stashed = self.stash.store(stored)
+
+    def free(self):
+        """Frees the stored input without restoring it (a forward that raised)."""
+        stashed, self.stashed = self.stashed, None
+        if stashed is not None:
+            stashed.free()
+
+    def restore(self):
+        """The layer input, with the forward's shape and strides; the stash's copy is freed."""
+        stashed, self.stashed = self.stashed, None
+        restored = stashed.restore()  # queues the reads of the layers before it
+        stashed.free()
+        return _layout.restore(restored, self.layout)
 
     def capture_state(self, tensors):
         # The C++ layer's capture, the one both front ends replay (Note [One replay, two front
@@ -136,7 +157,7 @@ class _SpillCheckpoint(torch.autograd.Function):
     def forward(ctx, job, anchor, *tensors):
         job.capture_state(tensors)
         job.needs_grad = [t.requires_grad for t in tensors]
-        job.stashed = job.stash.store(tensors[job.spill_index])
+        job.store(tensors[job.spill_index])
         outputs = job.run(tensors)  # autograd.Function.forward runs without grad
         # The forward's working set is free: give it back (Note [Returning freed memory from
         # Python] in malloc.py).
@@ -166,9 +187,7 @@ class _SpillCheckpoint(torch.autograd.Function):
             )
         if job.stashed is None:
             raise CheckpointError("spillarena.checkpoint: " + _C._SECOND_BACKWARD_MESSAGE)
-        stashed, job.stashed = job.stashed, None
-        restored = stashed.restore()  # queues the reads of the layers before it
-        stashed.free()
+        restored = job.restore()
         saved = ctx.saved_tensors
         inputs = []
         for i, tensor in enumerate(saved):
@@ -196,37 +215,61 @@ class _SpillCheckpoint(torch.autograd.Function):
         return (None, None) + input_grads
 
 
+# Note [Which argument spills]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Torch's checkpoint takes any arguments, tensors anywhere in tuples, lists, dicts and other
+# pytrees, or none. One tensor per call goes to the arena: the layer input, the one activation
+# that is new at every layer. It is the first floating-point tensor among the positional
+# arguments (searched through their pytrees), else among the partial's and keyword arguments,
+# else the first tensor of any dtype there; never an nn.Parameter (weights stay where they are).
+# Every other tensor — masks, position ids and embeddings, an encoder's output, T5's position
+# bias — is held as torch holds it: those are small or shared by every layer, and spilling a
+# tensor shared by L layers would write it L times. A call with no tensor to spill runs
+# torch.utils.checkpoint.checkpoint itself: there is nothing to spill, and its behaviour is the
+# contract. Under transformers (hidden states first) and every call this package documented
+# before, the choice is the same as it was: the first positional tensor.
 def _pick_spilled(args, prefix, keywords):
-    """Index, among all tensor arguments in call order, of the one to spill."""
-    if args:
-        if not isinstance(args[0], torch.Tensor):
-            raise InvalidArgumentError(
-                "spillarena.checkpoint: the first argument after the function is the layer input "
-                f"to spill and must be a torch.Tensor, got {_describe(args[0])}"
-            )
-        return sum(isinstance(leaf, torch.Tensor) for leaf in tree_flatten(prefix)[0])
-    leaves = tree_flatten((prefix, keywords))[0]
-    for i, _leaf in enumerate(t for t in leaves if isinstance(t, torch.Tensor)):
-        return i
-    raise InvalidArgumentError(
-        "spillarena.checkpoint: no tensor among the arguments; pass the layer input (a "
-        "torch.Tensor) first"
-    )
+    """Index, among all tensor arguments in call order (the partial's, the positional, the
+    keyword ones), of the one to spill; None when there is none (Note [Which argument
+    spills])."""
+    tensors = _Job.tensors_in((prefix, args, keywords))
+    first_positional = len(_Job.tensors_in(prefix))
+    positional = range(first_positional, first_positional + len(_Job.tensors_in(args)))
+    others = [i for i in range(len(tensors)) if i not in positional]
+    candidates = [i for i in (*positional, *others)
+                  if not isinstance(tensors[i], torch.nn.Parameter)]
+    for i in candidates:
+        if tensors[i].is_floating_point():
+            return i
+    return candidates[0] if candidates else None
+
+
+def _torch_options(use_reentrant, options):
+    """torch's keyword arguments that are given, checked as torch checks them."""
+    given = {k: v for k, v in options.items() if v is not _TORCH_DEFAULT}
+    if use_reentrant and ("context_fn" in given or given.get("debug", False)):
+        raise InvalidArgumentError(
+            "spillarena.checkpoint: context_fn and debug are only supported with "
+            "use_reentrant=False (as in torch.utils.checkpoint)")
+    return given
 
 
 def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_state=True,
-                context_fn=None, **kwargs):
-    if context_fn is not None:
-        raise InvalidArgumentError("spillarena.checkpoint: context_fn is not supported")
+                torch_options=None, **kwargs):
     if use_reentrant not in (None, True, False):
         raise InvalidArgumentError(
             f"spillarena.checkpoint: use_reentrant must be None, True or False, got "
             f"{use_reentrant!r}"
         )
     _check_arena(arena)
+    options = _torch_options(use_reentrant, torch_options or {})
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)
     spill_index = _pick_spilled(args, prefix, keywords)
+    if spill_index is None:  # nothing to spill: torch's own checkpoint, as the caller asked
+        return torch_checkpoint.checkpoint(function, *args, use_reentrant=bool(use_reentrant),
+                                           preserve_rng_state=preserve_rng_state, **options,
+                                           **kwargs)
     if not torch.is_grad_enabled():
         return function(*args, **kwargs)  # no backward will come: nothing to keep
     tensors = _Job.tensors_in((prefix, args, keywords))
@@ -235,7 +278,7 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
     job = _Job(func, (prefix, args, keywords), stash, preserve_rng_state)
     job.spill_index = spill_index
     if not use_reentrant:
-        return _non_reentrant.run(job, tensors)
+        return _non_reentrant.run(job, tensors, options)
     anchor = torch.empty(0, requires_grad=True)
     out_tensors = iter(_SpillCheckpoint.apply(job, anchor, *tensors))
     leaves = [next(out_tensors) if leaf is _TENSOR else leaf for leaf in job.output_template]
@@ -260,28 +303,35 @@ _checkpoint_outside_compile = None
 
 
 def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_state=True,
-               context_fn=None, **kwargs):
+               context_fn=_TORCH_DEFAULT, determinism_check=_TORCH_DEFAULT, debug=_TORCH_DEFAULT,
+               early_stop=_TORCH_DEFAULT, **kwargs):
     """Checkpoints ``function(*args, **kwargs)`` with its layer input spilled to ``arena``.
 
-    The contract of torch.utils.checkpoint.checkpoint, as transformers calls it:
-    ``function`` may be a functools.partial holding keyword arguments (tensors included).
-    ``use_reentrant`` None or False (the default): the layer keeps its own graph and its saved
-    tensors are recomputed at the first unpack (Note [A non-reentrant checkpoint that spills]);
-    torch.autograd.grad, backward(inputs=...) and retain_graph work. True: one autograd
-    Function per layer that recomputes inside its backward (``loss.backward()`` only).
-    ``arena`` is a SpillArena, an AutomaticArena, None (the process's default_arena(), made at
-    the first input and grown as steps need) or any TensorStash (make_in_memory_stash():
-    classic checkpointing, no spill). An input that finds no room stays in memory for the step (one
-    SpillArenaWarning per arena), also when a full disk leaves an AutomaticArena no arena at all,
-    unless the arena was made with when_full="error": then ArenaExhaustedError (nothing is left
-    allocated; the arena grows only to what the failed step reached, so a model may fail several
-    steps before it fits), or InsufficientSpaceError for an AutomaticArena on a full disk. Raises
-    InvalidArgumentError for a non-tensor layer input; CheckpointError for a layer that saves
-    other tensors when it runs again, and (reentrant) for a second backward. Under torch.compile
-    the call runs eagerly, a graph break (Note [The checkpoint under torch.compile]).
+    The contract of torch.utils.checkpoint.checkpoint: any positional and keyword arguments,
+    tensors anywhere in their pytrees, or none; ``function`` may be a functools.partial holding
+    keyword arguments (tensors included), as transformers calls it. One tensor spills, the layer
+    input (Note [Which argument spills]); the others are held as torch holds them; with none, the
+    call is torch's own checkpoint. ``use_reentrant`` None or False (the default): torch's
+    non-reentrant checkpoint itself, with ``context_fn``, ``determinism_check``, ``debug`` and
+    ``early_stop`` as torch takes them (set_checkpoint_early_stop honoured) and the input in the
+    stash instead of in torch's frame (Note [A non-reentrant checkpoint that spills]);
+    torch.autograd.grad and backward inside the layer and around it, nesting, retain_graph and
+    double backward work. True: one autograd Function per layer that recomputes inside its
+    backward (``loss.backward()`` only). ``arena`` is a SpillArena, an AutomaticArena, None (the
+    process's default_arena(), made at the first input and grown as steps need) or any
+    TensorStash (make_in_memory_stash(): classic checkpointing, no spill). An input that finds
+    no room stays in memory for the step (one SpillArenaWarning per arena), also when a full disk
+    leaves an AutomaticArena no arena at all, unless the arena was made with when_full="error":
+    then ArenaExhaustedError (nothing is left allocated; the arena grows only to what the failed
+    step reached, so a model may fail several steps before it fits), or InsufficientSpaceError
+    for an AutomaticArena on a full disk. Raises torch's errors where torch raises (its
+    CheckpointError is a RuntimeError); spillarena.CheckpointError for the reentrant form's
+    second backward. Under torch.compile the call runs eagerly, a graph break (Note [The
+    checkpoint under torch.compile]).
     """
     global _checkpoint_outside_compile
-    _drop_torch_only_arguments(kwargs)  # here, so its warning names the caller's line
+    # here, so its warning names the caller's line
+    _warn_ignored_by_the_reentrant_form(use_reentrant, early_stop, determinism_check)
     run = _checkpoint
     if "torch._dynamo" in sys.modules:
         if _checkpoint_outside_compile is None:
@@ -289,5 +339,7 @@ def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_sta
                 _checkpoint, reason="spillarena.checkpoint spills through C++ and runs eagerly"
             )
         run = _checkpoint_outside_compile
+    options = {"context_fn": context_fn, "determinism_check": determinism_check,
+               "debug": debug, "early_stop": early_stop}
     return run(function, *args, arena=arena, use_reentrant=use_reentrant,
-               preserve_rng_state=preserve_rng_state, context_fn=context_fn, **kwargs)
+               preserve_rng_state=preserve_rng_state, torch_options=options, **kwargs)

@@ -24,7 +24,7 @@ import inspect
 import sys
 
 from . import automatic as _automatic
-from .checkpoint import _TORCH_ONLY_ARGUMENTS, _check_arena, checkpoint
+from .checkpoint import TORCH_ARGUMENTS, _check_arena, checkpoint
 from .errors import InvalidArgumentError
 
 # Note [Who wins when both checkpointings are asked for]
@@ -209,9 +209,7 @@ def _enabled_arena(target):
     return None
 
 
-_CHECKPOINT_ARGUMENTS = ("use_reentrant", "preserve_rng_state", "context_fn") + tuple(
-    _TORCH_ONLY_ARGUMENTS
-)
+_CHECKPOINT_ARGUMENTS = TORCH_ARGUMENTS
 
 
 def _check_checkpoint_kwargs(kwargs):

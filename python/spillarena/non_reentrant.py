@@ -1,122 +1,90 @@
-"""The non-reentrant spilling checkpoint, spillarena.checkpoint's default.
+"""The non-reentrant spilling checkpoint, spillarena.checkpoint's default: torch's own
+non-reentrant checkpoint, with the layer input in the stash instead of in torch's frame.
 
-    outputs = run(job, tensors)   # the layer runs with grad: the real graph, nothing saved in it
-    loss.backward()               # first unpack: input restored, layer recomputed, tensors served
+    outputs = run(job, tensors, options)   # torch.utils.checkpoint.checkpoint(use_reentrant=False)
+    loss.backward()                        # torch recomputes; the input comes back from the stash
 
 See Note [A non-reentrant checkpoint that spills].
 """
 
-import torch
-from torch.autograd.graph import saved_tensors_hooks
+import torch.utils.checkpoint as _torch_checkpoint
 
 from . import malloc as _malloc
-from .errors import CheckpointError
 
 # Note [A non-reentrant checkpoint that spills]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The reentrant form (an autograd.Function per layer, recomputing and backpropagating inside its
 # own backward) sums the gradient of a tensor that several layers take (an encoder's output in
-# every cross-attention, T5's shared position bias, a module shared by layers) in another order
-# than no checkpointing: rounding-level differences, and torch.autograd.grad cannot see through
-# it. This form keeps the layer's own graph, as torch.utils.checkpoint(use_reentrant=False)
-# does: the layer runs with grad under saved-tensor hooks whose pack keeps only an index (and the
-# shape and dtype), so the graph holds none of the layer's activations; the layer input's bytes
-# go to the arena's stash. The first unpack in backward restores the input (queueing its
-# predecessors' reads, as the reentrant form does), replays the forward's RNG and autocast,
-# recomputes the layer under hooks that collect what it saves, and hands each saved tensor out
-# once. Gradients then flow through the original graph, in its order: bit-identical to no
-# checkpointing wherever torch's own non-reentrant checkpoint is.
+# every cross-attention, T5's shared position bias) in another order than no checkpointing, and
+# torch.autograd.grad cannot see through it. This form is torch.utils.checkpoint.checkpoint with
+# use_reentrant=False itself — its public function, called with the caller's early_stop,
+# context_fn, determinism_check and debug — so everything its contract promises holds by
+# construction: the layer's own graph and gradient order, torch.autograd.grad and backward
+# inside the layer and around it, nested checkpoints, early stop (set_checkpoint_early_stop
+# honoured), retain_graph, the RNG and autocast replay, its errors. spillarena changes one thing:
+# what torch's frame keeps of the layer input. Torch is handed a _SpilledInput in its place (and
+# an empty tensor of the input's device and dtype, so its RNG replay finds the device); the
+# input's bytes go to the stash before the call. In the forward the layer gets the live input,
+# so the graph's edges reach it; the handle then lets it go, and the stash holds the only copy.
+# In a recomputation the layer gets the stash's copy, restored at the first one, detached and
+# requiring grad as the input did, as torch does with the inputs it keeps.
 #
-# The frame lives as long as a saved tensor of the layer does: with retain_graph=False the engine
-# releases each node's saved tensors after running it, so the restored input and the recomputed
-# tensors go with the layer's last node; with retain_graph=True they stay, and a second backward
-# (or a torch.autograd.grad that left some unused) recomputes from the input kept in the frame.
-# It uses public torch API only: torch.autograd.graph.saved_tensors_hooks (stable since 1.10),
-# never torch.utils.checkpoint's internals. LibTorch offers no equivalent without Python: its
-# default saved-tensor hooks are Python objects (at::SavedTensorDefaultHooks holds
-# c10::SafePyObject, and the C++ engine's get_default_saved_variable_hooks returns none), so
-# spill::checkpoint in C++ stays reentrant.
+# The restored input is kept by the handle for further recomputations (retain_graph=True, a
+# torch.autograd.grad that left some saved tensors unused): the stash frees its region at the
+# first restore. The handle lives as long as torch's frame, which lives as long as a saved tensor
+# of the layer does: with retain_graph=False the engine releases each node's saved tensors after
+# running it, so the input goes with the layer's last node. LibTorch offers no equivalent
+# without Python (its saved-tensor hooks are Python objects), so spill::checkpoint in C++ stays
+# reentrant.
 
 
-class _Frame:
-    """One checkpointed call between forward and backward: what forward saved (as indices), the
-    tensors to rebuild the call, and the recomputation's saved tensors once made."""
+class _SpilledInput:
+    """Torch's stand-in for the layer input: the live input during the forward, the stash's
+    copy in recomputations."""
 
-    def __init__(self, job, tensors):
+    def __init__(self, job, live):
         self.job = job
-        self.others = [None if i == job.spill_index else t for i, t in enumerate(tensors)]
-        self.needs_grad = [t.requires_grad for t in tensors]
-        self.device_type = tensors[job.spill_index].device.type
-        self.saved_meta = []  # (shape, dtype) of each tensor forward saved, in order
-        self.input = None  # the layer input, restored at the first unpack
-        self.saved = None  # the recomputation's saved tensors; None once handed out
+        self.live = live
+        self.requires_grad = live.requires_grad
+        self.restored = None
 
-    def pack(self, tensor):
-        self.saved_meta.append((tensor.shape, tensor.dtype))
-        return len(self.saved_meta) - 1
-
-    def unpack(self, index):
-        if self.saved is None or self.saved[index] is None:
-            self._recompute()
-        tensor, self.saved[index] = self.saved[index], None
-        return tensor
-
-    def _restored_input(self):
-        if self.input is None:
-            stashed, self.job.stashed = self.job.stashed, None
-            self.input = stashed.restore()  # queues the reads of the layers before it
-            stashed.free()
-        return self.input
-
-    def _recompute(self):
-        restored = self._restored_input()
-        inputs = [
-            (restored if t is None else t).detach().requires_grad_(need)
-            for t, need in zip(self.others, self.needs_grad)
-        ]
-        saved = []
-
-        def collect(tensor):
-            saved.append(tensor.detach())
-            return len(saved) - 1
-
-        with self.job.replay(), torch.enable_grad(), saved_tensors_hooks(collect, _forbidden):
-            self.job.run(inputs)
-        del inputs
-        self._check(saved)
-        self.saved = saved
-        _malloc.layer_done(self.device_type)
-
-    def _check(self, saved):
-        found = [(t.shape, t.dtype) for t in saved]
-        if found == self.saved_meta:
-            return
-        first = next((i for i, (a, b) in enumerate(zip(found, self.saved_meta)) if a != b), None)
-        where = (f"; the first that differs is #{first}: {found[first]} against "
-                 f"{self.saved_meta[first]}" if first is not None else "")
-        raise CheckpointError(
-            f"spillarena.checkpoint: the recomputed layer saved {len(found)} tensors for "
-            f"backward, its forward {len(self.saved_meta)}{where}. A checkpointed layer must do "
-            "the same work when it runs again (no branches on global state or on values that "
-            "change between forward and backward)"
-        )
+    def get(self):
+        if self.live is not None:
+            return self.live
+        if self.restored is None:
+            self.restored = self.job.restore()  # queues the reads of the layers before it
+        return self.restored.detach().requires_grad_(self.requires_grad)
 
 
-def _forbidden(index):
-    raise CheckpointError(
-        "spillarena.checkpoint: a tensor saved during the recomputation was unpacked; backward "
-        "through a recomputed layer (create_graph=True) is not supported"
-    )
+def _call(job, spilled, *tensors):
+    tensors = list(tensors)
+    tensors[job.spill_index] = spilled.get()
+    recomputing = spilled.live is None
+    try:
+        return job.run(tensors)
+    finally:
+        if recomputing:  # the recomputation's working set is free: give it back
+            _malloc.layer_done(tensors[job.spill_index].device.type)
 
 
-def run(job, tensors):
-    """Runs the layer with grad under the frame's hooks; its input goes to the stash."""
-    frame = _Frame(job, tensors)
-    job.capture_state(tensors)
-    job.stashed = job.stash.store(tensors[job.spill_index])
-    with saved_tensors_hooks(frame.pack, frame.unpack):
-        outputs = job.run(tensors)
+def run(job, tensors, options):
+    """Runs the layer through torch's non-reentrant checkpoint with ``options`` (its keyword
+    arguments); its input goes to the stash."""
+    x = tensors[job.spill_index]
+    job.store(x)
+    spilled = _SpilledInput(job, x)
+    stand_ins = list(tensors)
+    stand_ins[job.spill_index] = x.new_empty(0)  # the device and dtype, no bytes
+    try:
+        outputs = _torch_checkpoint.checkpoint(
+            _call, job, spilled, *stand_ins, use_reentrant=False,
+            preserve_rng_state=job.preserve_rng_state, **options)
+    except BaseException:
+        job.free()
+        raise
+    finally:
+        spilled.live = None
     # The forward's working set is free: give it back (Note [Returning freed memory from
     # Python] in malloc.py).
-    _malloc.layer_done(frame.device_type)
+    _malloc.layer_done(x.device.type)
     return outputs

@@ -19,9 +19,11 @@ namespace {
 // kwargs, pytrees of outputs) are two front ends over one stash. What a recomputation must see
 // again — the CPU and device generators' states and the autocast state, put back afterwards —
 // is captured and replayed by one implementation, spill::detail::ForwardState
-// (src/torch_layer/forward_state.cc), which the Python front end reaches through
-// _capture_forward_state and _ForwardReplay. _cpp_checkpoint runs the C++ front end on a Python
-// layer, so tests/python/test_conformance.py runs one table of cases (dropout, autocast,
+// (src/torch_layer/forward_state.cc), which the Python front end's reentrant form reaches
+// through _capture_forward_state and _ForwardReplay (its default form is torch's own
+// non-reentrant checkpoint, which replays with torch's code: Note [A non-reentrant checkpoint
+// that spills] in python/spillarena/non_reentrant.py). _cpp_checkpoint runs the C++ front end on a
+// Python layer, so tests/python/test_conformance.py runs one table of cases (dropout, autocast,
 // extra tensors and several outputs, the RNG stream after backward, frozen inputs, no grad, a
 // forward without backward, a second backward) against both; what only Python has (kwargs,
 // pytrees, preserve_rng_state=False) is in test_checkpoint.py. Both say the same words on a

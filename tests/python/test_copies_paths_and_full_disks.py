@@ -191,16 +191,16 @@ def test_the_per_file_stash_on_a_full_disk_raises_typed_and_leaves_nothing(small
 # ---------------------------------------------------------------------------------------------
 
 
-def test_torch_only_checkpoint_arguments_warn_unless_they_are_torchs_defaults(arena):
+def test_torchs_checkpoint_arguments_apply_and_the_reentrant_form_says_what_it_ignores(arena):
     x = torch.randn(4, 4, requires_grad=True)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # torch's defaults: silent
+        warnings.simplefilter("error")  # the default form is torch's: each applies, silently
         y = spillarena.checkpoint(torch.sin, x, arena=arena, use_reentrant=False,
-                                  determinism_check="default", debug=False, early_stop=True)
+                                  determinism_check="none", debug=True, early_stop=False)
     y.sum().backward()
-    with pytest.warns(UserWarning, match="ignores determinism_check, debug, early_stop"):
-        y = spillarena.checkpoint(torch.sin, x, arena=arena, determinism_check="none",
-                                  debug=True, early_stop=False)
+    with pytest.warns(UserWarning, match="early_stop and determinism_check apply to the default"):
+        y = spillarena.checkpoint(torch.sin, x, arena=arena, use_reentrant=True,
+                                  determinism_check="none", early_stop=False)
     y.sum().backward()
 
 

@@ -268,8 +268,9 @@ def test_a_layer_that_saves_other_tensors_when_it_runs_again_is_refused(spill):
 
     x = torch.randn(4, 4, requires_grad=True)
     out = spill(layer, x * 1)
-    with pytest.raises(spillarena.CheckpointError,
-                       match=r"saved 0 tensors for backward, its forward 1.*must do the same work"):
+    # torch's own check and error: the default form is torch's non-reentrant checkpoint
+    with pytest.raises(torch.utils.checkpoint.CheckpointError,
+                       match=r"different number of tensors was saved"):
         out.sum().backward()
 
 

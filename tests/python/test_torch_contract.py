@@ -1,0 +1,317 @@
+"""spillarena.checkpoint against torch.utils.checkpoint.checkpoint, case by case: each case runs
+with torch's checkpoint (the reference must pass, or the case is wrong) and with spillarena's, in
+both forms, gradients compared with torch.equal and the spill directory empty afterwards."""
+
+import pytest
+import torch
+import torch.utils.checkpoint as torch_checkpoint
+
+import spillarena
+from conftest import assert_drained
+
+FORMS = {
+    "torch": lambda f, *a, **k: torch_checkpoint.checkpoint(f, *a, use_reentrant=False, **k),
+    "torch-reentrant": lambda f, *a, **k: torch_checkpoint.checkpoint(f, *a, use_reentrant=True,
+                                                                      **k),
+    "spillarena": None,  # spillarena.checkpoint on the test's arena, default form
+    "spillarena-reentrant": None,
+}
+
+
+@pytest.fixture(params=list(FORMS))
+def checkpoint(request, arena):
+    """A checkpoint function for the form under test; spillarena's spill to ``arena``."""
+    if request.param.startswith("torch"):
+        return FORMS[request.param]
+    reentrant = request.param.endswith("reentrant")
+    return lambda f, *a, **k: spillarena.checkpoint(f, *a, arena=arena, use_reentrant=reentrant,
+                                                    **k)
+
+
+def grads(tensors):
+    return [t.grad.clone() if t.grad is not None else None for t in tensors]
+
+
+def assert_equal(ours, reference):
+    assert len(ours) == len(reference)
+    for a, b in zip(ours, reference):
+        assert (a is None) == (b is None)
+        assert a is None or torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts: a restored input is the forward's, strides included (Note [A restored input keeps
+# its layout] in python/spillarena/layout.py)
+# ---------------------------------------------------------------------------------------------
+
+class StrideRecorder(torch.nn.Module):
+    """A layer that records the strides its input had each time it ran."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.linear = torch.nn.Linear(width, width)
+        self.strides = []
+
+    def forward(self, x):
+        self.strides.append(x.stride())
+        return torch.nn.functional.gelu(self.linear(x) @ x.transpose(-1, -2))
+
+
+def make_input(kind, source):
+    if kind == "expanded":  # learned query tokens, as Q-Former-style models feed them
+        return (source * 2).expand(3, -1, -1)
+    if kind == "transposed":
+        return (source * 2).t()
+    return (source * 2).unsqueeze(0).expand(2, -1, -1).contiguous()
+
+
+@pytest.mark.parametrize("kind", ["expanded", "transposed", "contiguous"])
+def test_a_restored_input_has_the_forwards_shape_and_strides(checkpoint, kind, arena):
+    torch.manual_seed(0)
+    source = torch.nn.Parameter(torch.randn(8, 8))
+    layer = StrideRecorder(8)
+
+    def step(ck):
+        layer.zero_grad()
+        source.grad = None
+        layer.strides.clear()
+        x = make_input(kind, source)
+        h = ck(layer, x) if ck else layer(x)
+        h.pow(2).sum().backward()
+        return grads([source, *layer.parameters()]), list(layer.strides), x.stride()
+
+    reference, _, _ = step(None)
+    ours, strides, forward_stride = step(checkpoint)
+    assert_equal(ours, reference)
+    assert strides == [forward_stride, forward_stride]  # forward, then the recomputation
+    assert_drained(arena)
+
+
+def test_an_expanded_input_spills_only_the_values_it_holds(arena):
+    source = torch.nn.Parameter(torch.randn(64, 64))
+    x = (source * 2).expand(16, -1, -1)  # 16 x 16 KiB to look at, 16 KiB of values
+    spillarena.checkpoint(lambda t: t.sin(), x, arena=arena).sum().backward()
+    assert arena.stash_stats()["inputs_spilled"] == 1
+    assert arena.stats()["peak_bytes_in_use"] == 64 * 64 * 4
+    assert_drained(arena)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments as torch takes them (Note [Which argument spills] in checkpoint.py)
+# ---------------------------------------------------------------------------------------------
+
+CALLS = {
+    "scalar_first": (lambda s, x: (x * s).sin(), lambda x, y: (2.0, x)),
+    "in_a_dict": (lambda d: d["x"].sin() * d["y"], lambda x, y: ({"x": x, "y": y},)),
+    "in_a_list": (lambda xs: xs[0].sin() @ xs[1], lambda x, y: ([x, y],)),
+    "nested": (lambda t: t[0].sin() + t[1]["y"], lambda x, y: ((x, {"y": y}),)),
+    "keyword": (lambda x, *, y: x.sin() * y, None),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_any_arguments_with_tensors_anywhere(checkpoint, call, arena):
+    function, arguments = CALLS[call]
+    x0 = torch.randn(6, 6, generator=torch.Generator().manual_seed(1))
+    y0 = torch.randn(6, 6, generator=torch.Generator().manual_seed(2))
+
+    def step(ck):
+        x, y = x0.clone().requires_grad_(), y0.clone().requires_grad_()
+        if arguments is None:  # a keyword tensor
+            out = ck(function, x * 1, y=y * 1) if ck else function(x * 1, y=y * 1)
+        else:
+            out = ck(function, *arguments(x * 1, y * 1)) if ck else function(*arguments(x * 1,
+                                                                                     y * 1))
+        out.pow(2).sum().backward()
+        return [x.grad, y.grad]
+
+    if checkpoint is FORMS["torch-reentrant"] and call not in ("scalar_first",):
+        # keyword arguments are refused there, and tensors inside containers get no gradient
+        pytest.skip("torch's reentrant form sees only top-level positional tensors")
+    assert_equal(step(checkpoint), step(None))
+    assert_drained(arena)
+
+
+def test_a_call_without_a_tensor_runs_like_torchs(arena):
+    calls = []
+
+    def function(n):
+        calls.append(n)
+        return n * 2
+
+    assert torch_checkpoint.checkpoint(function, 3, use_reentrant=False) == 6
+    assert spillarena.checkpoint(function, 3, arena=arena) == 6
+    assert calls == [3, 3]
+    assert arena.stash_stats()["inputs_stored"] == 0  # nothing to spill
+
+
+def test_the_layer_input_spills_and_the_other_tensors_are_held(arena):
+    x = torch.randn(64, 64, requires_grad=True)
+    mask = torch.ones(64, 64)
+    out = spillarena.checkpoint(lambda m, h: (h * 1).sin() * m, mask, x * 1, arena=arena)
+    out.sum().backward()
+    # the first floating-point positional tensor: the mask
+    assert arena.stats()["peak_bytes_in_use"] == mask.numel() * 4
+    weight = torch.nn.Parameter(torch.randn(64, 64))
+    spillarena.checkpoint(lambda w, h: h @ w, weight, x * 1, arena=arena).sum().backward()
+    assert arena.stash_stats()["inputs_spilled"] == 2  # the activation, never the weight
+    assert_drained(arena)
+
+
+# ---------------------------------------------------------------------------------------------
+# The default form is torch's non-reentrant checkpoint (Note [A non-reentrant checkpoint that
+# spills]): autograd inside the layer, nesting, early stop, retain_graph, context_fn
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(params=["torch", "spillarena"])
+def default_form(request, arena):
+    if request.param == "torch":
+        return FORMS["torch"]
+    return lambda f, *a, **k: spillarena.checkpoint(f, *a, arena=arena, **k)
+
+
+def gradient_penalty_layer(weight):
+    def layer(x):
+        y = torch.tanh(x @ weight)
+        (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+        return y + g.pow(2)
+    return layer
+
+
+def test_autograd_grad_inside_the_layer(default_form, arena):
+    torch.manual_seed(3)
+    weight = torch.nn.Parameter(torch.randn(8, 8))
+    x0 = torch.randn(4, 8)
+
+    def step(ck):
+        weight.grad = None
+        x = x0.clone().requires_grad_()
+        layer = gradient_penalty_layer(weight)
+        out = ck(layer, x * 1) if ck else layer(x * 1)
+        out.sum().backward()
+        return [x.grad, weight.grad.clone()]
+
+    assert_equal(step(default_form), step(None))
+    assert_drained(arena)
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_nested_checkpoints(default_form, early_stop, arena):
+    torch.manual_seed(4)
+    inner = torch.nn.Linear(8, 8)
+    outer = torch.nn.Linear(8, 8)
+    x0 = torch.randn(4, 8)
+
+    def step(ck):
+        inner.zero_grad()
+        outer.zero_grad()
+        x = x0.clone().requires_grad_()
+        if ck:
+            with torch_checkpoint.set_checkpoint_early_stop(early_stop):
+                out = ck(lambda h: outer(ck(lambda g: inner(g).tanh(), h)).sin(), x * 1)
+                out.sum().backward()
+        else:
+            outer(inner(x * 1).tanh()).sin().sum().backward()
+        return [x.grad, *[p.grad.clone() for p in (*inner.parameters(), *outer.parameters())]]
+
+    assert_equal(step(default_form), step(None))
+    assert_drained(arena)
+
+
+@pytest.mark.parametrize("how", ["set_checkpoint_early_stop", "argument"])
+def test_early_stop_skips_what_backward_does_not_need(default_form, how, arena):
+    ran = []
+
+    def layer(x):
+        ran.append("head")
+        y = x.sin()  # saves x
+        ran.append("tail")
+        return y, (y * 0).detach()  # the tail saves nothing backward needs
+
+    def recomputed_tail(early_stop):
+        ran.clear()
+        x = torch.randn(4, 4, requires_grad=True)
+        if how == "argument":
+            out, _ = default_form(layer, x * 1, early_stop=early_stop)
+        else:
+            with torch_checkpoint.set_checkpoint_early_stop(early_stop):
+                out, _ = default_form(layer, x * 1)
+        out.sum().backward()
+        return ran[2:]  # what the recomputation ran
+
+    assert recomputed_tail(True) == ["head"]
+    assert recomputed_tail(False) == ["head", "tail"]
+    assert_drained(arena)
+
+
+def test_retain_graph_and_a_second_backward(default_form, arena):
+    torch.manual_seed(6)
+    layer = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+    x0 = torch.randn(4, 8)
+
+    def step(ck):
+        layer.zero_grad()
+        x = x0.clone().requires_grad_()
+        out = ck(layer, x * 1) if ck else layer(x * 1)
+        out.sum().backward(retain_graph=True)
+        out.pow(2).sum().backward()
+        return [x.grad, *[p.grad.clone() for p in layer.parameters()]]
+
+    assert_equal(step(default_form), step(None))
+    assert_drained(arena)
+
+
+def test_a_selective_checkpoint_policy(default_form, arena):
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    def policy(ctx, op, *args, **kwargs):
+        return (CheckpointPolicy.MUST_SAVE if op == torch.ops.aten.mm.default
+                else CheckpointPolicy.PREFER_RECOMPUTE)
+
+    torch.manual_seed(7)
+    weight = torch.nn.Parameter(torch.randn(8, 8))
+    x0 = torch.randn(4, 8)
+
+    def step(ck):
+        weight.grad = None
+        x = x0.clone().requires_grad_()
+        layer = lambda h: (h @ weight).sin() @ weight  # noqa: E731
+        if ck:
+            out = ck(layer, x * 1,
+                     context_fn=lambda: create_selective_checkpoint_contexts(policy))
+        else:
+            out = layer(x * 1)
+        out.sum().backward()
+        return [x.grad, weight.grad.clone()]
+
+    assert_equal(step(default_form), step(None))
+    assert_drained(arena)
+
+
+def test_a_second_read_of_saved_tensors_raises_torchs_error(default_form, arena):
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            ctx.saved_tensors  # noqa: B018
+            ctx.saved_tensors  # noqa: B018  (the second read)
+            return g * 2
+
+    x = torch.randn(4, requires_grad=True)
+    out = default_form(lambda h: Twice.apply(h.sin()), x * 1)
+    with pytest.raises(torch_checkpoint.CheckpointError, match="already unpacked once"):
+        out.sum().backward()
+    del out
+    assert_drained(arena)
+
+
+def test_context_fn_and_debug_are_refused_by_the_reentrant_form_as_by_torchs(arena):
+    with pytest.raises(ValueError, match="context_fn"):
+        torch_checkpoint.checkpoint(torch.sin, torch.ones(2), use_reentrant=True, debug=True)
+    with pytest.raises(spillarena.InvalidArgumentError, match="context_fn and debug"):
+        spillarena.checkpoint(torch.sin, torch.ones(2), arena=arena, use_reentrant=True,
+                              debug=True)
