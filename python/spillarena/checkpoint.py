@@ -93,12 +93,13 @@ class _Job:
 
     Holds no tensor of the call itself (the input is in the stash, the others in ctx)."""
 
-    def __init__(self, func, structure, stash, preserve_rng_state):
+    def __init__(self, func, structure, preserve_rng_state):
         leaves, self.spec = tree_flatten(structure)
         self.func = func
         self.positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
         self.template = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
-        self.stash = stash
+        self.tensors = [leaves[i] for i in self.positions]  # until the call is made; then None
+        self.stash = None
         self.preserve_rng_state = preserve_rng_state
         self.stashed = None
         self.layout = None  # how the stored view becomes the input again (layout.py)
@@ -228,11 +229,12 @@ class _SpillCheckpoint(torch.autograd.Function):
 # torch.utils.checkpoint.checkpoint itself: there is nothing to spill, and its behaviour is the
 # contract. Under transformers (hidden states first) and every call this package documented
 # before, the choice is the same as it was: the first positional tensor.
-def _pick_spilled(args, prefix, keywords):
-    """Index, among all tensor arguments in call order (the partial's, the positional, the
-    keyword ones), of the one to spill; None when there is none (Note [Which argument
-    spills])."""
-    tensors = _Job.tensors_in((prefix, args, keywords))
+def _pick_spilled(args, prefix, keywords, tensors):
+    """Index, among ``tensors`` (every tensor argument in call order: the partial's, the
+    positional, the keyword ones), of the one to spill; None when there is none (Note [Which
+    argument spills])."""
+    if not prefix and args and _is_plain_activation(args[0]):
+        return 0  # the common call, decided without flattening anything again
     first_positional = len(_Job.tensors_in(prefix))
     positional = range(first_positional, first_positional + len(_Job.tensors_in(args)))
     others = [i for i in range(len(tensors)) if i not in positional]
@@ -242,6 +244,11 @@ def _pick_spilled(args, prefix, keywords):
         if tensors[i].is_floating_point():
             return i
     return candidates[0] if candidates else None
+
+
+def _is_plain_activation(value):
+    return (isinstance(value, torch.Tensor) and value.is_floating_point()
+            and not isinstance(value, torch.nn.Parameter))
 
 
 def _torch_options(use_reentrant, options):
@@ -265,18 +272,17 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
     options = _torch_options(use_reentrant, torch_options or {})
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)
-    spill_index = _pick_spilled(args, prefix, keywords)
-    if spill_index is None:  # nothing to spill: torch's own checkpoint, as the caller asked
+    job = _Job(func, (prefix, args, keywords), preserve_rng_state)
+    tensors, job.tensors = job.tensors, None
+    job.spill_index = _pick_spilled(args, prefix, keywords, tensors)
+    if job.spill_index is None:  # nothing to spill: torch's own checkpoint, as the caller asked
         return torch_checkpoint.checkpoint(function, *args, use_reentrant=bool(use_reentrant),
                                            preserve_rng_state=preserve_rng_state, **options,
                                            **kwargs)
     if not torch.is_grad_enabled():
         return function(*args, **kwargs)  # no backward will come: nothing to keep
-    tensors = _Job.tensors_in((prefix, args, keywords))
-    stash = _stash_for(arena, tensors[spill_index])
-    _malloc.use_for_spilling(stash)
-    job = _Job(func, (prefix, args, keywords), stash, preserve_rng_state)
-    job.spill_index = spill_index
+    job.stash = _stash_for(arena, tensors[job.spill_index])
+    _malloc.use_for_spilling(job.stash)
     if not use_reentrant:
         return _non_reentrant.run(job, tensors, options)
     anchor = torch.empty(0, requires_grad=True)
