@@ -65,6 +65,7 @@ from . import malloc  # noqa: E402  (the freed-memory policy of spilling arenas;
 from .automatic import AutomaticArena, default_arena  # noqa: E402
 from .checkpoint import checkpoint  # noqa: E402
 from .hf import arena_of, disable, enable  # noqa: E402
+from .sequential import checkpoint_sequential  # noqa: E402
 from .sizing import bytes_for_layer_input, bytes_for_layer_inputs  # noqa: E402
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "bytes_for_layer_input",
     "bytes_for_layer_inputs",
     "checkpoint",
+    "checkpoint_sequential",
     "default_arena",
     "default_spill_directory",
     "disable",

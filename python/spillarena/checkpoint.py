@@ -204,6 +204,10 @@ class _SpillCheckpoint(torch.autograd.Function):
                 f"forward returned {len(grads)}; a checkpointed layer must be deterministic in "
                 "what it returns"
             )
+        if not any(o.requires_grad for o in out_tensors):
+            # torch's reentrant form's words: the anchor must not hide what a user would see
+            raise CheckpointError("none of output has requires_grad=True, this checkpoint() is "
+                                  "not necessary")
         pairs = [(o, g) for o, g in zip(out_tensors, grads) if o.requires_grad and g is not None]
         del outputs, out_tensors
         if pairs:

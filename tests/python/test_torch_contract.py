@@ -315,3 +315,139 @@ def test_context_fn_and_debug_are_refused_by_the_reentrant_form_as_by_torchs(are
     with pytest.raises(spillarena.InvalidArgumentError, match="context_fn and debug"):
         spillarena.checkpoint(torch.sin, torch.ones(2), arena=arena, use_reentrant=True,
                               debug=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoint_sequential, as torch's
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("segments", [1, 2, 3, 5])
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_checkpoint_sequential_as_torchs(segments, use_reentrant, arena):
+    torch.manual_seed(8)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(),
+                                                      torch.nn.Dropout(0.1)) for _ in range(5)])
+    x0 = torch.randn(4, 16)
+
+    def step(run):
+        model.zero_grad()
+        x = x0.clone().requires_grad_()
+        torch.manual_seed(9)
+        run(x * 1).pow(2).sum().backward()
+        return [x.grad, *[p.grad.clone() for p in model.parameters()]]
+
+    reference = step(lambda x: torch_checkpoint.checkpoint_sequential(
+        model, segments, x, use_reentrant=use_reentrant))
+    assert_equal(step(model), reference)
+    stored = arena.stash_stats()["inputs_stored"]
+    ours = step(lambda x: spillarena.checkpoint_sequential(model, segments, x,
+                                                           use_reentrant=use_reentrant,
+                                                           arena=arena))
+    assert_equal(ours, reference)
+    assert arena.stash_stats()["inputs_stored"] - stored == segments - 1
+    assert_drained(arena)
+
+
+@pytest.mark.parametrize("segments", [0, -1, 6, 2.5, True, "2"])
+def test_checkpoint_sequential_refuses_a_bad_segment_count(segments, arena):
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(5)])
+    with pytest.raises(spillarena.InvalidArgumentError, match=r"segments must be an integer"):
+        spillarena.checkpoint_sequential(model, segments, torch.ones(2, 4), arena=arena)
+
+
+def test_outputs_that_need_no_grad_raise_as_torchs_reentrant_form(checkpoint, arena):
+    x = torch.randn(4, 4, requires_grad=True)
+    out = checkpoint(lambda h: h.detach().sin(), x * 1)
+    if not out.requires_grad:
+        pytest.skip("the non-reentrant forms return an output that needs no grad")
+    with pytest.raises(RuntimeError, match="none of output has requires_grad=True"):
+        out.sum().backward()
+    del out
+    assert_drained(arena)
+
+
+# ---------------------------------------------------------------------------------------------
+# RNG, autocast, autograd.grad around the call, inputs without grad, non-determinism detection
+# ---------------------------------------------------------------------------------------------
+
+def test_dropout_masks_are_replayed(checkpoint, arena):
+    layer = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Dropout(0.5), torch.nn.GELU())
+    x0 = torch.randn(8, 16)
+
+    def step(ck):
+        layer.zero_grad()
+        x = x0.clone().requires_grad_()
+        torch.manual_seed(11)
+        out = ck(layer, x * 1) if ck else layer(x * 1)
+        out.pow(2).sum().backward()
+        return [x.grad, *[p.grad.clone() for p in layer.parameters()], torch.rand(1)]
+
+    assert_equal(step(checkpoint), step(None))  # the RNG stream after backward included
+    assert_drained(arena)
+
+
+def test_autocast_state_is_replayed(checkpoint, arena):
+    layer = torch.nn.Linear(16, 16)
+    x0 = torch.randn(8, 16)
+
+    def step(ck):
+        layer.zero_grad()
+        x = x0.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = ck(layer, x * 1) if ck else layer(x * 1)
+        out.float().pow(2).sum().backward()
+        return [x.grad, *[p.grad.clone() for p in layer.parameters()]]
+
+    assert_equal(step(checkpoint), step(None))
+    assert_drained(arena)
+
+
+def test_autograd_grad_around_the_call(default_form, arena):
+    layer = torch.nn.Linear(8, 8)
+    x0 = torch.randn(4, 8)
+
+    def step(ck):
+        x = x0.clone().requires_grad_()
+        out = ck(layer, x * 1) if ck else layer(x * 1)
+        return list(torch.autograd.grad(out.tanh().sum(), [x, layer.weight]))
+
+    assert_equal(step(default_form), step(None))
+    assert_drained(arena)
+
+
+def test_an_input_without_grad_still_gives_the_layer_its_gradients(checkpoint, arena):
+    if checkpoint is FORMS["torch-reentrant"]:
+        pytest.skip("torch's reentrant form gives no parameter gradients here (it warns)")
+    layer = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8)  # frozen embeddings, as under PEFT
+
+    def step(ck):
+        layer.zero_grad()
+        out = ck(layer, x) if ck else layer(x)
+        out.sum().backward()
+        return [p.grad.clone() for p in layer.parameters()]
+
+    assert_equal(step(checkpoint), step(None))
+    assert_drained(arena)
+
+
+@pytest.mark.parametrize("determinism_check", ["default", "none"])
+def test_a_recomputation_that_differs_is_detected_as_torch_detects_it(default_form,
+                                                                      determinism_check, arena):
+    calls = []
+
+    def layer(h):
+        calls.append(1)
+        return (h if len(calls) == 1 else h[:2]).sin()  # the recomputation saves another shape
+
+    x = torch.randn(4, 4, requires_grad=True)
+    out = default_form(layer, x * 1, determinism_check=determinism_check)
+    if determinism_check == "default":
+        with pytest.raises(torch_checkpoint.CheckpointError, match="Recomputed values"):
+            out.sum().backward()
+    else:  # unchecked, as asked: the mismatched tensor reaches autograd, which fails on it
+        with pytest.raises(RuntimeError) as failure:
+            out.sum().backward()
+        assert not isinstance(failure.value, torch_checkpoint.CheckpointError)
+    del out
+    assert_drained(arena)
