@@ -8,13 +8,12 @@
 Transformers calls it as ``fn(functools.partial(layer.forward, layer, **kwargs), *args)``;
 tensors may come positionally or inside the partial, and get their gradients either way.
 
-Forward stores the layer input (the first positional tensor, else the first tensor inside the
-partial) through the C++ stash and runs the layer; the graph keeps none of its activations
-(non_reentrant.py, the default) or the layer runs without grad inside one autograd Function
-(use_reentrant=True). Backward restores the input, replays the RNG states (CPU and every device
-among the tensors) and the autocast state the forward saw, and recomputes the layer. Gradients
-are bit-identical to no checkpointing. Under torch.compile the checkpoint is a graph break:
-Note [The checkpoint under torch.compile].
+Forward stores the layer input (Note [Which argument spills]) through the C++ stash and runs
+the layer: through torch's own non-reentrant checkpoint (non_reentrant.py, the default) or
+without grad inside one autograd Function (use_reentrant=True). Backward restores the input
+with its layout (layout.py), replays the RNG and autocast state the forward saw, and recomputes
+the layer; gradients are those of torch's checkpoint of the same form. Under torch.compile the
+checkpoint is a graph break: Note [The checkpoint under torch.compile].
 """
 
 import functools
@@ -134,8 +133,10 @@ class _Job:
 
     def restore(self):
         """The layer input, with the forward's shape and strides; the stash's copy is freed."""
-        stashed, self.stashed = self.stashed, None
-        restored = stashed.restore()  # queues the reads of the layers before it
+        if self.stashed is None:
+            raise CheckpointError("spillarena.checkpoint: " + _C._SECOND_BACKWARD_MESSAGE)
+        restored = self.stashed.restore()  # queues the reads of the layers before it
+        stashed, self.stashed = self.stashed, None  # kept until here: a failed restore says why
         stashed.free()
         return _layout.restore(restored, self.layout)
 
@@ -186,9 +187,7 @@ class _SpillCheckpoint(torch.autograd.Function):
                 "spillarena.checkpoint is not compatible with torch.autograd.grad() or with "
                 "backward(inputs=...): use loss.backward()"
             )
-        if job.stashed is None:
-            raise CheckpointError("spillarena.checkpoint: " + _C._SECOND_BACKWARD_MESSAGE)
-        restored = job.restore()
+        restored = job.restore()  # a second backward: CheckpointError
         saved = ctx.saved_tensors
         inputs = []
         for i, tensor in enumerate(saved):
@@ -204,8 +203,9 @@ class _SpillCheckpoint(torch.autograd.Function):
                 f"forward returned {len(grads)}; a checkpointed layer must be deterministic in "
                 "what it returns"
             )
-        if not any(o.requires_grad for o in out_tensors):
-            # torch's reentrant form's words: the anchor must not hide what a user would see
+        if not any(o.requires_grad for o in out_tensors) and any(job.needs_grad):
+            # torch's reentrant form's words (its node exists only when an input needs grad):
+            # the anchor must not hide what a user would see
             raise CheckpointError("none of output has requires_grad=True, this checkpoint() is "
                                   "not necessary")
         pairs = [(o, g) for o, g in zip(out_tensors, grads) if o.requires_grad and g is not None]
@@ -226,7 +226,8 @@ class _SpillCheckpoint(torch.autograd.Function):
 # pytrees, or none. One tensor per call goes to the arena: the layer input, the one activation
 # that is new at every layer. It is the first floating-point tensor among the positional
 # arguments (searched through their pytrees), else among the partial's and keyword arguments,
-# else the first tensor of any dtype there; never an nn.Parameter (weights stay where they are).
+# else the first tensor of any dtype there; never an nn.Parameter or a view of one (weights stay
+# where they are).
 # Every other tensor — masks, position ids and embeddings, an encoder's output, T5's position
 # bias — is held as torch holds it: those are small or shared by every layer, and spilling a
 # tensor shared by L layers would write it L times. A call with no tensor to spill runs
@@ -242,8 +243,7 @@ def _pick_spilled(args, prefix, keywords, tensors):
     first_positional = len(_Job.tensors_in(prefix))
     positional = range(first_positional, first_positional + len(_Job.tensors_in(args)))
     others = [i for i in range(len(tensors)) if i not in positional]
-    candidates = [i for i in (*positional, *others)
-                  if not isinstance(tensors[i], torch.nn.Parameter)]
+    candidates = [i for i in (*positional, *others) if not _is_weight(tensors[i])]
     for i in candidates:
         if tensors[i].is_floating_point():
             return i
@@ -252,7 +252,12 @@ def _pick_spilled(args, prefix, keywords, tensors):
 
 def _is_plain_activation(value):
     return (isinstance(value, torch.Tensor) and value.is_floating_point()
-            and not isinstance(value, torch.nn.Parameter))
+            and not _is_weight(value))
+
+
+def _is_weight(tensor):
+    """A parameter, or a view of one (W.t(), W[0])."""
+    return isinstance(tensor, torch.nn.Parameter) or isinstance(tensor._base, torch.nn.Parameter)
 
 
 def _torch_options(use_reentrant, options):
@@ -266,14 +271,14 @@ def _torch_options(use_reentrant, options):
 
 
 def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_state=True,
-                torch_options=None, **kwargs):
+                _spillarena_torch_options=None, **kwargs):
     if use_reentrant not in (None, True, False):
         raise InvalidArgumentError(
             f"spillarena.checkpoint: use_reentrant must be None, True or False, got "
             f"{use_reentrant!r}"
         )
     _check_arena(arena)
-    options = _torch_options(use_reentrant, torch_options or {})
+    options = _torch_options(use_reentrant, _spillarena_torch_options or {})
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)
     job = _Job(func, (prefix, args, keywords), preserve_rng_state)
@@ -352,4 +357,5 @@ def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_sta
     options = {"context_fn": context_fn, "determinism_check": determinism_check,
                "debug": debug, "early_stop": early_stop}
     return run(function, *args, arena=arena, use_reentrant=use_reentrant,
-               preserve_rng_state=preserve_rng_state, torch_options=options, **kwargs)
+               preserve_rng_state=preserve_rng_state, _spillarena_torch_options=options,
+               **kwargs)

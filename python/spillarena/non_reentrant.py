@@ -9,6 +9,7 @@ See Note [A non-reentrant checkpoint that spills].
 
 import torch.utils.checkpoint as _torch_checkpoint
 
+from . import layout as _layout
 from . import malloc as _malloc
 
 # Note [A non-reentrant checkpoint that spills]
@@ -26,8 +27,9 @@ from . import malloc as _malloc
 # an empty tensor of the input's device and dtype, so its RNG replay finds the device); the
 # input's bytes go to the stash before the call. In the forward the layer gets the live input,
 # so the graph's edges reach it; the handle then lets it go, and the stash holds the only copy.
-# In a recomputation the layer gets the stash's copy, restored at the first one, detached and
-# requiring grad as the input did, as torch does with the inputs it keeps.
+# In a recomputation the layer gets the stash's copy, restored at the first one, as a new leaf
+# that requires grad as the input did (torch hands the recomputation the input itself; the
+# gradients are the same, as the recomputation's graph only rebuilds the saved tensors).
 #
 # The restored input is kept by the handle for further recomputations (retain_graph=True, a
 # torch.autograd.grad that left some saved tensors unused): the stash frees its region at the
@@ -53,7 +55,8 @@ class _SpilledInput:
             return self.live
         if self.restored is None:
             self.restored = self.job.restore()  # queues the reads of the layers before it
-        return self.restored.detach().requires_grad_(self.requires_grad)
+        with _layout.outside_dispatch_modes():  # Note [A restored input keeps its layout]
+            return self.restored.detach().requires_grad_(self.requires_grad)
 
 
 def _call(job, spilled, *tensors):

@@ -9,9 +9,11 @@ torch's does); every segment but the last goes through spillarena.checkpoint, so
 spilled, and the last runs plainly, its activations kept for backward.
 """
 
+import operator
+
 import torch
 
-from .checkpoint import checkpoint
+from .checkpoint import TORCH_ARGUMENTS, _check_arena, checkpoint
 from .errors import InvalidArgumentError
 
 
@@ -23,20 +25,36 @@ def _run(functions, start, end):
     return forward
 
 
+def _segment_count(segments, functions):
+    try:
+        count = None if isinstance(segments, bool) else operator.index(segments)
+    except TypeError:
+        count = None
+    if count is None or not 1 <= count <= functions:
+        raise InvalidArgumentError(
+            f"spillarena.checkpoint_sequential: segments must be an integer from 1 to the "
+            f"{functions} functions given (at least one), got {segments!r}")
+    return count
+
+
 def checkpoint_sequential(functions, segments, input, use_reentrant=None, *, arena=None,
                           **kwargs):
     """torch.utils.checkpoint.checkpoint_sequential, each checkpointed segment's input spilled to
-    ``arena`` (as spillarena.checkpoint takes it). ``kwargs`` go to spillarena.checkpoint
+    ``arena`` (as spillarena.checkpoint takes it). ``kwargs`` are torch's checkpoint options
     (preserve_rng_state, early_stop, ...). Raises InvalidArgumentError for a ``segments`` that is
-    not an integer from 1 to the number of functions."""
+    not an integer from 1 to the number of functions (at least one), another keyword, or an
+    arena spillarena.checkpoint would refuse."""
     if isinstance(functions, torch.nn.Sequential):
         functions = list(functions.children())
     functions = list(functions)
-    if (isinstance(segments, bool) or not isinstance(segments, int)
-            or not 1 <= segments <= max(1, len(functions))):
+    _check_arena(arena)
+    unknown = sorted(set(kwargs) - set(TORCH_ARGUMENTS))
+    if unknown:
         raise InvalidArgumentError(
-            f"spillarena.checkpoint_sequential: segments must be an integer from 1 to the "
-            f"{len(functions)} functions given, got {segments!r}")
+            f"spillarena.checkpoint_sequential: unexpected keyword argument(s) "
+            f"{', '.join(unknown)}; it takes torch's checkpoint options "
+            f"({', '.join(TORCH_ARGUMENTS)}) and arena=")
+    segments = _segment_count(segments, len(functions))
     size = len(functions) // segments
     start = 0
     for _ in range(segments - 1):

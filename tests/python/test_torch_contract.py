@@ -355,6 +355,74 @@ def test_checkpoint_sequential_refuses_a_bad_segment_count(segments, arena):
         spillarena.checkpoint_sequential(model, segments, torch.ones(2, 4), arena=arena)
 
 
+def test_checkpoint_sequential_refuses_what_torchs_refuses_and_a_bad_arena(arena):
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(5)])
+    x = torch.ones(2, 4)
+    with pytest.raises(spillarena.InvalidArgumentError, match=r"at least one"):
+        spillarena.checkpoint_sequential(torch.nn.Sequential(), 1, x, arena=arena)
+    with pytest.raises(spillarena.InvalidArgumentError, match=r"unexpected keyword.*foo"):
+        spillarena.checkpoint_sequential(model, 2, x, arena=arena, foo=1)
+    with pytest.raises(spillarena.InvalidArgumentError, match=r"arena= must be"):
+        spillarena.checkpoint_sequential(model, 1, x, arena="/tmp")
+    numpy = pytest.importorskip("numpy")
+    assert spillarena.checkpoint_sequential(model, numpy.int64(2), x, arena=arena).shape == (2, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Found in review: slices with gaps, policies that save views, frozen layers, weight views
+# ---------------------------------------------------------------------------------------------
+
+def test_a_slice_with_gaps_of_a_frozen_lora_layer(checkpoint, arena):
+    torch.manual_seed(12)
+    base = torch.nn.Linear(16, 16).requires_grad_(False)
+    lora = torch.nn.Linear(16, 16, bias=False)
+    h0 = torch.randn(2, 5, 16)
+
+    def step(ck):
+        lora.zero_grad()
+        h = h0.clone().requires_grad_()
+        layer = lambda t: base(t) + lora(t)  # noqa: E731
+        out = ck(layer, h[:, :-1]) if ck else layer(h[:, :-1])
+        out.pow(2).sum().backward()
+        return [h.grad, lora.weight.grad.clone()]
+
+    assert_equal(step(checkpoint), step(None))
+    assert_drained(arena)
+
+
+@pytest.mark.parametrize("kind", ["expanded", "transposed"])
+def test_a_policy_that_saves_every_op_with_a_strided_input(default_form, kind, arena):
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    source = torch.nn.Parameter(torch.randn(8, 8))
+    layer = StrideRecorder(8)
+    x = make_input(kind, source)
+    out = default_form(layer, x, context_fn=lambda: create_selective_checkpoint_contexts(
+        lambda *a, **k: CheckpointPolicy.MUST_SAVE))
+    out.sum().backward()
+    assert source.grad is not None
+    del out
+    assert_drained(arena)
+
+
+def test_a_frozen_layer_with_an_input_without_grad_passes_as_torchs(checkpoint, arena):
+    frozen = torch.nn.Linear(4, 4).requires_grad_(False)
+    head = torch.nn.Linear(4, 1)
+    h = checkpoint(frozen, torch.randn(2, 4))
+    head(h).sum().backward()
+    assert head.weight.grad is not None
+    assert_drained(arena)
+
+
+def test_a_view_of_a_weight_is_never_the_spilled_argument(arena):
+    weight = torch.nn.Parameter(torch.randn(64, 64))
+    x = torch.randn(4, 64, requires_grad=True)
+    spillarena.checkpoint(lambda w, h: h @ w, weight.t(), x * 1, arena=arena).sum().backward()
+    assert arena.stats()["peak_bytes_in_use"] == 4096  # x's 1 KiB in one page, not W's 16 KiB
+    assert arena.stash_stats()["inputs_stored"] == 1
+    assert_drained(arena)
+
+
 def test_outputs_that_need_no_grad_raise_as_torchs_reentrant_form(checkpoint, arena):
     x = torch.randn(4, 4, requires_grad=True)
     out = checkpoint(lambda h: h.detach().sin(), x * 1)
