@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/arena/arena_internals.h"
+#include "core/io/staging_pool.h"
 #include "io_test_support.h"
 #include "spill/core.h"
 #include "test_support.h"
@@ -349,4 +350,31 @@ TEST_CASE("io engine: a staging budget of 0 or above 64 GiB is a typed error nam
                          spill::InvalidArgumentError);
   }
   CHECK(spill_test::list_dir(dir.path()).empty());
+}
+
+// Note [The staging pool follows the arena] in src/core/io/io_engine.cc.
+TEST_CASE("staging pool: resizes only with every slot free, and keeps its counters") {
+  spill::detail::StagingPool pool(2 * 4096, 4096);
+  spill::detail::StagingPool::Slot a = pool.acquire();
+  spill::detail::StagingPool::Slot b = pool.acquire();
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pool.release(a.index);
+  });
+  spill::detail::StagingPool::Slot c = pool.acquire();  // waits for the release: one wait
+  releaser.join();
+  CHECK(pool.waits() == 1);
+  CHECK_FALSE(pool.resize(8 * 4096, 2 * 4096));  // two slots in use: unchanged
+  CHECK(pool.budget_bytes() == 2 * 4096);
+  pool.release(b.index);
+  pool.release(c.index);
+  REQUIRE(pool.resize(8 * 4096, 2 * 4096));
+  CHECK(pool.budget_bytes() == 8 * 4096);
+  CHECK(pool.slot_bytes() == 2 * 4096);
+  CHECK(pool.waits() == 1);  // the counters are the pool's, not its memory's
+  std::vector<spill::detail::StagingPool::Slot> slots;
+  for (int i = 0; i < 4; ++i) slots.push_back(pool.acquire());  // four slots now, no wait
+  CHECK(pool.waits() == 1);
+  for (auto& s : slots) std::memset(s.data, 0xab, pool.slot_bytes());  // all of them writable
+  for (auto& s : slots) pool.release(s.index);
 }
