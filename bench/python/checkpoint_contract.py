@@ -2,12 +2,18 @@
 
     .venv/bin/python bench/python/checkpoint_contract.py early_stop
     .venv/bin/python bench/python/checkpoint_contract.py overhead [--label NAME]
+    .venv/bin/python bench/python/checkpoint_contract.py selective
 
 early_stop: a layer whose tail backward does not need (a statistic computed under no_grad, as
 a layer that logs or tracks a metric has), checkpointed through spillarena.checkpoint on a
 disk arena, with torch's default early stop and with set_checkpoint_early_stop(False), in
 alternating rounds. Prints the tail's runs per recomputation (a counter in the layer) and the
 median step time of each, and their ratio.
+
+selective: one MLP layer (8 MiB input, 4x wide) through spillarena.checkpoint with a
+selective-checkpoint policy that keeps the matmul outputs (context_fn; they stay in memory, in
+torch's cache) against no policy (everything recomputed from the spilled input), alternating:
+median step time and the peak of process RSS growth over the step.
 
 overhead: per-call time of spillarena.checkpoint for a one-tensor call (64 KiB input, x.sin(),
 forward and backward) through make_in_memory_stash(), so only the Python boundary is timed.
@@ -84,6 +90,72 @@ def early_stop(_args):
     print(f"on / off: {on / off:.3f}")
 
 
+def _peak_rss_growth(fn):
+    """Seconds ``fn`` took and the most the process's resident memory grew meanwhile (bytes),
+    sampled every millisecond by a thread."""
+    import threading
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    base, peak, done = rss(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss() - base)
+            time.sleep(0.001)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    start = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    return seconds, peak[0]
+
+
+def selective(_args):
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    def keep_matmuls(ctx, op, *args, **kwargs):
+        return (CheckpointPolicy.MUST_SAVE if op in (torch.ops.aten.mm.default,
+                                                     torch.ops.aten.addmm.default)
+                else CheckpointPolicy.PREFER_RECOMPUTE)
+
+    torch.manual_seed(0)
+    width, rows = 1024, 2048
+    layer = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                torch.nn.Linear(4 * width, width))
+    x0 = torch.randn(rows, width)
+    options = {"no policy": {},
+               "keep matmuls": {"context_fn": lambda: create_selective_checkpoint_contexts(
+                   keep_matmuls)}}
+    with tempfile.TemporaryDirectory(dir=spillarena.default_spill_directory()) as directory:
+        arena = spillarena.SpillArena(64 << 20, directory, keep_last=0)
+
+        def step(name):
+            x = x0.clone().requires_grad_()
+            spillarena.checkpoint(layer, x, arena=arena, **options[name]).pow(2).mean().backward()
+            layer.zero_grad(set_to_none=True)
+
+        results = {name: [] for name in options}
+        for name in options:
+            step(name)  # warm-up
+        for r in range(ROUNDS):
+            for name in (list(options) if r % 2 == 0 else list(reversed(options))):
+                results[name].append(_peak_rss_growth(lambda n=name: step(n)))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, one MLP layer "
+          f"{rows}x{width} -> {4 * width} -> {width} float32, input spilled to disk, "
+          f"{ROUNDS} alternating rounds (medians)")
+    for name, runs in results.items():
+        seconds = statistics.median(s for s, _ in runs)
+        growth = statistics.median(g for _, g in runs)
+        print(f"{name:13s}: step {seconds * 1e3:7.1f} ms, "
+              f"peak RSS growth {growth / 2**20:6.1f} MiB")
+
+
 def overhead(args):
     stash = spillarena.make_in_memory_stash()
     x0 = torch.randn(16 * 1024)  # 64 KiB
@@ -104,11 +176,11 @@ def overhead(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=["early_stop", "overhead"])
+    parser.add_argument("part", choices=["early_stop", "overhead", "selective"])
     parser.add_argument("--label", default="this package")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    {"early_stop": early_stop, "overhead": overhead}[args.part](args)
+    {"early_stop": early_stop, "overhead": overhead, "selective": selective}[args.part](args)
 
 
 if __name__ == "__main__":
