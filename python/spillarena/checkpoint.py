@@ -19,6 +19,7 @@ checkpoint is a graph break: Note [The checkpoint under torch.compile].
 import functools
 import sys
 import warnings
+import weakref
 
 import torch
 import torch.utils.checkpoint as torch_checkpoint
@@ -102,6 +103,8 @@ class _Job:
         self.preserve_rng_state = preserve_rng_state
         self.stashed = None
         self.layout = None  # how the stored view becomes the input again (layout.py)
+        # the reentrant form's restored input: Note [A second backward through the reentrant form]
+        self.kept_input = None
         self.spill_index = None  # among the tensors
         self.needs_grad = []
         self.state = None  # _C._ForwardState: RNG and autocast of forward
@@ -140,6 +143,28 @@ class _Job:
         stashed.free()
         return _layout.restore(restored, self.layout)
 
+    # Note [A second backward through the reentrant form]
+    # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    # Torch's reentrant checkpoint runs a second backward (retain_graph=True) by recomputing from
+    # the inputs it saved. Here the stash frees the input's region at the first restore, so the
+    # restored input must outlive the first backward exactly when the graph is retained, and a
+    # Function's backward is not told whether it is. The engine says it another way: without
+    # retain_graph it releases a node's saved tensors once the node ran. So forward saves, beside
+    # the others, a sentinel tensor nothing else refers to, and the first backward keeps the
+    # restored input until the sentinel dies (weakref.finalize): at once after this backward in
+    # the common case, with the graph under retain_graph. Where saved-tensor hooks repack the
+    # sentinel (an outer non-reentrant checkpoint, save_on_cpu), it may die early; a second
+    # backward then raises CheckpointError, as it did before.
+    def input_for_backward(self, sentinel):
+        """The layer input: restored at the first backward, kept while ``sentinel`` lives."""
+        if self.kept_input is None:
+            self.kept_input = self.restore()  # a second backward after release: CheckpointError
+            weakref.finalize(sentinel, self.forget_input)
+        return self.kept_input
+
+    def forget_input(self):
+        self.kept_input = None
+
     def capture_state(self, tensors):
         # The C++ layer's capture, the one both front ends replay (Note [One replay, two front
         # ends] in python/src/replay_binding.cc): CPU and device generators, autocast.
@@ -176,7 +201,10 @@ class _SpillCheckpoint(torch.autograd.Function):
                 "return a tensor (or a tuple, list or dict holding tensors)"
             )
         ctx.job = job
-        ctx.save_for_backward(*[None if i == job.spill_index else t for i, t in enumerate(tensors)])
+        # The last saved tensor is a sentinel nothing else refers to:
+        # Note [A second backward through the reentrant form]
+        ctx.save_for_backward(*[None if i == job.spill_index else t for i, t in enumerate(tensors)],
+                              anchor.new_empty(0))
         return tuple(out_tensors)
 
     @staticmethod
@@ -187,8 +215,9 @@ class _SpillCheckpoint(torch.autograd.Function):
                 "spillarena.checkpoint is not compatible with torch.autograd.grad() or with "
                 "backward(inputs=...): use loss.backward()"
             )
-        restored = job.restore()  # a second backward: CheckpointError
-        saved = ctx.saved_tensors
+        *saved, sentinel = ctx.saved_tensors
+        restored = job.input_for_backward(sentinel)
+        del sentinel
         inputs = []
         for i, tensor in enumerate(saved):
             source = restored if i == job.spill_index else tensor
@@ -341,8 +370,8 @@ def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_sta
     step reached, so a model may fail several steps before it fits), or InsufficientSpaceError
     for an AutomaticArena on a full disk. Raises torch's errors where torch raises (its
     CheckpointError is a RuntimeError); spillarena.CheckpointError for the reentrant form's
-    second backward. Under torch.compile the call runs eagerly, a graph break (Note [The
-    checkpoint under torch.compile]).
+    second backward after the graph was released. Under torch.compile the call runs eagerly, a
+    graph break (Note [The checkpoint under torch.compile]).
     """
     global _checkpoint_outside_compile
     # here, so its warning names the caller's line

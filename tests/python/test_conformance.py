@@ -5,8 +5,9 @@ non-reentrant form; "python-reentrant" the same with use_reentrant=True; "cpp" i
 spill::checkpoint (reentrant: LibTorch has no saved-tensor hooks without Python), reached through
 _C._cpp_checkpoint with a Python layer. All three replay the forward's RNG and autocast state
 through one implementation (Note [One replay, two front ends] in python/src/replay_binding.cc),
-so every case expects the same of all, but a second backward: the non-reentrant form recomputes
-for it, the reentrant forms refuse it. What only the Python
+so every case expects the same of all, but a second backward: both Python forms recompute for it
+(Note [A second backward through the reentrant form] in python/spillarena/checkpoint.py), the C++
+form refuses it. What only the Python
 front end has (tensors inside a functools.partial or in kwargs, pytrees of outputs,
 preserve_rng_state=False, torch's own keyword arguments) is in test_checkpoint.py.
 
@@ -180,13 +181,13 @@ def test_a_forward_without_backward_frees_its_region(checkpoint, arena):
     assert_drained(arena)
 
 
-def test_a_second_backward_recomputes_or_is_refused_with_the_same_words(checkpoint, arena):
+def test_a_second_backward_recomputes_in_python_and_is_refused_in_cpp(checkpoint, arena):
     torch.manual_seed(0)
     linear = torch.nn.Linear(8, 8)
     x = torch.randn(2, 8, requires_grad=True)
     y = torch.tanh(checkpoint(linear, x)).sum()
     y.backward(retain_graph=True)
-    if checkpoint.reentrant:
+    if checkpoint.front_end is cpp_front_end:
         with pytest.raises(RuntimeError, match="backward ran twice through the same checkpointed "
                                                "layer; its stashed input was consumed"):
             y.backward()

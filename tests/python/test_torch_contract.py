@@ -519,3 +519,53 @@ def test_a_recomputation_that_differs_is_detected_as_torch_detects_it(default_fo
         assert not isinstance(failure.value, torch_checkpoint.CheckpointError)
     del out
     assert_drained(arena)
+
+
+# ---------------------------------------------------------------------------------------------
+# A second backward through the reentrant form (Note [A second backward through the reentrant
+# form] in python/spillarena/checkpoint.py)
+# ---------------------------------------------------------------------------------------------
+
+def _spill_node(output):
+    """The reentrant form's autograd node behind ``output`` (its ctx)."""
+    pending = [output.grad_fn]
+    while pending:
+        node = pending.pop()
+        if node is None:
+            continue
+        if type(node).__name__.startswith("_SpillCheckpoint"):
+            return node
+        pending += [n for n, _ in node.next_functions]
+    raise AssertionError("no _SpillCheckpoint node in the graph")
+
+
+def test_retain_graph_and_a_second_backward_in_both_reentrant_forms(checkpoint, arena):
+    torch.manual_seed(13)
+    layer = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+    x0 = torch.randn(4, 8)
+
+    def step(ck):
+        layer.zero_grad()
+        x = x0.clone().requires_grad_()
+        out = (ck(layer, x * 1) if ck else layer(x * 1)).pow(2).sum()
+        out.backward(retain_graph=True)
+        out.backward()
+        return [x.grad, *[p.grad.clone() for p in layer.parameters()]]
+
+    assert_equal(step(checkpoint), step(None))
+    assert_drained(arena)
+
+
+def test_the_reentrant_form_keeps_the_restored_input_only_for_a_retained_graph(arena):
+    layer = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8, requires_grad=True)
+    out = spillarena.checkpoint(layer, x * 1, arena=arena, use_reentrant=True).sum()
+    node = _spill_node(out)
+    out.backward(retain_graph=True)
+    assert node.job.kept_input is not None  # a second backward may come
+    out.backward()
+    out = spillarena.checkpoint(layer, x * 1, arena=arena, use_reentrant=True).sum()
+    node = _spill_node(out)
+    out.backward()
+    assert node.job.kept_input is None  # released with the node's saved tensors
+    assert_drained(arena)
