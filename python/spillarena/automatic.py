@@ -47,15 +47,6 @@ _PAGE = 4096
 # stands in for it. With when_full="error" every refusal stays InsufficientSpaceError.
 
 
-def _bytes(n):
-    """``n`` bytes as the C++ messages give them: "16384 bytes (16.00 KiB)"."""
-    value, unit = float(n), 0
-    while value >= 1024 - 0.005 and unit < 6:
-        value, unit = value / 1024, unit + 1
-    readable = f"{int(n)} B" if unit == 0 else f"{value:.2f} {'BKMGTPE'[unit]}iB"
-    return f"{int(n)} bytes ({readable})"
-
-
 def _round_to_pages(n):
     return max(_PAGE, (int(n) + _PAGE - 1) // _PAGE * _PAGE)
 
@@ -228,10 +219,11 @@ class AutomaticArena:
             return
         self._warned = True
         warnings.warn(
-            f"spillarena: no room for an arena in {self.directory!r}: {_bytes(available_bytes)} "
-            f"free, the first arena needs {_bytes(capacity)} (one page at least). Layer inputs "
-            "stay in memory, as in-RAM checkpointing holds them, and the arena is made at the "
-            "first step that finds room there; free space there or choose another directory "
+            f"spillarena: no room for an arena in {self.directory!r}: "
+            f"{_C._bytes_with_units(available_bytes)} free, the first arena needs "
+            f"{_C._bytes_with_units(capacity)} (one page at least). Layer inputs stay in memory, "
+            "as in-RAM checkpointing holds them, and the arena is made at the first step that "
+            "finds room there; free space there or choose another directory "
             "(AutomaticArena(directory) or $SPILL_DIR). Counted in stats(): overflows",
             SpillArenaWarning,
             stacklevel=1,  # here, as the store's own warnings name where they were raised

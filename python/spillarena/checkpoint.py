@@ -93,12 +93,11 @@ class _Job:
 
     Holds no tensor of the call itself (the input is in the stash, the others in ctx)."""
 
-    def __init__(self, func, structure, preserve_rng_state):
-        leaves, self.spec = tree_flatten(structure)
-        self.func = func
+    def __init__(self, func, leaves, spec, preserve_rng_state):
+        """``leaves`` and ``spec``: the call's arguments, flattened (tree_flatten)."""
+        self.func, self.spec = func, spec
         self.positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
         self.template = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
-        self.tensors = [leaves[i] for i in self.positions]  # until the call is made; then None
         self.stash = None
         self.preserve_rng_state = preserve_rng_state
         self.stashed = None
@@ -125,8 +124,10 @@ class _Job:
     def store(self, tensor):
         """Stores the layer input: its smallest view that holds every value (Note [A restored
         input keeps its layout] in layout.py)."""
-        stored, self.layout = _layout.compact(tensor)
-        self.stashed = self.stash.store(stored)
+        # Note [The spill's own operations are not the layer's] (layout.py)
+        with _layout.outside_dispatch_modes():
+            stored, self.layout = _layout.compact(tensor)
+            self.stashed = self.stash.store(stored)
 
     def free(self):
         """Frees the stored input without restoring it (a forward that raised)."""
@@ -138,10 +139,12 @@ class _Job:
         """The layer input, with the forward's shape and strides; the stash's copy is freed."""
         if self.stashed is None:
             raise CheckpointError("spillarena.checkpoint: " + _C._SECOND_BACKWARD_MESSAGE)
-        restored = self.stashed.restore()  # queues the reads of the layers before it
-        stashed, self.stashed = self.stashed, None  # kept until here: a failed restore says why
-        stashed.free()
-        return _layout.restore(restored, self.layout)
+        # Note [The spill's own operations are not the layer's] (layout.py)
+        with _layout.outside_dispatch_modes():
+            restored = self.stashed.restore()  # queues the reads of the layers before it
+            stashed, self.stashed = self.stashed, None  # kept until here: a failed restore says why
+            stashed.free()
+            return _layout.restore(restored, self.layout)
 
     # Note [A second backward through the reentrant form]
     # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -310,8 +313,9 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
     options = _torch_options(use_reentrant, _spillarena_torch_options or {})
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)
-    job = _Job(func, (prefix, args, keywords), preserve_rng_state)
-    tensors, job.tensors = job.tensors, None
+    leaves, spec = tree_flatten((prefix, args, keywords))
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    job = _Job(func, leaves, spec, preserve_rng_state)
     job.spill_index = _pick_spilled(args, prefix, keywords, tensors)
     if job.spill_index is None:  # nothing to spill: torch's own checkpoint, as the caller asked
         return torch_checkpoint.checkpoint(function, *args, use_reentrant=bool(use_reentrant),

@@ -209,17 +209,14 @@ def _enabled_arena(target):
     return None
 
 
-_CHECKPOINT_ARGUMENTS = TORCH_ARGUMENTS
-
-
 def _check_checkpoint_kwargs(kwargs):
     # Anything else would reach the layer's forward(**kwargs), which transformers' layers
     # swallow: an arena option passed here (keep_last=0) would be silently ignored.
-    unknown = sorted(set(kwargs) - set(_CHECKPOINT_ARGUMENTS))
+    unknown = sorted(set(kwargs) - set(TORCH_ARGUMENTS))
     if unknown:
         raise InvalidArgumentError(
             f"spillarena.enable: unknown argument(s) {', '.join(unknown)}; arena options belong "
-            f"to SpillArena(...), and enable() passes on only {', '.join(_CHECKPOINT_ARGUMENTS)}"
+            f"to SpillArena(...), and enable() passes on only {', '.join(TORCH_ARGUMENTS)}"
         )
 
 

@@ -27,12 +27,7 @@ import torch
 # (torch.empty_strided, then one copy; a slice with gaps), then the expansion. A view whose
 # elements overlap other than through stride 0 cannot be rebuilt from its values alone; it comes
 # back dense, as before. The storage offset is never kept: no saved tensor's shape depends on it.
-#
-# The rebuilding runs inside the recomputation, under whatever dispatch mode the caller's
-# context_fn installed (a selective-checkpoint policy counts the layer's operations and looks
-# each up again), so it runs with the modes set aside, as the C++ store and restore do (Note
-# [The spill's own operations are not the layer's] in python/src/stash_binding.cc): these views
-# are the spill's bookkeeping, not the layer's work.
+
 
 
 class Layout:
@@ -93,6 +88,18 @@ def compact(tensor):
     return base, layout
 
 
+# Note [The spill's own operations are not the layer's]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A restore runs inside torch's recomputation, under whatever Python dispatch mode the caller's
+# context_fn installed: a selective-checkpoint policy counts the layer's operations in the
+# forward and looks each up again in the recomputation, and the restore's own allocation (an
+# aten::empty the forward never ran), or the permute and expand that rebuild the layout, made it
+# fail ("encountered during backward but not found in storage"). Storing, restoring and
+# rebuilding are the spill's bookkeeping, not the layer's work: _Job.store and _Job.restore
+# (checkpoint.py) run them with the modes set aside, as torch itself does for its own
+# bookkeeping, so no mode sees them, in forward or in recomputation. In Python, not in the C++
+# binding: one place for the stash's calls and the views around them, and no dispatch-key API of
+# torch's C++ ABI.
 def outside_dispatch_modes():
     """A context in which no Python dispatch mode sees the operations run (torch's own
     _disable_current_modes; a no-op where a torch lacks it)."""
@@ -105,16 +112,15 @@ def outside_dispatch_modes():
 
 def restore(restored, layout):
     """The stash's contiguous ``restored`` tensor with the layout compact() recorded."""
-    with outside_dispatch_modes():
-        if layout.inverse is not None:
-            restored = restored.permute(layout.inverse)
-        elif layout.size is not None:
-            strided = torch.empty_strided(layout.size, layout.stride, dtype=restored.dtype,
-                                          device=restored.device)
-            restored = strided.copy_(restored)
-        if layout.expanded_to is not None:
-            restored = restored.expand(layout.expanded_to)
-        return restored
+    if layout.inverse is not None:
+        restored = restored.permute(layout.inverse)
+    elif layout.size is not None:
+        strided = torch.empty_strided(layout.size, layout.stride, dtype=restored.dtype,
+                                      device=restored.device)
+        restored = strided.copy_(restored)
+    if layout.expanded_to is not None:
+        restored = restored.expand(layout.expanded_to)
+    return restored
 
 
 __all__ = ["Layout", "compact", "outside_dispatch_modes", "restore"]

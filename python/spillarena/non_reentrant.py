@@ -55,7 +55,8 @@ class _SpilledInput:
             return self.live
         if self.restored is None:
             self.restored = self.job.restore()  # queues the reads of the layers before it
-        with _layout.outside_dispatch_modes():  # Note [A restored input keeps its layout]
+        # Note [The spill's own operations are not the layer's] (layout.py)
+        with _layout.outside_dispatch_modes():
             return self.restored.detach().requires_grad_(self.requires_grad)
 
 

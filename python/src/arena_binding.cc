@@ -13,6 +13,7 @@
 #include "spill/process_memory.h"
 #include "spill/sizing.h"
 #include "spill/tensor_stash.h"
+#include "spill/units.h"
 
 namespace spillarena_python {
 
@@ -213,6 +214,8 @@ void bind_arena(py::module_& m) {
         "what it may still take (usable_bytes) and how close it is (pressure, 0 to 1)");
   m.def("_bytes_for_layer_inputs", &layer_inputs_bytes, py::arg("layers"), py::arg("shape"),
         py::arg("element_size_bytes"));
+  m.def("_bytes_with_units", &spill::bytes_with_units, py::arg("bytes"),
+        "\"16384 bytes (16.00 KiB)\": byte counts as every message gives them (spill/units.h).");
 }
 
 }  // namespace spillarena_python

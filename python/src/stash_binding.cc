@@ -16,20 +16,6 @@
 namespace spillarena_python {
 namespace {
 
-// Note [The spill's own operations are not the layer's]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A restore runs inside torch's recomputation, under whatever Python dispatch mode the caller's
-// context_fn installed: a selective-checkpoint policy counts the layer's operations in the
-// forward and looks each up again in the recomputation, and the restore's own allocation (an
-// aten::empty the forward never ran) made it fail ("encountered during backward but not found in
-// storage"). Store and restore are the spill's bookkeeping, not the layer's work: both run with
-// the Python dispatch keys excluded, as torch's own _DisableTorchDispatch does, so no mode sees
-// them, in forward or in recomputation.
-struct HiddenFromDispatchModes {
-  c10::impl::ExcludeDispatchKeyGuard guard{
-      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot})};
-};
-
 // One stored tensor, as Python holds it. restore() may run once (a second backward through the
 // same graph must fail, not read a freed region); free() frees an unrestored region at once.
 // One handle may be used from several Python threads (the GIL is released around the calls):
@@ -48,7 +34,6 @@ class Stashed {
           "spilled inputs)");
     }
     restored_ = true;
-    HiddenFromDispatchModes hidden;
     return inner_->restore();
   }
   void prefetch() {
@@ -89,7 +74,6 @@ Stashed store_warning_in_python(spill::TensorStash& stash, const torch::Tensor& 
   std::unique_ptr<spill::StashedTensor> stored;
   {
     c10::WarningUtils::WarningHandlerGuard guard(&collected);
-    HiddenFromDispatchModes hidden;
     py::gil_scoped_release release;
     stored = stash.store(tensor);
   }
