@@ -16,7 +16,7 @@
 // host memory of a step]); spilled_bytes per step; the
 // arena's restore and staging waits; for the disk modes spill_GBps (bytes written and read back
 // per second of step) beside the spill directory's own O_DIRECT write and read speed; from the
-// stash (Note [The host pool] in src/torch_layer/host_pool.cc): host_pool_bytes and
+// stash (Note [The host pool] in src/core/stash/host_pool.cc): host_pool_bytes and
 // host_pool_pinned, peak_pool_in_use, pool_waits and pool_wait_ms (store()s that waited for the
 // oldest write), peak_device_held (device bytes the stash referenced at most), kept_on_device,
 // and gpu_goal_bytes: recompute's GPU peak less the inputs spilled per step plus prefetch_depth

@@ -4,11 +4,11 @@
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
+#include "core/stash/stash_fields.h"
 #include "field_count.h"
 #include "gpt_test_support.h"
 #include "spill/spill.h"
 #include "test_support.h"
-#include "torch_layer/stash_fields.h"
 
 using spill_test::list_dir;
 using spill_test::ScratchDir;

@@ -1,6 +1,6 @@
 // Options and stats structs as Python dicts by field name, through spill::detail::visit_fields:
 // the library's one list of each struct's fields (core/arena/arena_fields.h,
-// torch_layer/stash_fields.h, both included here so every overload is seen).
+// core/stash/stash_fields.h, both included here so every overload is seen).
 //
 //   spill::ArenaOptions options;
 //   set_field(options, "capacity_bytes", py::int_(1 << 30));  // checked, typed errors
@@ -15,9 +15,9 @@
 
 #include "binding.h"
 #include "core/arena/arena_fields.h"
+#include "core/stash/stash_fields.h"
 #include "core/text/quote.h"
 #include "spill/error.h"
-#include "torch_layer/stash_fields.h"
 
 namespace spillarena_python {
 

@@ -1,5 +1,5 @@
 // The emulated accelerator: a copy engine for CPU tensors, installed in the library's copy seam.
-// See Note [Accelerator copies] in src/torch_layer/device_copy.cc.
+// See Note [Accelerator copies] in src/torch_layer/stream_engine.cc.
 #include "accelerator_emulation.h"
 
 #include <algorithm>
@@ -11,9 +11,11 @@
 #include <random>
 #include <thread>
 
+#include <c10/util/Exception.h>
+
 #include "core/os/mutex.h"
-#include "torch_layer/device_copy.h"
-#include "torch_layer/serial_worker.h"
+#include "core/stash/copy_engine.h"
+#include "core/stash/serial_worker.h"
 
 namespace spill::testing {
 namespace {
@@ -23,22 +25,15 @@ using detail::CopyPtr;
 using detail::Mutex;
 using detail::MutexLock;
 
-torch::Tensor bytes_of(const torch::Tensor& t, std::uint64_t offset, std::uint64_t bytes) {
-  return t.reshape({-1})
-      .view(torch::kUInt8)
-      .narrow(0, static_cast<std::int64_t>(offset), static_cast<std::int64_t>(bytes));
-}
-
 class EmulatedCopy final : public Copy {
  public:
-  EmulatedCopy(torch::Tensor from, torch::Tensor to) : from_(std::move(from)), to_(std::move(to)) {}
+  EmulatedCopy(detail::Buffer from, detail::Buffer to)
+      : from_(std::move(from)), to_(std::move(to)) {}
   void run() {
-    if (to_.defined()) {
-      std::memcpy(to_.data_ptr(), from_.data_ptr(), static_cast<std::size_t>(to_.nbytes()));
-    }
+    if (to_.defined()) std::memcpy(to_.data(), from_.data(), static_cast<std::size_t>(to_.bytes()));
     MutexLock lock(mutex_);
-    from_ = torch::Tensor();
-    to_ = torch::Tensor();
+    from_ = detail::Buffer();
+    to_ = detail::Buffer();
     done_ = true;
     finished_.notify_all();
   }
@@ -56,8 +51,8 @@ class EmulatedCopy final : public Copy {
   mutable Mutex mutex_;
   mutable std::condition_variable finished_;
   // Read by run() before it takes the mutex: set at construction, before the copy is queued.
-  torch::Tensor from_;
-  torch::Tensor to_;
+  detail::Buffer from_;
+  detail::Buffer to_;
   bool done_ GUARDED_BY(mutex_) = false;
 };
 
@@ -69,31 +64,34 @@ class EmulatedEngine final : public detail::CopyEngine {
         random_(e.seed),
         allocations_to_fail_(e.device_allocations_to_fail) {}
 
-  torch::Tensor empty(at::IntArrayRef sizes, const torch::TensorOptions& options) override {
+  detail::Buffer empty(const detail::Device&, std::uint64_t bytes,
+                       const detail::ExplainOutOfMemory& explain) override {
     std::uint32_t left = allocations_to_fail_.load();
     while (left > 0 && !allocations_to_fail_.compare_exchange_weak(left, left - 1)) {
     }
-    TORCH_CHECK_WITH(OutOfMemoryError, left == 0,
-                     "emulated device out of memory (spill::testing::AcceleratorEmulation)");
-    return torch::empty(sizes, options);
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, left == 0,
+        explain("emulated device out of memory (spill::testing::AcceleratorEmulation)"));
+    return detail::Buffer::host(bytes, 64);
   }
+  detail::Buffer pinned_host(std::uint64_t) override { return detail::Buffer(); }
 
-  CopyPtr to_host(const torch::Tensor& source, std::uint64_t offset, std::uint64_t bytes,
-                  const torch::Tensor& host) override {
-    return queue(bytes_of(source, offset, bytes), host);
+  CopyPtr to_host(const detail::Buffer& source, std::uint64_t offset, std::uint64_t bytes,
+                  const detail::Buffer& host) override {
+    return queue(source.slice(offset, bytes), host);
   }
-  CopyPtr to_device(const torch::Tensor& host, const torch::Tensor& dest,
+  CopyPtr to_device(const detail::Buffer& host, const detail::Buffer& dest,
                     std::uint64_t offset) override {
-    return queue(host, bytes_of(dest, offset, static_cast<std::uint64_t>(host.numel())));
+    return queue(host, dest.slice(offset, host.bytes()));
   }
-  CopyPtr marker(const torch::Device&) override {  // CPU work is done when it returns
-    auto done = std::make_shared<EmulatedCopy>(torch::Tensor(), torch::Tensor());
+  CopyPtr marker(const detail::Device&) override {  // CPU work is done when it returns
+    auto done = std::make_shared<EmulatedCopy>(detail::Buffer(), detail::Buffer());
     done->run();
     return done;
   }
 
  private:
-  CopyPtr queue(torch::Tensor from, torch::Tensor to) {
+  CopyPtr queue(detail::Buffer from, detail::Buffer to) {
     auto copy = std::make_shared<EmulatedCopy>(std::move(from), std::move(to));
     std::uint32_t delay_us = 0;
     {

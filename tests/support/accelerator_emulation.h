@@ -7,8 +7,8 @@
 // pool, page-aligned host memory standing in for pinned, StashStats::host_pool_pinned true)
 // unless pinning_refused. Each call is a fresh device: the host pool's once-per-process warning
 // may be given again. The engine goes in through the library's copy seam
-// (detail::set_copy_engine_override, src/torch_layer/device_copy.h); see Note [Accelerator
-// copies] in src/torch_layer/device_copy.cc.
+// (detail::set_copy_engine_override, src/core/stash/copy_engine.h); see Note [Accelerator
+// copies] in src/torch_layer/stream_engine.cc.
 //
 //   spill::testing::set_accelerator_emulation({true, 200, 7});  // up to 200 us, seed 7
 //   ... spill::checkpoint(arena, layer, x) on CPU tensors ...

@@ -10,12 +10,12 @@
 #include <type_traits>
 
 #include "core/arena/arena_fields.h"
+#include "core/stash/stash_fields.h"
 #include "memory_budget.h"
 #include "spill/arena.h"
 #include "spill/sizing.h"
 #include "spill/tensor_stash.h"
 #include "spill/units.h"
-#include "torch_layer/stash_fields.h"
 
 namespace spill::cli {
 namespace {

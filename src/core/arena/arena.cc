@@ -65,7 +65,7 @@ void check_staging_fits(std::uint64_t staging) {
 
 // An explicit host pool: at least a page, and no more than the memory this process may still use
 // (allocated at the first accelerator input, it would summon the OOM killer there instead).
-// RLIMIT_MEMLOCK is checked where the pool is pinned (src/torch_layer/host_pool.cc).
+// RLIMIT_MEMLOCK is checked where the pool is pinned (src/core/stash/host_pool.cc).
 void check_host_pool(std::uint64_t pool) {
   if (pool == kAutomaticHostPool) return;
   const std::uint64_t page = platform::capabilities().page_size_bytes;

@@ -1,17 +1,20 @@
 // Chain: what an arena stash and its stashed tensors share — the order in which tensors were
 // stored (for keep_last and prefetching), the restore switch on each entry's state, and the
-// three paths that move bytes (stash_path.h). See Note [Overlapped spilling] in arena_stash.cc.
+// three paths that move bytes (stash_path.h). See Note [Overlapped spilling] in chain.cc.
 //
-//   auto chain = std::make_shared<spill::detail::Chain>(arena, options);
-//   chain->stored(entry);                      // spills what keep_last no longer keeps
-//   torch::Tensor x = chain->restore(entry);   // in backward
+//   std::shared_ptr<spill::detail::Chain> chain = spill::detail::make_chain(arena, options);
+//   auto entry = std::make_shared<spill::detail::Entry>(std::move(input), chain->counters());
+//   chain->stored(entry);                               // spills what keep_last no longer keeps
+//   spill::detail::Buffer x = chain->restore(entry);    // in backward
 #pragma once
 
 #include <deque>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/os/mutex.h"
-#include "spill/tensor_stash.h"
+#include "spill/stash.h"
 #include "stash_entry.h"
 #include "stash_path.h"
 
@@ -29,11 +32,14 @@ class Chain {
   // store(): links `e` after the last stored entry and spills those keep_last no longer keeps.
   void stored(const EntryPtr& e) EXCLUDES(mutex_);
   // restore(): `e` back where it was stored; queues its predecessors' reads first.
-  torch::Tensor restore(const EntryPtr& e);
+  Buffer restore(const EntryPtr& e);
   // Starts bringing `e` back without waiting (a no-op where there is nothing to move).
   void prefetch(Entry& e) REQUIRES(e.mutex);
   // Rethrows, once, a failure of the progress thread.
   void rethrow_failure() { progress_.rethrow_failure(); }
+  // The warnings not yet given: the arena's sizing notices and the stash's own. A front end
+  // gives them after each store, its own way (TORCH_WARN, Python's warnings).
+  std::vector<std::string> take_notices();
 
  private:
   SpillPath& path_for(const Entry& e) const;
@@ -49,5 +55,13 @@ class Chain {
   std::unique_ptr<SpillPath> device_;  // the host pool's, or cuFile's with io = gds
   Progress progress_;  // last: its thread joined before the paths its jobs use are destroyed
 };
+
+// `options`, or an InvalidArgumentError naming the value and the fix.
+const StashOptions& checked(const StashOptions& options);
+// A chain of its own in the regions of `arena`, after checking `options`.
+std::shared_ptr<Chain> make_chain(const SpillArena& arena, const StashOptions& options);
+// The arena's shared chain (spill::checkpoint(arena, ...), spillarena.checkpoint): made with the
+// arena's stash options, alive while a front end's stash or a stashed tensor holds it.
+std::shared_ptr<Chain> shared_chain(const SpillArena& arena);
 
 }  // namespace spill::detail

@@ -1,15 +1,13 @@
 // HostPool: the one bounded block of host memory the arena stash moves accelerator inputs through
 // — allocated once, pinned once where the device allows, carved by spill's SlabAllocator, reused
-// every step. See Note [The host pool] in src/torch_layer/host_pool.cc.
+// every step. See Note [The host pool] in src/core/stash/host_pool.cc.
 //
-//   auto pool = spill::detail::HostPool::make(256ull << 20, torch::kCUDA);
+//   auto pool = spill::detail::HostPool::make(256ull << 20, engine.get());
 //   spill::detail::HostPool::Lease lease = pool->take(bytes, [] { return false; });
-//   lease.host();   // a uint8 CPU tensor of `bytes`: device -> host copies land in it
+//   lease.host();   // a host Buffer of `bytes`: device -> host copies land in it
 //   ... write it to the region, wait ...
 //   lease = {};     // back to the pool (every operation on it must have completed)
 #pragma once
-
-#include <torch/torch.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +16,7 @@
 #include <memory>
 #include <optional>
 
+#include "copy_engine.h"
 #include "core/alloc/slab_allocator.h"
 #include "core/os/mutex.h"
 
@@ -25,14 +24,14 @@ namespace spill::detail {
 
 class HostPool : public std::enable_shared_from_this<HostPool> {
  public:
-  // `budget_bytes` (>= one page): the pool holds at most that much host memory. Pinned for
-  // `device` through LibTorch's host allocator (the size rounded down to a power of two there,
-  // which that allocator would otherwise round up); pageable, the whole budget, with one
-  // warning per process (TORCH_WARN), where pinning is refused or there is nothing to pin for
-  // (the CPU). Under emulation the device's pinning is emulated (emulated_host_memory() in
-  // device_copy.h). Throws spill::InsufficientSpaceError when the memory
-  // cannot be had, InvalidArgumentError above RLIMIT_MEMLOCK.
-  static std::shared_ptr<HostPool> make(std::uint64_t budget_bytes, c10::DeviceType device);
+  // `budget_bytes` (>= one page): the pool holds at most that much host memory. Pinned through
+  // `engine` (the device's host allocator; the size rounded down to a power of two there, which
+  // that allocator would otherwise round up); pageable, the whole budget, where pinning is
+  // refused or there is no engine (nullptr: nothing to pin for) — pinned() says which, and the
+  // stash warns once per process (pageable_notice). Under emulation the device's pinning is
+  // emulated (emulated_host_memory() in copy_engine.h). Throws spill::InsufficientSpaceError
+  // when the memory cannot be had, InvalidArgumentError above RLIMIT_MEMLOCK.
+  static std::shared_ptr<HostPool> make(std::uint64_t budget_bytes, CopyEngine* engine);
 
   // Bytes of the pool, handed back when it dies. Move-only; empty when default-constructed.
   class Lease {
@@ -45,14 +44,14 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
     ~Lease() { reset(); }
     void reset();
     explicit operator bool() const { return pool_ != nullptr; }
-    const torch::Tensor& host() const { return host_; }  // uint8, exactly the bytes asked for
-    std::uint64_t bytes() const { return static_cast<std::uint64_t>(host_.numel()); }
+    const Buffer& host() const { return host_; }  // exactly the bytes asked for
+    std::uint64_t bytes() const { return host_.bytes(); }
 
    private:
     friend class HostPool;
     std::shared_ptr<HostPool> pool_;
     Block block_;
-    torch::Tensor host_;
+    Buffer host_;
   };
 
   // `bytes` (<= bytes()) of the pool, or nothing when no free block is that large. `reserve`:
@@ -76,10 +75,10 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   std::uint64_t wait_ns() const;
 
  private:
-  HostPool(torch::Tensor memory, bool pinned);
+  HostPool(Buffer memory, bool pinned);
   void give_back(const Block& block);
 
-  const torch::Tensor memory_;  // the whole pool, uint8
+  const Buffer memory_;  // the whole pool
   const std::uint64_t bytes_;
   const bool pinned_;
   SlabAllocator slabs_;
@@ -98,9 +97,8 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
 // still use and RLIMIT_MEMLOCK.
 std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t inputs);
 
-// A uint8 CPU tensor of `bytes` whose data starts at a multiple of `alignment` (LibTorch's CPU
-// allocator aligns to 64 bytes only): O_DIRECT reads land in it and writes leave from it without
-// a staging copy (Note [Writing from an aligned source] in src/core/io/io_engine.cc).
-torch::Tensor aligned_host_bytes(std::uint64_t bytes, std::uint64_t alignment);
+// Once per process (per emulated device): the warning for a pool that could not be pinned;
+// empty after the first.
+std::string pageable_notice();
 
 }  // namespace spill::detail

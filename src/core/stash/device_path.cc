@@ -1,10 +1,12 @@
 // The arena stash's accelerator path: device -> host pool -> region, and back. See Note [The
-// host pool] in host_pool.cc, Note [Overlapped spilling] in arena_stash.cc and Note [Lifecycle
+// host pool] in host_pool.cc, Note [Overlapped spilling] in chain.cc and Note [Lifecycle
 // of a stashed tensor] in stash_entry.cc.
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "spill/error.h"
@@ -21,7 +23,7 @@ class DevicePath final : public SpillPath {
   // then the upload; restore: the read into the pool, then the upload; large inputs in pieces.
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry& e) override REQUIRES(e.mutex);
-  torch::Tensor restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
+  Buffer restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
 
  private:
   HostPool& pool_for(const Entry& e);
@@ -33,15 +35,17 @@ class DevicePath final : public SpillPath {
   void finish_write_locked(Entry& e) REQUIRES(e.mutex);
   void queue_read(Entry& e, bool wait_for_room) REQUIRES(e.mutex);
   void start_upload(Entry& e) REQUIRES(e.mutex);
-  torch::Tensor finish_restore(Entry& e) REQUIRES(e.mutex);
-  torch::Tensor restore_in_pieces(Entry& e, HostPool& pool) REQUIRES(e.mutex);
+  Buffer finish_restore(Entry& e) REQUIRES(e.mutex);
+  Buffer restore_in_pieces(Entry& e, HostPool& pool) REQUIRES(e.mutex);
 };
 
 HostPool& DevicePath::pool_for(const Entry& e) {
   ArenaShared& shared = *context_.shared;
   MutexLock lock(shared.mutex);
   if (!shared.pool) {
-    shared.pool = HostPool::make(context_.host_budget(e.bytes), e.options.device().type());
+    shared.pool = HostPool::make(context_.host_budget(e.bytes), e.engine.get());
+    std::string notice = shared.pool->pinned() ? std::string() : pageable_notice();
+    if (!notice.empty()) shared.notices.push_back(std::move(notice));
   }
   return *shared.pool;
 }
@@ -91,9 +95,9 @@ void DevicePath::spill_in_pieces(Entry& e, HostPool& pool) {
     const std::uint64_t n = std::min(step, e.bytes - offset);
     HostPool::Lease lease = take(pool, n);
     e.engine->to_host(e.input, offset, n, lease.host())->synchronize();
-    e.region.write_async(lease.host().data_ptr(), n, offset).wait();
+    e.region.write_async(lease.host().data(), n, offset).wait();
   }
-  e.input = torch::Tensor();
+  e.input = Buffer();
   context_.counters->sub_device_bytes(e.bytes);
   advance(e, State::writing);
   advance(e, State::spilled);
@@ -106,8 +110,8 @@ void DevicePath::finish_copy(const EntryPtr& e) {
     e->piece = Piece();
     return;
   }
-  e->piece.io = e->region.write_async(e->piece.lease.host().data_ptr(), e->bytes);
-  e->input = torch::Tensor();
+  e->piece.io = e->region.write_async(e->piece.lease.host().data(), e->bytes);
+  e->input = Buffer();
   context_.counters->sub_device_bytes(e->bytes);
   e->piece.copy.reset();
   advance(*e, State::writing);
@@ -155,11 +159,11 @@ void DevicePath::queue_read(Entry& e, bool wait_for_room) {
   e.piece = Piece();
   e.piece.bytes = e.bytes;
   e.piece.lease = std::move(lease);
-  e.piece.io = e.region.read_async(e.piece.lease.host().data_ptr(), e.bytes);
+  e.piece.io = e.region.read_async(e.piece.lease.host().data(), e.bytes);
   advance(e, State::reading);
 }
 
-// The read is done: host -> device into a new tensor. The block goes back (on the progress
+// The read is done: host -> device into a new buffer. The block goes back (on the progress
 // thread) as soon as that copy completed; a failed read is left for restore() to report.
 void DevicePath::start_upload(Entry& e) {
   try {
@@ -167,7 +171,7 @@ void DevicePath::start_upload(Entry& e) {
   } catch (const std::exception&) {
     return;
   }
-  torch::Tensor result = device_tensor(e, context_.options.prefetch_depth);
+  Buffer result = device_buffer(e, context_.options.prefetch_depth);
   CopyPtr upload = e.engine->to_device(e.piece.lease.host(), result, 0);
   e.result = std::move(result);
   e.upload = std::move(upload);
@@ -187,11 +191,11 @@ void DevicePath::prefetch(Entry& e) {
   if (e.state != State::reading || !e.piece.io.ready()) return;
   try {
     start_upload(e);
-  } catch (const c10::Error&) {
+  } catch (const std::exception&) {  // the front end's out-of-memory error
   }
 }
 
-torch::Tensor DevicePath::restore(Entry& e, bool& ready) {
+Buffer DevicePath::restore(Entry& e, bool& ready) {
   ready = e.state == State::uploading || (e.state == State::reading && e.piece.io.ready());
   if (e.state == State::writing) {  // its device bytes are gone: wait, then read back
     e.piece.io.settle();
@@ -205,10 +209,10 @@ torch::Tensor DevicePath::restore(Entry& e, bool& ready) {
   return finish_restore(e);
 }
 
-torch::Tensor DevicePath::finish_restore(Entry& e) {
+Buffer DevicePath::finish_restore(Entry& e) {
   if (!e.region) {
     advance(e, State::restored);
-    return device_tensor(e, context_.options.prefetch_depth);
+    return device_buffer(e, context_.options.prefetch_depth);
   }
   if (e.state == State::reading) {
     e.piece.io.wait();  // IoError, IntegrityError
@@ -219,17 +223,17 @@ torch::Tensor DevicePath::finish_restore(Entry& e) {
   e.region.free();
   context_.counters->sub_device_bytes(e.bytes);
   advance(e, State::restored);
-  return std::exchange(e.result, torch::Tensor());
+  return std::exchange(e.result, Buffer());
 }
 
-torch::Tensor DevicePath::restore_in_pieces(Entry& e, HostPool& pool) {
+Buffer DevicePath::restore_in_pieces(Entry& e, HostPool& pool) {
   context_.counters->pieces.fetch_add(1);
-  torch::Tensor result = device_tensor(e, context_.options.prefetch_depth);
+  Buffer result = device_buffer(e, context_.options.prefetch_depth);
   const std::uint64_t step = pool.largest_piece();
   for (std::uint64_t offset = 0; offset < e.bytes; offset += step) {
     const std::uint64_t n = std::min(step, e.bytes - offset);
     HostPool::Lease lease = take(pool, n);
-    e.region.read_async(lease.host().data_ptr(), n, offset).wait();
+    e.region.read_async(lease.host().data(), n, offset).wait();
     e.engine->to_device(lease.host(), result, offset)->synchronize();
   }
   e.region.free();
@@ -239,18 +243,15 @@ torch::Tensor DevicePath::restore_in_pieces(Entry& e, HostPool& pool) {
 
 }  // namespace
 
-// Out of device memory, LibTorch's own error type (trainers catch it to lower the batch size),
+// Out of device memory, the front end's own error type (trainers catch it to lower the batch size),
 // saying what the stash was doing and what to change. The entry keeps its bytes: when the
 // failed backward's graph dies, so do its region and pool block.
-torch::Tensor device_tensor(const Entry& e, std::uint32_t prefetch_depth) {
-  try {
-    return e.engine->empty(e.sizes, e.options);
-  } catch (const c10::OutOfMemoryError& x) {
-    TORCH_CHECK_WITH(
-        OutOfMemoryError, false, "spill::checkpoint: no device memory to restore the stashed ",
-        e.describe(), " with prefetch_depth ", prefetch_depth, " (", x.what_without_backtrace(),
-        "); lower StashOptions::prefetch_depth, the batch size or the sequence length");
-  }
+Buffer device_buffer(const Entry& e, std::uint32_t prefetch_depth) {
+  return e.engine->empty(e.device, e.bytes, [&](const std::string& cause) {
+    return "spill::checkpoint: no device memory to restore the stashed " + e.describe() +
+           " with prefetch_depth " + std::to_string(prefetch_depth) + " (" + cause +
+           "); lower StashOptions::prefetch_depth, the batch size or the sequence length";
+  });
 }
 
 std::unique_ptr<SpillPath> make_device_path(StashContext& context, Progress& progress) {

@@ -1,7 +1,7 @@
 // SerialWorker: one thread that runs posted jobs in order, started at the first post. The
 // destructor runs the jobs already posted, then joins. Jobs must not throw (a job that does ends
 // the process): they report their own failures. See Note [Progress on accelerators] in
-// src/torch_layer/arena_stash.cc for its use, and Note [Two kinds of worker threads].
+// src/core/stash/chain.cc for its use, and Note [Two kinds of worker threads].
 //
 //   spill::detail::SerialWorker worker;
 //   worker.post([entry] { entry->copy.synchronize(); queue_write(*entry); });

@@ -1,14 +1,15 @@
 // The arena stash's three ways of moving a stashed tensor, one type each behind SpillPath: CPU
 // inputs straight to the region (cpu_path.cc), accelerator inputs through the host pool
 // (device_path.cc), accelerator inputs through cuFile with io = gds (gds_path.cc). Chain
-// (stash_chain.h) picks one per entry and keeps what is common. See Note [Overlapped spilling]
-// in arena_stash.cc and Note [Lifecycle of a stashed tensor] in stash_entry.cc.
+// (chain.h) picks one per entry and keeps what is common. See Note [Overlapped spilling]
+// in chain.cc and Note [Lifecycle of a stashed tensor] in stash_entry.cc.
 //
 //   spill::detail::StashContext context(arena, options);
-//   std::unique_ptr<spill::detail::SpillPath> cpu = spill::detail::make_cpu_path(context);
+//   spill::detail::Progress progress(/*asynchronous=*/true);
+//   auto cpu = spill::detail::make_cpu_path(context, progress);
 //   cpu->spill(entry);                          // held -> writing (or kept)
 //   bool ready = false;
-//   torch::Tensor x = cpu->restore(*entry, ready);  // in backward: -> restored
+//   spill::detail::Buffer x = cpu->restore(*entry, ready);  // in backward: -> restored
 #pragma once
 
 #include <atomic>
@@ -17,37 +18,40 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/io/gds.h"
 #include "core/os/mutex.h"
 #include "host_pool.h"
 #include "serial_worker.h"
-#include "spill/tensor_stash.h"
+#include "spill/stash.h"
 #include "stash_entry.h"
 
 namespace spill::detail {
+
+class Chain;
 
 // io = gds: the device buffer every cuFile transfer of an arena's stashes goes through, one at a
 // time, registered with cuFile once. See Note [One registered staging buffer] in gds_path.cc.
 class GdsStaging {
  public:
-  // `bytes` (a multiple of 4 KiB) on `device`, through `engine`'s allocator; throws
-  // c10::OutOfMemoryError. A registration cuFile refuses leaves it unregistered.
-  GdsStaging(CopyEngine& engine, const torch::Device& device, std::uint64_t bytes,
+  // `bytes` (a multiple of 4 KiB) on `device`, through `engine`'s allocator; throws the front
+  // end's out-of-memory error. A registration cuFile refuses leaves it unregistered.
+  GdsStaging(CopyEngine& engine, const Device& device, std::uint64_t bytes,
              std::shared_ptr<GdsDriver> driver);
   GdsStaging(const GdsStaging&) = delete;
   GdsStaging& operator=(const GdsStaging&) = delete;
 
   Mutex mutex;  // held for a whole transfer: copies and cuFile calls
-  std::uint64_t bytes() const { return static_cast<std::uint64_t>(memory_.numel()); }
+  std::uint64_t bytes() const { return memory_.bytes(); }
   bool registered() const { return registration_ != nullptr; }
-  // The first `bytes` of the buffer (uint8) and its address, 4 KiB aligned.
-  torch::Tensor first(std::uint64_t bytes) const;
-  void* data() const { return memory_.data_ptr(); }
+  // The first `bytes` of the buffer and its address, 4 KiB aligned.
+  Buffer first(std::uint64_t bytes) const { return memory_.slice(0, bytes); }
+  void* data() const { return memory_.data(); }
 
  private:
-  const torch::Tensor allocation_;  // one page more than memory_, for the alignment
-  const torch::Tensor memory_;
+  const Buffer memory_;  // 4 KiB aligned, in an allocation one page larger
   std::unique_ptr<GdsRegistration> registration_;  // last: deregistered before the memory goes
 };
 
@@ -58,8 +62,10 @@ struct ArenaShared {
   Mutex mutex;
   std::shared_ptr<HostPool> pool GUARDED_BY(mutex);
   StashOptions options GUARDED_BY(mutex);  // set_stash_options
-  // shared_arena_stash, while a graph holds it.
-  std::weak_ptr<TensorStash> shared_stash GUARDED_BY(mutex);
+  // The chain of shared_arena_stash, while a graph holds it (front ends wrap it).
+  std::weak_ptr<Chain> shared_chain GUARDED_BY(mutex);
+  // Warnings of the stash itself (a pageable host pool), given with the arena's.
+  std::vector<std::string> notices GUARDED_BY(mutex);
   // io = gds, from the first device input spilled on: the staging buffer, and the cuFile
   // session (its mode and bounce buffers, capped to the host budget then, for the stats).
   std::shared_ptr<GdsStaging> gds_staging GUARDED_BY(mutex);
@@ -69,7 +75,7 @@ struct ArenaShared {
 };
 std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena);
 
-// The progress thread of one stash (Note [Progress on accelerators] in arena_stash.cc) and the
+// The progress thread of one stash (Note [Progress on accelerators] in chain.cc) and the
 // first failure of its jobs, rethrown once on the training thread.
 class Progress {
  public:
@@ -125,7 +131,7 @@ class SpillPath {
   virtual void prefetch(Entry& e) REQUIRES(e.mutex) = 0;
   // restore() of an entry in writing, spilled, reading or uploading: waits for the bytes and
   // gives back the tensor; -> restored. `ready`: whether the bytes were in memory already.
-  virtual torch::Tensor restore(Entry& e, bool& ready) REQUIRES(e.mutex) = 0;
+  virtual Buffer restore(Entry& e, bool& ready) REQUIRES(e.mutex) = 0;
 
  protected:
   StashContext& context_;
@@ -136,8 +142,12 @@ std::unique_ptr<SpillPath> make_cpu_path(StashContext& context, Progress& progre
 std::unique_ptr<SpillPath> make_device_path(StashContext& context, Progress& progress);
 std::unique_ptr<SpillPath> make_gds_path(StashContext& context, Progress& progress);
 
-// A new device tensor for `e` through its copy engine; out of device memory, LibTorch's own
+// New device memory for `e` through its copy engine; out of device memory, the front end's own
 // error type (trainers catch it to lower the batch size), naming the input and the fix.
-torch::Tensor device_tensor(const Entry& e, std::uint32_t prefetch_depth);
+Buffer device_buffer(const Entry& e, std::uint32_t prefetch_depth);
+
+// Host memory to restore a CPU input into: aligned for O_DIRECT in direct mode (Note [Writing
+// from an aligned source] in src/core/io/io_engine.cc), to LibTorch's 64 bytes otherwise.
+Buffer host_buffer(const SpillArena& arena, std::uint64_t bytes);
 
 }  // namespace spill::detail

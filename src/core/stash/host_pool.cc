@@ -5,7 +5,6 @@
 #include <string>
 
 #include "core/os/platform.h"
-#include "device_copy.h"
 #include "spill/error.h"
 #include "spill/process_memory.h"
 #include "spill/units.h"
@@ -32,7 +31,7 @@ namespace spill::detail {
 //
 // For CPU inputs nothing is copied: the input itself is written. There the budget bounds the
 // bytes of inputs held while their writes are in flight (Note [Overlapped spilling] in
-// src/torch_layer/arena_stash.cc).
+// src/core/stash/chain.cc).
 
 namespace {
 
@@ -55,41 +54,21 @@ void check_memlock(std::uint64_t bytes) {
                              "the limit (ulimit -l, or memlock in the container's settings)");
 }
 
-// Where pinning is refused every arena's pool is pageable: one warning per process, not one per
-// arena, through TORCH_WARN (LibTorch's warning handler: stderr unless one is installed). Not
-// TORCH_WARN_ONCE, which cannot be re-armed: each emulated device (set_copy_engine_override)
-// counts as a fresh process, so a test sees its warning whatever ran before it.
-void warn_pageable_once() {
-  static std::atomic<std::uint64_t> warned_epoch{~std::uint64_t{0}};
-  const std::uint64_t epoch = emulation_epoch();
-  if (warned_epoch.exchange(epoch) == epoch) return;
-  TORCH_WARN(
-      "spillarena: pinned host memory is unavailable; the host pool is pageable "
-      "(device copies are then synchronous)");
-}
-
-// Pinned for `device` through LibTorch's host allocator (or the emulated device's stand-in);
-// undefined where that is refused or there is nothing to pin for (the CPU).
-torch::Tensor pinned_bytes(std::uint64_t bytes, c10::DeviceType device) {
+// Pinned through the device's engine (or the emulated device's stand-in); undefined where that
+// is refused or there is nothing to pin for (no engine).
+Buffer pinned_bytes(std::uint64_t bytes, CopyEngine* engine) {
   const EmulatedHostMemory emulated = emulated_host_memory();
-  if (emulated == EmulatedHostMemory::pinned) return aligned_host_bytes(bytes, page_bytes());
-  if (emulated == EmulatedHostMemory::off && device != c10::DeviceType::CPU) {
-    try {
-      return torch::empty({static_cast<std::int64_t>(bytes)},
-                          torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
-    } catch (const c10::Error&) {  // cudaHostAlloc refused: over memlock, or no memory to lock
-    }
-  }
-  return torch::Tensor();
+  if (emulated == EmulatedHostMemory::pinned) return Buffer::host(bytes, page_bytes());
+  if (emulated == EmulatedHostMemory::off && engine != nullptr) return engine->pinned_host(bytes);
+  return Buffer();
 }
 
 // Page-aligned like pinned memory, so O_DIRECT writes its blocks from where they are.
-torch::Tensor pageable_bytes(std::uint64_t bytes) {
+Buffer pageable_bytes(std::uint64_t bytes) {
   try {
-    TORCH_CHECK(emulated_host_memory() != EmulatedHostMemory::refused,
-                "emulated: host memory refused");
-    return aligned_host_bytes(bytes, page_bytes());
-  } catch (const c10::Error&) {
+    if (emulated_host_memory() == EmulatedHostMemory::refused) throw std::bad_alloc();
+    return Buffer::host(bytes, page_bytes());
+  } catch (const std::bad_alloc&) {
     throw InsufficientSpaceError("<host pool>", bytes, memory_limits().usable_bytes(),
                                  "spill: the host pool of " + bytes_with_units(bytes) +
                                      " could not be allocated; lower "
@@ -97,8 +76,6 @@ torch::Tensor pageable_bytes(std::uint64_t bytes) {
   }
 }
 
-// The largest page multiple whose size class fits in `bytes` (binary search: rounding is
-// monotonic).
 std::uint64_t largest_piece_of(std::uint64_t bytes) {
   const std::uint64_t page = page_bytes();
   std::uint64_t low = 1;
@@ -116,12 +93,16 @@ std::uint64_t largest_piece_of(std::uint64_t bytes) {
 
 }  // namespace
 
-torch::Tensor aligned_host_bytes(std::uint64_t bytes, std::uint64_t alignment) {
-  torch::Tensor raw = torch::empty({static_cast<std::int64_t>(bytes + alignment)},
-                                   torch::TensorOptions().dtype(torch::kUInt8));
-  const auto address = reinterpret_cast<std::uintptr_t>(raw.data_ptr());
-  const std::uint64_t skip = (alignment - address % alignment) % alignment;
-  return raw.narrow(0, static_cast<std::int64_t>(skip), static_cast<std::int64_t>(bytes));
+// Where pinning is refused every arena's pool is pageable: one warning per process, not one per
+// arena, given by the stash that made the pool through its front end's warnings. Each emulated
+// device (set_copy_engine_override) counts as a fresh process, so a test sees its warning
+// whatever ran before it.
+std::string pageable_notice() {
+  static std::atomic<std::uint64_t> warned_epoch{~std::uint64_t{0}};
+  const std::uint64_t epoch = emulation_epoch();
+  if (warned_epoch.exchange(epoch) == epoch) return std::string();
+  return "spillarena: pinned host memory is unavailable; the host pool is pageable "
+         "(device copies are then synchronous)";
 }
 
 std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t inputs) {
@@ -132,21 +113,18 @@ std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t
   return std::max(bytes / page_bytes() * page_bytes(), page_bytes());
 }
 
-std::shared_ptr<HostPool> HostPool::make(std::uint64_t budget_bytes, c10::DeviceType device) {
+std::shared_ptr<HostPool> HostPool::make(std::uint64_t budget_bytes, CopyEngine* engine) {
   std::uint64_t bytes = std::max(budget_bytes / page_bytes() * page_bytes(), page_bytes());
   check_memlock(bytes);
-  torch::Tensor memory = pinned_bytes(power_of_two_floor(bytes), device);
+  Buffer memory = pinned_bytes(power_of_two_floor(bytes), engine);
   const bool pinned = memory.defined();
-  if (!pinned) {
-    memory = pageable_bytes(bytes);
-    warn_pageable_once();
-  }
+  if (!pinned) memory = pageable_bytes(bytes);
   return std::shared_ptr<HostPool>(new HostPool(std::move(memory), pinned));
 }
 
-HostPool::HostPool(torch::Tensor memory, bool pinned)
+HostPool::HostPool(Buffer memory, bool pinned)
     : memory_(std::move(memory)),
-      bytes_(static_cast<std::uint64_t>(memory_.numel())),
+      bytes_(memory_.bytes()),
       pinned_(pinned),
       slabs_(bytes_, page_bytes()),
       largest_piece_(largest_piece_of(bytes_)) {}
@@ -162,8 +140,7 @@ std::optional<HostPool::Lease> HostPool::try_take(std::uint64_t bytes, std::uint
   Lease lease;
   lease.pool_ = shared_from_this();
   lease.block_ = *block;
-  lease.host_ =
-      memory_.narrow(0, static_cast<std::int64_t>(block->offset), static_cast<std::int64_t>(bytes));
+  lease.host_ = memory_.slice(block->offset, bytes);
   return lease;
 }
 
@@ -219,7 +196,7 @@ HostPool::Lease& HostPool::Lease::operator=(Lease&& other) noexcept {
 
 void HostPool::Lease::reset() {
   if (!pool_) return;
-  host_ = torch::Tensor();
+  host_ = Buffer();
   pool_->give_back(block_);
   pool_ = nullptr;
 }

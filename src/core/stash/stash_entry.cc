@@ -1,7 +1,6 @@
 #include "stash_entry.h"
 
 #include <algorithm>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -40,7 +39,7 @@ namespace spill::detail {
 // as it is; the copy or write finishes on its own and its pool block goes back then. An accelerator
 // input in writing is no longer in memory (its device bytes were released when the copy finished):
 // restore() waits for the write and reads it back; a CPU input in writing is still in memory and
-// goes back as it is. So restore() is a switch on the state (Chain::restore in arena_stash.cc);
+// goes back as it is. So restore() is a switch on the state (Chain::restore in chain.cc);
 // each path (SpillPath in stash_path.h) reads back its own. Where each state's memory lives:
 //   held, kept, copying  the input (device or CPU memory), counted in device_bytes_held
 //   writing              accelerator: a pool block (io = gds: the staging buffer); CPU: the
@@ -112,11 +111,6 @@ void StashCounters::add_device_bytes(std::uint64_t bytes) {
   raise_peak(peak_device_bytes_held, device_bytes_held.fetch_add(bytes) + bytes);
 }
 
-torch::Tensor Entry::in_stored_layout(const torch::Tensor& restored) const {
-  if (strides.empty() || !restored.defined()) return restored;
-  return torch::empty_strided(sizes, strides, restored.options()).copy_(restored);
-}
-
 void StashCounters::record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) {
   restores.fetch_add(1);
   if (prefetched && was_ready) prefetch_hits.fetch_add(1);
@@ -139,24 +133,19 @@ void Piece::settle() const noexcept {
   }
 }
 
-Entry::Entry(const torch::Tensor& t, std::shared_ptr<StashCounters> c)
-    : input(t.detach().contiguous()),
-      // The caller's counter (detach() shares it; contiguous() of a strided input would not).
-      version_counter(t.unsafeGetTensorImpl()->version_counter()),
-      version(version_counter.current_version()),
-      sizes(t.sizes().vec()),
-      strides(!t.is_contiguous() && t.is_non_overlapping_and_dense() ? t.strides().vec()
-                                                                     : std::vector<int64_t>()),
-      options(t.options()),
-      bytes(static_cast<std::uint64_t>(t.nbytes())),
-      accelerator(CopyEngine::is_accelerator_input(t)),
-      engine(accelerator ? CopyEngine::for_inputs() : nullptr),
-      counters(std::move(c)) {
+Entry::Entry(StashInput in, std::shared_ptr<StashCounters> c)
+    : input(std::move(in.bytes)),
+      device(input.device()),
+      bytes(input.bytes()),
+      accelerator(in.accelerator),
+      engine(std::move(in.engine)),
+      counters(std::move(c)),
+      describe_(std::move(in.describe)),
+      changed_in_place_(std::move(in.changed_in_place)) {
   counters->inputs_stored.fetch_add(1);
   if (accelerator) counters->add_device_bytes(bytes);
 }
 
-// Device bytes still referenced here go with the entry (a graph freed without backward).
 Entry::~Entry() {
   region.free();  // after its I/O: a read ahead may still land in `host`, destroyed first
   piece.settle();
@@ -179,13 +168,13 @@ bool write_succeeded(const Pending& write) {
 
 // The region goes back now, after a write still in flight completed (a short wait: it was
 // queued before backward began), so the arena is drained when backward ends.
-torch::Tensor give_back_input(Entry& e) {
+Buffer give_back_input(Entry& e) {
   if (e.changed_in_place()) throw_modified(e, "between forward and backward");
   if (e.accelerator) e.counters->sub_device_bytes(e.bytes);
   const bool cpu_write_in_flight = !e.accelerator && e.state == State::writing;
   e.region.free();  // after the write in flight, if any
   advance(e, State::restored);
-  torch::Tensor input = std::exchange(e.input, torch::Tensor());
+  Buffer input = std::exchange(e.input, Buffer());
   if (!cpu_write_in_flight) return input;
   // Written all the same: counted as spilled (the CLI's "wrote N inputs" must match its bytes),
   // here rather than when the write completed, which finds the entry restored. A write that
@@ -202,13 +191,6 @@ void throw_modified(const Entry& e, const char* when) {
       "has been modified by an inplace operation: the stashed " +
       e.describe() + " was changed " + when +
       "; clone it before changing it, or do not modify layer inputs in place");
-}
-
-std::string Entry::describe() const {
-  std::ostringstream text;
-  text << "layer input of shape " << c10::IntArrayRef(sizes) << ", dtype " << options.dtype()
-       << ", " << bytes << " bytes";
-  return text.str();
 }
 
 }  // namespace spill::detail

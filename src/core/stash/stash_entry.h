@@ -1,23 +1,22 @@
 // One stored tensor of the arena stash and its lifecycle: one State, moved only by advance(),
 // which knows the allowed transitions. See Note [Lifecycle of a stashed tensor] in
-// src/torch_layer/stash_entry.cc.
+// src/core/stash/stash_entry.cc.
 //
 //   spill::detail::MutexLock lock(entry->mutex);
 //   spill::detail::advance(*entry, spill::detail::State::writing);  // throws on a bad transition
 #pragma once
 
-#include <torch/torch.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
-#include <vector>
+#include <string>
 
+#include "copy_engine.h"
 #include "core/os/mutex.h"
-#include "device_copy.h"
 #include "host_pool.h"
 #include "spill/arena.h"
 
@@ -90,24 +89,38 @@ struct Piece {
   void settle() const noexcept;  // waits for the copy and the write or read; never throws
 };
 
+// What a front end tells the stash about one input: its bytes (contiguous, kept alive by the
+// buffer's owner while the stash holds them) and what only the front end knows about it.
+struct StashInput {
+  Buffer bytes;
+  bool accelerator = false;            // takes the device path (a device, or an emulated one)
+  std::shared_ptr<CopyEngine> engine;  // accelerator inputs: the front end's, or the override
+  // "layer input of shape [4, 8], dtype float, 128 bytes": for messages.
+  std::function<std::string()> describe;
+  // Autograd's rule for saved tensors: true after any in-place change since store(), also once
+  // the stash let go of the bytes (the front end keeps the version counter). Empty: the front
+  // end checks that itself.
+  std::function<bool()> changed_in_place;
+};
+
 struct Entry {
-  Entry(const torch::Tensor& input, std::shared_ptr<StashCounters> counters);
+  Entry(StashInput input, std::shared_ptr<StashCounters> counters);
   ~Entry();
   Entry(const Entry&) = delete;
   Entry& operator=(const Entry&) = delete;
 
   Mutex mutex;
   State state GUARDED_BY(mutex) = State::held;
-  torch::Tensor input GUARDED_BY(mutex);  // held, kept, copying; writing for a CPU input
+  Buffer input GUARDED_BY(mutex);  // held, kept, copying; writing for a CPU input
   bool prefetched GUARDED_BY(mutex) = false;
   Region region GUARDED_BY(mutex);
-  Pending write GUARDED_BY(mutex);       // CPU input: its write
-  torch::Tensor host GUARDED_BY(mutex);  // CPU input, direct mode: a read ahead's destination
+  Pending write GUARDED_BY(mutex);  // CPU input: its write
+  Buffer host GUARDED_BY(mutex);    // CPU input, direct mode: a read ahead's destination
   // Accelerator input: its pool block, copy and write or read ...
   Piece piece GUARDED_BY(mutex);
-  // ... the device tensor being filled (uploading) and the copy filling it (its pool block goes
+  // ... the device buffer being filled (uploading) and the copy filling it (its pool block goes
   // back on its own).
-  torch::Tensor result GUARDED_BY(mutex);
+  Buffer result GUARDED_BY(mutex);
   CopyPtr upload GUARDED_BY(mutex);
   // failed: the write's failure; restore() throws it again instead of reading what never
   // reached the region.
@@ -117,25 +130,18 @@ struct Entry {
   std::weak_ptr<Entry> previous;
 
   // Constant after construction.
-  const c10::VariableVersion version_counter;  // the input's, shared with the caller's tensor
-  const std::uint32_t version;                 // its value at store()
-  const std::vector<int64_t> sizes;
-  // The input's own layout, given back by restore() when it was non-overlapping and dense (a
-  // transpose, a permutation): kernels choose their paths by strides, and bitwise gradients
-  // need the recomputation to take the forward's. Empty otherwise (restored contiguous).
-  const std::vector<int64_t> strides;
-  const torch::TensorOptions options;
+  const Device device;  // the input's
   const std::uint64_t bytes;
   const bool accelerator;
   const std::shared_ptr<CopyEngine> engine;  // accelerator inputs
   const std::shared_ptr<StashCounters> counters;
 
-  std::string describe() const;
-  // `restored` (contiguous) in the input's layout when `strides` is set; else `restored`.
-  torch::Tensor in_stored_layout(const torch::Tensor& restored) const;
-  // Autograd's rule for saved tensors: any in-place change after store() (the counter is shared
-  // with the caller's tensor, so this holds after the stash let go of it too).
-  bool changed_in_place() const { return version_counter.current_version() != version; }
+  std::string describe() const { return describe_ ? describe_() : "layer input"; }
+  bool changed_in_place() const { return changed_in_place_ && changed_in_place_(); }
+
+ private:
+  const std::function<std::string()> describe_;
+  const std::function<bool()> changed_in_place_;
 };
 using EntryPtr = std::shared_ptr<Entry>;
 
@@ -146,7 +152,7 @@ void advance(Entry& e, State to) REQUIRES(e.mutex);
 // held, kept, copying, and a CPU input in writing: the input itself goes back to backward, and
 // the region with it (after a write still in flight). Throws CheckpointError for an input
 // changed in place since store().
-torch::Tensor give_back_input(Entry& e) REQUIRES(e.mutex);
+Buffer give_back_input(Entry& e) REQUIRES(e.mutex);
 
 // Autograd's words for a stashed input changed in place; `when` says when it was seen.
 [[noreturn]] void throw_modified(const Entry& e, const char* when);

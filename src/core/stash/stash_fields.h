@@ -2,7 +2,7 @@
 // reports and keywords are made from (the CLI's JSON, the Python dicts and SpillArena keywords).
 // Internal (not installed), as core/arena/arena_fields.h is for the arena's.
 //
-//   #include "torch_layer/stash_fields.h"
+//   #include "core/stash/stash_fields.h"
 //   spill::detail::visit_fields(spill::stash_stats(arena), [&](const char* name, const auto& v) {
 //     json[name] = v;
 //   });
@@ -10,7 +10,7 @@
 
 #include <type_traits>
 
-#include "spill/tensor_stash.h"
+#include "spill/stash.h"
 
 namespace spill::detail {
 

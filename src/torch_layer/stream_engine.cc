@@ -1,13 +1,14 @@
-#include "device_copy.h"
+#include "stream_engine.h"
 
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
-#include <atomic>
+#include <cstdint>
+#include <string>
 #include <utility>
 
-#include "core/os/mutex.h"
+#include "tensor_bytes.h"
 
 namespace spill::detail {
 namespace {
@@ -19,8 +20,8 @@ namespace {
 // event. The tensors it reads and writes stay referenced until that event completed, so the
 // caching allocator cannot hand their memory to the next layer while the copy still uses it —
 // the race torchtune, TRL and Megatron shipped. The current stream is taken at every call, never
-// cached. Host memory is a view of the stash's pool (Note [The host pool] in host_pool.cc): a
-// view, not a blob, so LibTorch's host allocator sees its own block in every copy.
+// cached. Host memory is a block of the stash's pool (Note [The host pool] in
+// src/core/stash/host_pool.cc), which goes back to the pool only after its copy completed.
 //
 // Without a GPU the same path runs under emulation, an engine the tests install through
 // set_copy_engine_override (tests/support/accelerator_emulation.cc, not in the library): CPU
@@ -29,12 +30,6 @@ namespace {
 // which is the point. The emulated device pins too: its host pool is page-aligned host memory
 // reported as pinned, or, with pinning refused, the pageable fallback a memlock cap forces on a
 // real device (Note [The host pool]).
-
-torch::Tensor bytes_of(const torch::Tensor& t, std::uint64_t offset, std::uint64_t bytes) {
-  return t.reshape({-1})
-      .view(torch::kUInt8)
-      .narrow(0, static_cast<std::int64_t>(offset), static_cast<std::int64_t>(bytes));
-}
 
 c10::Event record_on(const c10::Stream& stream) {
   c10::Event event(stream.device_type());
@@ -59,7 +54,6 @@ class StreamCopy final : public Copy {
   c10::Event event_;
 };
 
-// Runs `from` -> `to` on a side stream of `device`, ordered after the current stream.
 CopyPtr on_side_stream(const torch::Device& device, torch::Tensor from, torch::Tensor to) {
   c10::impl::VirtualGuardImpl impl(device.type());
   const c10::Stream current = impl.getStream(device);
@@ -73,60 +67,52 @@ CopyPtr on_side_stream(const torch::Device& device, torch::Tensor from, torch::T
 
 class StreamEngine final : public CopyEngine {
  public:
-  CopyPtr to_host(const torch::Tensor& source, std::uint64_t offset, std::uint64_t bytes,
-                  const torch::Tensor& host) override {
-    return on_side_stream(source.device(), bytes_of(source, offset, bytes), host);
+  CopyPtr to_host(const Buffer& source, std::uint64_t offset, std::uint64_t bytes,
+                  const Buffer& host) override {
+    return on_side_stream(torch_device(source.device()), tensor_of(source.slice(offset, bytes)),
+                          tensor_of(host));
   }
-  CopyPtr to_device(const torch::Tensor& host, const torch::Tensor& dest,
-                    std::uint64_t offset) override {
-    const auto bytes = static_cast<std::uint64_t>(host.numel());
-    return on_side_stream(dest.device(), host, bytes_of(dest, offset, bytes));
+  CopyPtr to_device(const Buffer& host, const Buffer& dest, std::uint64_t offset) override {
+    return on_side_stream(torch_device(dest.device()), tensor_of(host),
+                          tensor_of(dest.slice(offset, host.bytes())));
   }
-  CopyPtr marker(const torch::Device& device) override {
-    c10::impl::VirtualGuardImpl impl(device.type());
+  CopyPtr marker(const Device& device) override {
+    const torch::Device d = torch_device(device);
+    c10::impl::VirtualGuardImpl impl(d.type());
     return std::make_shared<StreamCopy>(torch::Tensor(), torch::Tensor(),
-                                        record_on(impl.getStream(device)));
+                                        record_on(impl.getStream(d)));
+  }
+  Buffer empty(const Device& device, std::uint64_t bytes,
+               const ExplainOutOfMemory& explain) override {
+    try {
+      return bytes_of(
+          torch::empty({static_cast<std::int64_t>(bytes)},
+                       torch::TensorOptions().dtype(torch::kUInt8).device(torch_device(device))));
+    } catch (const c10::OutOfMemoryError& x) {
+      TORCH_CHECK_WITH(OutOfMemoryError, false, explain(x.what_without_backtrace()));
+    }
+  }
+  Buffer pinned_host(std::uint64_t bytes) override {
+    try {
+      return bytes_of(
+          torch::empty({static_cast<std::int64_t>(bytes)},
+                       torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true)));
+    } catch (const c10::Error&) {  // cudaHostAlloc refused: over memlock, or no memory to lock
+      return Buffer();
+    }
   }
 };
 
-// ---------------------------------------------------------------------------------------------
-// The override (tests)
-// ---------------------------------------------------------------------------------------------
-
-Mutex override_mutex;
-std::shared_ptr<CopyEngine> override_engine GUARDED_BY(override_mutex);
-std::atomic<bool> overridden{false};
-std::atomic<EmulatedHostMemory> host_memory{EmulatedHostMemory::off};
-std::atomic<std::uint64_t> epoch{0};
-
 }  // namespace
 
-std::shared_ptr<CopyEngine> CopyEngine::for_inputs() {
+std::shared_ptr<CopyEngine> engine_for_inputs() {
   static const auto real = std::make_shared<StreamEngine>();
-  if (overridden.load(std::memory_order_acquire)) {
-    MutexLock lock(override_mutex);
-    if (override_engine) return override_engine;
-  }
+  if (std::shared_ptr<CopyEngine> engine = CopyEngine::override_engine()) return engine;
   return real;
 }
 
-bool CopyEngine::is_accelerator_input(const torch::Tensor& t) {
-  return !t.device().is_cpu() || overridden.load(std::memory_order_acquire);
-}
-
-EmulatedHostMemory emulated_host_memory() { return host_memory.load(); }
-
-std::uint64_t emulation_epoch() { return epoch.load(); }
-
-void set_copy_engine_override(std::shared_ptr<CopyEngine> engine, EmulatedHostMemory memory) {
-  std::shared_ptr<CopyEngine> previous;  // dies after the lock: its copy thread joins
-  {
-    MutexLock lock(override_mutex);
-    previous = std::exchange(override_engine, std::move(engine));
-    host_memory.store(memory);
-    epoch.fetch_add(1);
-    overridden.store(override_engine != nullptr, std::memory_order_release);
-  }
+bool is_accelerator_input(const torch::Tensor& t) {
+  return !t.device().is_cpu() || CopyEngine::overridden();
 }
 
 }  // namespace spill::detail

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "core/arena/arena_internals.h"
@@ -17,11 +18,11 @@ namespace {
 constexpr std::uint64_t kGdsAlignmentBytes = 4096;  // cuFile's unit (GdsFile::kAlignmentBytes)
 
 // `bytes` of `allocation` (at least one page longer) starting at a multiple of 4 KiB.
-torch::Tensor aligned_part(const torch::Tensor& allocation, std::uint64_t bytes) {
-  const auto address = reinterpret_cast<std::uintptr_t>(allocation.data_ptr());
+Buffer aligned_part(const Buffer& allocation, std::uint64_t bytes) {
+  const auto address = reinterpret_cast<std::uintptr_t>(allocation.data());
   const std::uint64_t skip =
       (kGdsAlignmentBytes - address % kGdsAlignmentBytes) % kGdsAlignmentBytes;
-  return allocation.narrow(0, static_cast<std::int64_t>(skip), static_cast<std::int64_t>(bytes));
+  return allocation.slice(skip, bytes);
 }
 
 // Note [One registered staging buffer]
@@ -62,7 +63,7 @@ class GdsPath final : public SpillPath {
   // restore: cuFile into the staging buffer, copied piece by piece.
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry&) override {}
-  torch::Tensor restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
+  Buffer restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
 
  private:
   GdsStaging& staging_for(const Entry& e);
@@ -81,8 +82,8 @@ GdsStaging& GdsPath::staging_for(const Entry& e) {
     const std::uint64_t asked = context_.options.gds_buffer_bytes;  // rounded up, no overflow
     const std::uint64_t pages = std::max<std::uint64_t>(
         asked / kGdsAlignmentBytes + (asked % kGdsAlignmentBytes != 0 ? 1 : 0), 1);
-    shared.gds_staging = std::make_shared<GdsStaging>(*e.engine, e.options.device(),
-                                                      pages * kGdsAlignmentBytes, driver);
+    shared.gds_staging =
+        std::make_shared<GdsStaging>(*e.engine, e.device, pages * kGdsAlignmentBytes, driver);
     driver->limit_bounce_bytes(context_.host_budget(e.bytes));
     shared.cufile = std::move(driver);
   }
@@ -97,7 +98,7 @@ void GdsPath::spill(const EntryPtr& e) {
   e->region = context_.region_for(*e);
   if (!e->region) return advance(*e, State::kept);
   staging_for(*e);  // made, and cuFile's bounce buffers capped, at the arena's first gds spill
-  e->piece.copy = e->engine->marker(e->input.device());
+  e->piece.copy = e->engine->marker(e->device);
   advance(*e, State::copying);
   progress_.when_copied(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
     write(x);  // under x->mutex (when_copied)
@@ -130,10 +131,9 @@ void GdsPath::write(const EntryPtr& e) {
 void GdsPath::write_through_staging(Entry& e) {
   const std::uint64_t body = e.bytes / kGdsAlignmentBytes * kGdsAlignmentBytes;
   if (body < e.bytes) {
-    torch::Tensor tail = torch::empty({static_cast<std::int64_t>(e.bytes - body)},
-                                      torch::TensorOptions().dtype(torch::kUInt8));
+    Buffer tail = Buffer::host(e.bytes - body, kGdsAlignmentBytes);
     e.engine->to_host(e.input, body, e.bytes - body, tail)->synchronize();
-    e.region.write_async(tail.data_ptr(), e.bytes - body, body).wait();
+    e.region.write_async(tail.data(), e.bytes - body, body).wait();
   }
   if (body == 0) return release_input(e);
   GdsStaging& staging = staging_for(e);
@@ -148,16 +148,16 @@ void GdsPath::write_through_staging(Entry& e) {
 }
 
 void GdsPath::release_input(Entry& e) {
-  e.input = torch::Tensor();
+  e.input = Buffer();
   context_.counters->sub_device_bytes(e.bytes);
 }
 
 // cuFile reads into the staging buffer, which only copies the host waited for touch; each piece
 // is then copied into the new tensor, ordered after the current stream (where the tensor was
 // allocated), and waited for before the buffer takes the next.
-torch::Tensor GdsPath::restore(Entry& e, bool& ready) {
+Buffer GdsPath::restore(Entry& e, bool& ready) {
   ready = false;
-  torch::Tensor result = device_tensor(e, context_.options.prefetch_depth);
+  Buffer result = device_buffer(e, context_.options.prefetch_depth);
   if (!e.region) {  // 0 bytes
     advance(e, State::restored);
     return result;
@@ -174,9 +174,8 @@ torch::Tensor GdsPath::restore(Entry& e, bool& ready) {
     }
   }
   if (body < e.bytes) {
-    torch::Tensor tail = torch::empty({static_cast<std::int64_t>(e.bytes - body)},
-                                      torch::TensorOptions().dtype(torch::kUInt8));
-    e.region.read_async(tail.data_ptr(), e.bytes - body, body).wait();
+    Buffer tail = Buffer::host(e.bytes - body, kGdsAlignmentBytes);
+    e.region.read_async(tail.data(), e.bytes - body, body).wait();
     e.engine->to_device(tail, result, body)->synchronize();
   }
   e.region.free();
@@ -186,20 +185,21 @@ torch::Tensor GdsPath::restore(Entry& e, bool& ready) {
 
 }  // namespace
 
-GdsStaging::GdsStaging(CopyEngine& engine, const torch::Device& device, std::uint64_t bytes,
+GdsStaging::GdsStaging(CopyEngine& engine, const Device& device, std::uint64_t bytes,
                        std::shared_ptr<GdsDriver> driver)
-    : allocation_(engine.empty({static_cast<std::int64_t>(bytes + kGdsAlignmentBytes)},
-                               torch::TensorOptions().dtype(torch::kUInt8).device(device))),
-      memory_(aligned_part(allocation_, bytes)) {
+    : memory_(aligned_part(engine.empty(device, bytes + kGdsAlignmentBytes,
+                                        [bytes](const std::string& cause) {
+                                          return "spill: no device memory for the io = gds "
+                                                 "staging buffer of " +
+                                                 std::to_string(bytes) + " bytes (" + cause +
+                                                 "); lower StashOptions::gds_buffer_bytes";
+                                        }),
+                           bytes)) {
   try {
     registration_ = std::make_unique<GdsRegistration>(std::move(driver), data(), bytes);
   } catch (const IoError&) {
     // Unregistered: cuFile bounces the transfers (see the Note above).
   }
-}
-
-torch::Tensor GdsStaging::first(std::uint64_t bytes) const {
-  return memory_.narrow(0, 0, static_cast<std::int64_t>(bytes));
 }
 
 std::unique_ptr<SpillPath> make_gds_path(StashContext& context, Progress& progress) {

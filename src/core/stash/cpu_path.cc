@@ -1,5 +1,6 @@
 // The arena stash's CPU path: the input itself is written to its region, and read back into a
-// new tensor. See Note [Overlapped spilling] in arena_stash.cc.
+// new buffer. See Note [Overlapped spilling] in chain.cc.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -7,7 +8,6 @@
 
 #include "core/arena/arena_internals.h"
 #include "stash_path.h"
-#include "storable.h"
 
 namespace spill::detail {
 namespace {
@@ -34,15 +34,14 @@ class CpuPath final : public SpillPath {
   // direct reads into a host buffer; restore: take_into a new tensor (a RAM arena: a view).
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry& e) override REQUIRES(e.mutex);
-  torch::Tensor restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
+  Buffer restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
 
  private:
   void wait_for_room(std::uint64_t bytes) EXCLUDES(mutex_);
   void finish_write(const EntryPtr& e) EXCLUDES(e->mutex);
   // A direct arena reads into an aligned host buffer, a buffered one through the mapping.
   bool reads_into_buffer() const { return context_.arena.io_mode() == IoMode::direct; }
-  torch::Tensor destination(const Entry& e) const;
-  torch::Tensor view(Entry& e) REQUIRES(e.mutex);
+  Buffer view(Entry& e) REQUIRES(e.mutex);
 
   Mutex mutex_;
   std::condition_variable room_;  // bytes in flight went down
@@ -51,7 +50,7 @@ class CpuPath final : public SpillPath {
 // One call into the arena: the region is allocated and the input's write queued.
 void CpuPath::spill(const EntryPtr& e) {
   wait_for_room(e->bytes);
-  e->region = context_.region_for(*e, e->input.data_ptr());
+  e->region = context_.region_for(*e, e->input.data());
   if (!e->region) return advance(*e, State::kept);
   e->write = e->region.pending();
   StashCounters& counters = *context_.counters;
@@ -65,7 +64,7 @@ void CpuPath::spill(const EntryPtr& e) {
       counters.sub_in_flight(e->bytes);
       throw;
     }
-    e->input = torch::Tensor();
+    e->input = Buffer();
     counters.sub_in_flight(e->bytes);
     counters.inputs_spilled.fetch_add(1);
     return advance(*e, State::spilled);
@@ -101,7 +100,7 @@ void CpuPath::finish_write(const EntryPtr& e) {
   write.settle();
   {
     MutexLock lock(e->mutex);
-    e->input = torch::Tensor();
+    e->input = Buffer();
     if (e->state == State::writing) {
       advance(*e, State::spilled);
       context_.counters->inputs_spilled.fetch_add(1);
@@ -113,44 +112,45 @@ void CpuPath::finish_write(const EntryPtr& e) {
 }
 
 // Direct reads skip the staging pool when the destination is aligned.
-torch::Tensor CpuPath::destination(const Entry& e) const {
-  if (!reads_into_buffer()) return torch::empty(e.sizes, e.options);
-  return aligned_host_bytes(e.bytes, context_.arena.io_alignment())
-      .view(e.options.dtype().toScalarType())
-      .view(e.sizes);
-}
-
 void CpuPath::prefetch(Entry& e) {
   if (e.state != State::spilled || !e.region) return;
-  if (reads_into_buffer()) e.host = destination(e);
-  e.region.read_ahead(e.host.defined() ? e.host.data_ptr() : nullptr);
+  if (reads_into_buffer()) e.host = host_buffer(context_.arena, e.bytes);
+  e.region.read_ahead(e.host.defined() ? e.host.data() : nullptr);
   advance(e, State::reading);
 }
 
 // See Note [Restoring from the mapping].
-torch::Tensor CpuPath::restore(Entry& e, bool& ready) {
+Buffer CpuPath::restore(Entry& e, bool& ready) {
   if (e.state == State::writing) return give_back_input(e);  // still in memory
   if (!e.region) {                                           // 0 bytes
     advance(e, State::restored);
-    return torch::empty(e.sizes, e.options);
+    return host_buffer(context_.arena, 0);
   }
   if (context_.arena.backing() == Backing::ram) return view(e);
-  torch::Tensor out = e.host.defined() ? std::exchange(e.host, torch::Tensor()) : destination(e);
-  ready = e.region.take_into(out.data_ptr(), e.bytes);  // one call; the region is freed
+  Buffer out =
+      e.host.defined() ? std::exchange(e.host, Buffer()) : host_buffer(context_.arena, e.bytes);
+  ready = e.region.take_into(out.data(), e.bytes);  // one call; the region is freed
   advance(e, State::restored);
   return out;
 }
 
 // The region is freed when the last reference to the tensor dies (normally at the end of this
 // layer's backward).
-torch::Tensor CpuPath::view(Entry& e) {
+Buffer CpuPath::view(Entry& e) {
   auto region = std::make_shared<Region>(std::move(e.region));
   void* memory = const_cast<void*>(host_bytes(*region, e.bytes));
   advance(e, State::restored);
-  return torch::from_blob(memory, e.sizes, [region](void*) mutable { region.reset(); }, e.options);
+  return Buffer(memory, e.bytes, Device{}, std::move(region));
 }
 
 }  // namespace
+
+Buffer host_buffer(const SpillArena& arena, std::uint64_t bytes) {
+  constexpr std::uint64_t kTorchAlignment = 64;  // LibTorch's CPU allocator's
+  const bool direct = arena.io_mode() == IoMode::direct;
+  return Buffer::host(bytes,
+                      direct ? std::max(arena.io_alignment(), kTorchAlignment) : kTorchAlignment);
+}
 
 std::unique_ptr<SpillPath> make_cpu_path(StashContext& context, Progress& progress) {
   return std::make_unique<CpuPath>(context, progress);

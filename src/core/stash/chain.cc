@@ -1,0 +1,342 @@
+// The arena stash's chain: layer inputs spilled to regions of a SpillArena, overlapped with
+// compute — what every path shares, and the options kept with the arena. The paths that move
+// bytes are cpu_path.cc, device_path.cc and gds_path.cc; the front ends are
+// src/torch_layer/arena_stash.cc and python/src/stash_binding.cc. See Note [Overlapped spilling].
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chain.h"
+#include "core/arena/arena_internals.h"
+#include "spill/error.h"
+
+namespace spill {
+namespace detail {
+
+// Note [Overlapped spilling]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// store() keeps a reference to the input and returns. The input is spilled once keep_last newer
+// inputs were stored (the last layers' inputs are needed first in backward, so they stay where
+// they are): its region is allocated and its write queued — from the input itself on the CPU,
+// from a block of the host pool after a device -> host copy on an accelerator (Note [The host
+// pool] in host_pool.cc). Each step after that happens on the chain's progress thread (Note
+// [Progress on accelerators]) the moment the copy or the write completed: the device input is
+// released when its copy finished, the CPU input and the pool block when the write did. So memory
+// follows the I/O, not the next store(). The bytes in flight are bounded: the pool's size on an
+// accelerator, host_pool_bytes of CPU inputs otherwise; store() waits for the oldest write when
+// they would exceed it. restore() of layer i first secures its own bytes (a read into the pool
+// may wait for room), then queues the reads of its prefetch_depth predecessors — this stash's own
+// chain of stored tensors — without waiting, keeping room for the next restore, and only then
+// waits for its own. The lifecycle is one State: Note [Lifecycle of a stashed tensor] in
+// stash_entry.cc.
+//
+// An input changed in place while the stash references it — before it is spilled, during its
+// copy or write, or while kept — is refused in backward with autograd's own words: the bytes on
+// disk might be either version, and an integrity error would blame the disk for what the
+// program did.
+
+// Note [Progress on accelerators]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The training thread queues kernels far ahead of the device, so at the next store() the device
+// -> host copy of an input is rarely done, and the copies of a forward's last layers are never
+// looked at again before backward: their writes were not queued and their inputs stayed on the
+// device, holding the memory the spill exists to free (on an H200, 4 of 15 inputs per step were
+// spilled in direct mode). So each chain has one progress thread (a SerialWorker): for each copy
+// it waits for the copy's event and queues the write, then, in a later job, waits for the write
+// and returns the pool block; for each CPU write it waits and drops the input. It never waits
+// for the training thread, so a store() waiting for room always gets it. A failure in the thread
+// is kept and rethrown on the training thread at the next store() or restore().
+
+std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena) {
+  return std::static_pointer_cast<ArenaShared>(
+      attachment(arena, [] { return std::make_shared<ArenaShared>(); }));
+}
+
+StashStats ArenaShared::stats() {
+  const StashCounters& c = *counters;
+  StashStats s;
+  s.inputs_stored = c.inputs_stored;
+  s.inputs_spilled = c.inputs_spilled;
+  s.device_bytes_held = c.device_bytes_held;
+  s.peak_device_bytes_held = c.peak_device_bytes_held;
+  s.host_bytes_in_flight = c.host_bytes_in_flight;
+  s.peak_host_bytes_in_flight = c.peak_host_bytes_in_flight;
+  s.pool_waits = c.budget_waits;
+  s.pool_wait_ns = c.budget_wait_ns;
+  s.inputs_kept_on_device = c.inputs_kept_on_device;
+  s.bytes_kept_on_device = c.bytes_kept_on_device;
+  s.pieces = c.pieces;
+  s.restores = c.restores;
+  s.restore_waits = c.restore_waits;
+  s.restore_wait_ns = c.restore_wait_ns;
+  s.prefetches = c.prefetches;
+  s.prefetch_hits = c.prefetch_hits;
+  MutexLock lock(mutex);
+  if (pool) {
+    s.host_pool_bytes = pool->bytes();
+    s.host_pool_pinned = pool->pinned();
+    s.peak_host_pool_bytes_in_use = pool->peak_bytes_in_use();
+    s.pool_waits += pool->waits();
+    s.pool_wait_ns += pool->wait_ns();
+  }
+  if (gds_staging) {
+    s.gds_buffer_bytes = gds_staging->bytes();
+    s.gds_buffer_registered = gds_staging->registered();
+  }
+  if (cufile) {  // live: a later arena of the process may have lowered the limit since
+    s.cufile_mode = cufile->mode();
+    s.cufile_bounce_bytes = cufile->bounce_bytes();
+  }
+  s.cufile_bytes_written = c.cufile_bytes_written;
+  s.cufile_bytes_read = c.cufile_bytes_read;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the paths share: the context and the progress thread
+// ---------------------------------------------------------------------------------------------
+
+StashContext::StashContext(const SpillArena& a, const StashOptions& o)
+    : arena(a.shared_handle()),
+      arena_options(arena.options()),
+      options(o),
+      shared(shared_state_of(arena)),
+      counters(shared->counters) {}
+
+std::uint64_t StashContext::host_budget(std::uint64_t bytes) const {
+  return arena_options.host_pool_bytes != kAutomaticHostPool
+             ? arena_options.host_pool_bytes
+             : automatic_host_pool_bytes(bytes, options.prefetch_depth + 2ull);
+}
+
+Region StashContext::region_for(const Entry& e, const void* src) {
+  try {
+    if (src) return arena.spill_from(src, e.bytes);
+    // No room under keep_in_memory: the input stays where it is for this step, as in-RAM
+    // checkpointing holds it (counted by the arena; Note [Growing the arena] in
+    // src/core/arena/arena_growth.cc).
+    if (arena_options.when_full == WhenFull::keep_in_memory) return arena.try_allocate(e.bytes);
+    return arena.allocate(e.bytes);
+  } catch (const ArenaExhaustedError& x) {
+    throw ArenaExhaustedError(
+        x.requested_bytes(), x.free_bytes(), x.largest_free_block(),
+        "spill::checkpoint: no room to stash the " + e.describe() + ": " + x.what());
+  }
+}
+
+void Progress::post(std::function<void()> job) {
+  if (asynchronous_) return worker_.post(std::move(job));
+  job();
+}
+
+void Progress::when_copied(const EntryPtr& e, std::function<void(const EntryPtr&)> next) {
+  if (asynchronous_) {
+    return post([this, e, next = std::move(next)] { after_copy(e, next); });
+  }
+  e->piece.copy->synchronize();
+  next(e);
+}
+
+void Progress::after_copy(const EntryPtr& e, const std::function<void(const EntryPtr&)>& next) {
+  CopyPtr copy;
+  {
+    MutexLock lock(e->mutex);
+    copy = e->piece.copy;
+  }
+  try {
+    if (copy) copy->synchronize();
+    MutexLock lock(e->mutex);
+    next(e);
+  } catch (...) {
+    record_failure(std::current_exception());
+  }
+}
+
+void Progress::record_failure(std::exception_ptr failure) {
+  MutexLock lock(mutex_);
+  if (!failure_) failure_ = std::move(failure);
+}
+
+bool Progress::failed() const {
+  MutexLock lock(mutex_);
+  return failure_ != nullptr;
+}
+
+void Progress::rethrow_failure() {
+  std::exception_ptr failure;
+  {
+    MutexLock lock(mutex_);
+    failure = std::exchange(failure_, nullptr);
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+// A wait for room gave up: a failure of the progress thread, rethrown here (or, if another
+// thread took it first, named).
+void Progress::throw_abandoned_wait() {
+  rethrow_failure();
+  throw IoError(EIO,
+                "spill::checkpoint: the wait for room in the host pool ended on a failure "
+                "already reported by another call; free the step's graph and run again");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The chain
+// ---------------------------------------------------------------------------------------------
+
+Chain::Chain(const SpillArena& arena, const StashOptions& options)
+    : context_(arena, options),
+      cpu_(make_cpu_path(context_, progress_)),
+      device_(uses_gds(context_.arena) ? make_gds_path(context_, progress_)
+                                       : make_device_path(context_, progress_)),
+      progress_(options.asynchronous) {}
+
+Chain::~Chain() = default;
+
+SpillPath& Chain::path_for(const Entry& e) const { return e.accelerator ? *device_ : *cpu_; }
+
+void Chain::stored(const EntryPtr& e) {
+  std::vector<EntryPtr> to_spill;
+  {
+    MutexLock lock(mutex_);
+    e->previous = last_;
+    last_ = e;
+    unspilled_.push_back(e);
+    while (unspilled_.size() > context_.options.keep_last) {
+      if (EntryPtr p = unspilled_.front().lock()) to_spill.push_back(std::move(p));
+      unspilled_.pop_front();
+    }
+  }
+  std::uint64_t largest = context_.largest_input.load();
+  while (e->bytes > largest && !context_.largest_input.compare_exchange_weak(largest, e->bytes)) {
+  }
+  for (const EntryPtr& p : to_spill) {
+    MutexLock lock(p->mutex);
+    spill(p);
+  }
+}
+
+void Chain::spill(const EntryPtr& e) {
+  if (e->state != State::held) return;
+  if (e->changed_in_place()) throw_modified(*e, "before it was spilled");
+  if (e->bytes == 0) {
+    e->input = Buffer();
+    return advance(*e, State::spilled);
+  }
+  path_for(*e).spill(e);
+}
+
+// One switch on the state (Note [Lifecycle of a stashed tensor] in stash_entry.cc): an input
+// still in memory goes back as it is; its path reads back the others. Then the predecessors'
+// reads are queued, so they overlap this layer's recomputation.
+Buffer Chain::restore(const EntryPtr& e) {
+  rethrow_failure();
+  Entry& entry = *e;
+  MutexLock lock(entry.mutex);
+  if (entry.state == State::restored) return Buffer();
+  if (entry.changed_in_place()) throw_modified(entry, "after it was stored");
+  const bool was_prefetched = entry.prefetched;
+  const auto start = std::chrono::steady_clock::now();
+  bool ready = true;
+  Buffer result;
+  switch (entry.state) {
+    case State::failed:
+      std::rethrow_exception(entry.failure);
+    case State::held:
+    case State::kept:
+    case State::copying:
+      result = give_back_input(entry);
+      break;
+    case State::writing:
+    case State::spilled:
+    case State::reading:
+    case State::uploading:
+      result = path_for(entry).restore(entry, ready);
+      break;
+    case State::restored:
+      break;
+  }
+  context_.counters->record_restore(was_prefetched, ready, elapsed_ns(start));
+  lock.unlock();
+  prefetch_predecessors(entry);
+  return result;
+}
+
+// Idempotent; a read that found no room in the pool is tried again at the next call.
+void Chain::prefetch(Entry& e) {
+  if (e.state == State::restored) return;
+  if (!e.prefetched) {
+    e.prefetched = true;
+    context_.counters->prefetches.fetch_add(1);
+  }
+  path_for(e).prefetch(e);
+}
+
+void Chain::prefetch_predecessors(const Entry& e) {
+  EntryPtr p = e.previous.lock();
+  for (std::uint32_t i = 0; p && i < context_.options.prefetch_depth; ++i) {
+    {
+      MutexLock lock(p->mutex);
+      prefetch(*p);  // uploads only within the depth: device memory stays bounded
+    }
+    p = p->previous.lock();
+  }
+}
+
+std::vector<std::string> Chain::take_notices() {
+  std::vector<std::string> notices = detail::take_notices(context_.arena);
+  ArenaShared& shared = *context_.shared;
+  MutexLock lock(shared.mutex);
+  for (std::string& notice : shared.notices) notices.push_back(std::move(notice));
+  shared.notices.clear();
+  return notices;
+}
+
+const StashOptions& checked(const StashOptions& options) {
+  constexpr std::uint64_t kMaxGdsBuffer = 1ull << 40;  // 1 TiB: far above any device
+  if (options.gds_buffer_bytes == 0 || options.gds_buffer_bytes > kMaxGdsBuffer) {
+    throw InvalidArgumentError(
+        "spill: StashOptions::gds_buffer_bytes is " + std::to_string(options.gds_buffer_bytes) +
+        "; give the device staging buffer of io = gds 1 byte to 1 TiB (it is rounded up to "
+        "4 KiB; the default is 16 MiB)");
+  }
+  return options;
+}
+
+std::shared_ptr<Chain> make_chain(const SpillArena& arena, const StashOptions& options) {
+  return std::make_shared<Chain>(arena, checked(options));
+}
+
+std::shared_ptr<Chain> shared_chain(const SpillArena& arena) {
+  const auto shared = shared_state_of(arena);
+  MutexLock lock(shared->mutex);
+  std::shared_ptr<Chain> chain = shared->shared_chain.lock();
+  if (!chain) {
+    chain = std::make_shared<Chain>(arena, shared->options);
+    shared->shared_chain = chain;
+  }
+  return chain;
+}
+
+}  // namespace detail
+
+void set_stash_options(const SpillArena& arena, const StashOptions& options) {
+  detail::checked(options);
+  const auto shared = detail::shared_state_of(arena);
+  detail::MutexLock lock(shared->mutex);
+  shared->options = options;
+}
+
+StashOptions stash_options(const SpillArena& arena) {
+  const auto shared = detail::shared_state_of(arena);
+  detail::MutexLock lock(shared->mutex);
+  return shared->options;
+}
+
+StashStats stash_stats(const SpillArena& arena) { return detail::shared_state_of(arena)->stats(); }
+
+}  // namespace spill
