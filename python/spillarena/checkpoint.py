@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _C
 from . import automatic as _automatic
+from . import forward_state as _forward_state
 from . import layout as _layout
 from . import malloc as _malloc
 from . import non_reentrant as _non_reentrant
@@ -53,6 +54,15 @@ def _warn_ignored_by_the_reentrant_form(use_reentrant, early_stop, determinism_c
 
 # Stands for a tensor in the output template (a layer may return None itself).
 _TENSOR = object()
+
+# What the reentrant form says when its input is gone at a second backward: the words of the C++
+# front end's spill::detail::kSecondBackwardMessage (src/torch_layer/forward_state.h), so that
+# both front ends say the same after their own name.
+_SECOND_BACKWARD_MESSAGE = (
+    "backward ran twice through the same checkpointed layer; its stashed input was consumed and "
+    "freed by the first backward. Run forward again for a new graph (retain_graph is not "
+    "supported with spilled inputs)"
+)
 
 
 def _check_arena(arena):
@@ -106,7 +116,7 @@ class _Job:
         self.kept_input = None
         self.spill_index = None  # among the tensors
         self.needs_grad = []
-        self.state = None  # _C._ForwardState: RNG and autocast of forward
+        self.state = None  # forward_state.ForwardState: RNG and autocast of forward
         self.output_spec = None
         self.output_template = None
 
@@ -138,7 +148,7 @@ class _Job:
     def restore(self):
         """The layer input, with the forward's shape and strides; the stash's copy is freed."""
         if self.stashed is None:
-            raise CheckpointError("spillarena.checkpoint: " + _C._SECOND_BACKWARD_MESSAGE)
+            raise CheckpointError("spillarena.checkpoint: " + _SECOND_BACKWARD_MESSAGE)
         # Note [The spill's own operations are not the layer's] (layout.py)
         with _layout.outside_dispatch_modes():
             restored = self.stashed.restore()  # queues the reads of the layers before it
@@ -169,14 +179,14 @@ class _Job:
         self.kept_input = None
 
     def capture_state(self, tensors):
-        # The C++ layer's capture, the one both front ends replay (Note [One replay, two front
-        # ends] in python/src/replay_binding.cc): CPU and device generators, autocast.
-        self.state = _C._capture_forward_state(list(tensors), self.preserve_rng_state)
+        # CPU and device generators, autocast: what the C++ front end captures too
+        # (Note [The forward's state, replayed in Python] in forward_state.py).
+        self.state = _forward_state.capture(tensors, self.preserve_rng_state)
 
     def replay(self):
         """The RNG and autocast state of forward, for the recomputation; the RNG states found
         are put back afterwards, so the rest of backward draws what it would have drawn."""
-        return _C._ForwardReplay(self.state)
+        return _forward_state.replay(self.state)
 
 
 class _SpillCheckpoint(torch.autograd.Function):

@@ -4,8 +4,10 @@
 non-reentrant form; "python-reentrant" the same with use_reentrant=True; "cpp" is
 spill::checkpoint (reentrant: LibTorch has no saved-tensor hooks without Python), reached through
 _C._cpp_checkpoint with a Python layer. All three replay the forward's RNG and autocast state
-through one implementation (Note [One replay, two front ends] in python/src/replay_binding.cc),
-so every case expects the same of all, but a second backward: both Python forms recompute for it
+(the default form with torch's code, the reentrant one with python/spillarena/forward_state.py,
+C++ with src/torch_layer/forward_state.cc, which must agree:
+Note [The forward's state, replayed in Python]), so every case expects the same of all, but a
+second backward: both Python forms recompute for it
 (Note [A second backward through the reentrant form] in python/spillarena/checkpoint.py), the C++
 form refuses it. What only the Python
 front end has (tensors inside a functools.partial or in kwargs, pytrees of outputs,
