@@ -112,8 +112,9 @@ cat "$out/bench.log"
 echo "step 3: $((SECONDS - start)) s"
 fi
 
-# The Python head-to-head: spillarena's wheel for this torch (or, without one, the package built
-# here against it), transformers from the carried wheels.
+# The Python head-to-head: the one spillarena wheel built on the CPU machine (it works beside any
+# torch >= 2.11: Note [One wheel for every torch]), or, without one, the package built here;
+# transformers from the carried wheels.
 want 4 || want 5 || exit $status
 start=$SECONDS
 mkdir -p .deps/py
@@ -122,7 +123,7 @@ for whl in .deps/wheels/*.whl; do
   "$python" -m zipfile -e "$whl" .deps/py >/dev/null 2>&1
 done
 py_tag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-wheel=$(ls .deps/wheels/spillarena-*+torch"${torch_release%.*}"-"$py_tag"-*.whl 2>/dev/null | head -n 1)
+wheel=$(ls .deps/wheels/spillarena-*-"$py_tag"-*.whl 2>/dev/null | head -n 1)
 if [[ -n $wheel ]]; then
   echo "step 1 (Python): installing $(basename "$wheel")" >> "$out/build.log"
   installed() { "$python" -m pip install -q --no-deps --no-index --upgrade --target .deps/py \
@@ -130,7 +131,7 @@ if [[ -n $wheel ]]; then
 else
   # The extension's CMake tree is kept (-Cbuild-dir) and links the library built in step 1, so a
   # later call rebuilds nothing that did not change.
-  echo "step 1 (Python): no wheel for torch $torch_release and $py_tag; building" >> "$out/build.log"
+  echo "step 1 (Python): no wheel for $py_tag; building" >> "$out/build.log"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPILLARENA_BUILD_TOOLS=OFF \
     -DSPILLARENA_BUILD_TESTS=OFF -DSPILLARENA_BUILD_BENCH=OFF -DSPILLARENA_WERROR=OFF \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$usr" -DCMAKE_CXX_FLAGS="-isystem $usr/include" \

@@ -40,7 +40,7 @@ else
   log "2/4 $venv has torch $GPU_TORCH"
 fi
 
-log "3/4 spillarena's wheel for it"
+log "3/4 spillarena's wheel (one for every torch >= 2.11; its build needs no torch)"
 rm -f .deps/wheels/spillarena-*.whl
 scripts/build_wheel.sh --python "$venv/bin/python" --out .deps/wheels >/dev/null
 

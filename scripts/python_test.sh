@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests (a ctest entry, so `scripts/test.sh` still ends with ctest's summary):
-# builds and installs the package into .venv against its torch (--no-build-isolation; build-python/
-# keeps the CMake tree, so reruns are incremental), then runs pytest. Exit 77 (skipped) when .venv
+# installs the wheel (scripts/install_python_package.sh: the one wheel for every torch >= 2.11)
+# into .venv, then runs pytest. Exit 77 (skipped) when .venv
 # lacks the test tools (scripts/setup.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 """Fine-tunes a tiny Llama (random weights, nothing downloaded) on the bundled text with
 transformers' Trainer, its layer inputs spilled to a disk arena; prints memory and spill stats.
 
-    pip install --no-build-isolation .          # from the repository root, torch already installed
+    pip install .                               # from the repository root (torch >= 2.11)
     pip install transformers accelerate
     python examples/python/finetune_tiny_llama.py --mode spillarena --spill-dir /var/tmp
     python examples/python/finetune_tiny_llama.py --mode transformers   # their checkpointing

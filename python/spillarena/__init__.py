@@ -13,6 +13,8 @@
 The arena, its allocator and its I/O are C++ (spillarena._C); Python holds no spilled bytes.
 """
 
+import re
+
 import torch
 
 from . import _build_info
@@ -20,26 +22,21 @@ from . import _build_info
 __version__ = _build_info.SPILLARENA_VERSION
 
 
-def _release(torch_version: str) -> str:
-    return ".".join(torch_version.split("+")[0].split(".")[:2])
-
-
-def _check_torch_version(running: str, built: str) -> None:
-    # Importing _C under another torch release fails with undefined c10 symbols, or worse, loads
-    # and misbehaves (Note [Build against the installed torch] in python/CMakeLists.txt). pip
-    # refuses such an install already (Note [A wheel is pinned to its torch release]); this is
-    # for the one forced past it (--no-deps) or a torch changed after the install.
-    if _release(running) != _release(built):
+def _check_torch_version(running: str) -> None:
+    # The extension links no torch (Note [One wheel for every torch] in python/CMakeLists.txt);
+    # what it needs of torch's Python API is there from 2.11 on, the oldest release
+    # scripts/wheel_matrix.sh checks. pip refuses an older torch (Requires-Dist: torch>=2.11);
+    # this is for the one forced past it.
+    release = tuple(int(p) for p in re.findall(r"\d+", running.split("+")[0])[:2])
+    if release < _build_info.MINIMUM_TORCH:
+        minimum = ".".join(map(str, _build_info.MINIMUM_TORCH))
         raise ImportError(
-            f"spillarena {_build_info.SPILLARENA_VERSION} was built against torch {built} and "
-            f"needs torch {_release(built)}.*, but torch {running} is installed. Install the "
-            f"spillarena wheel built for torch {_release(running)} (scripts/build_wheel.sh in an "
-            "environment with that torch makes one), or build it from source against this torch: "
-            "pip install --no-build-isolation --force-reinstall --no-deps <spillarena source>"
+            f"spillarena {_build_info.SPILLARENA_VERSION} needs torch >= {minimum}, but torch "
+            f"{running} is installed; install a newer torch (pip install 'torch>={minimum}')"
         )
 
 
-_check_torch_version(torch.__version__, _build_info.TORCH_VERSION)
+_check_torch_version(torch.__version__)
 
 from . import _C  # noqa: E402,F401  (after the version check, on purpose)
 from ._C import (  # noqa: E402
@@ -50,14 +47,8 @@ from ._C import (  # noqa: E402
     STASH_OPTIONS,
     STASH_STATS,
     SpillArena,
-    StashedTensor,
-    TensorStash,
     default_spill_directory,
-    make_arena_stash,
-    make_in_memory_stash,
-    make_per_file_stash,
     memory_limits,
-    shared_arena_stash,
 )
 from . import errors  # noqa: E402  (its classes come from _C's table of error types)
 from .errors import *  # noqa: E402,F403  (Error, IoError, ...: errors.__all__)
@@ -67,6 +58,14 @@ from .checkpoint import checkpoint  # noqa: E402
 from .hf import arena_of, disable, enable  # noqa: E402
 from .sequential import checkpoint_sequential  # noqa: E402
 from .sizing import bytes_for_layer_input, bytes_for_layer_inputs  # noqa: E402
+from .stash import (  # noqa: E402
+    StashedTensor,
+    TensorStash,
+    make_arena_stash,
+    make_in_memory_stash,
+    make_per_file_stash,
+    shared_arena_stash,
+)
 
 __all__ = [
     "ARENA_OPTIONS",

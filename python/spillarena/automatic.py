@@ -19,6 +19,7 @@ import warnings
 import weakref
 
 from . import _C
+from . import stash as _stash
 from .errors import InsufficientSpaceError, InvalidArgumentError, SpillArenaWarning
 
 # A plain spillarena.checkpoint() without enable() cannot know how many layers it will see: the
@@ -142,7 +143,7 @@ class AutomaticArena:
         self._keeps_in_memory = resolved["when_full"] == "keep_in_memory"
         self._lock = threading.Lock()
         self._arena = None
-        self._in_memory = _C.make_in_memory_stash()
+        self._in_memory = _stash.make_in_memory_stash()
         # _HeldInMemory not yet freed: added and discarded under _lock; garbage collection also
         # drops entries (under the GIL)
         self._held = weakref.WeakSet()

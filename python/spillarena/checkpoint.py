@@ -31,6 +31,7 @@ from . import forward_state as _forward_state
 from . import layout as _layout
 from . import malloc as _malloc
 from . import non_reentrant as _non_reentrant
+from . import stash as _stash
 from .errors import CheckpointError, InvalidArgumentError
 
 # torch.utils.checkpoint.checkpoint's own keyword arguments (what enable() passes on); one left
@@ -67,7 +68,7 @@ _SECOND_BACKWARD_MESSAGE = (
 
 def _check_arena(arena):
     if arena is None or isinstance(
-        arena, (_C.TensorStash, _C.SpillArena, _automatic.AutomaticArena)
+        arena, (_stash.TensorStash, _C.SpillArena, _automatic.AutomaticArena)
     ):
         return
     raise InvalidArgumentError(
@@ -83,7 +84,7 @@ def _stash_for(arena, tensor):
     arena] in automatic.py)."""
     arena = _automatic.resolve(arena, tensor)
     if isinstance(arena, _C.SpillArena):
-        return _C.shared_arena_stash(arena)
+        return _stash.shared_arena_stash(arena)
     return arena
 
 

@@ -12,7 +12,7 @@
 #include "spill/io.h"
 #include "spill/process_memory.h"
 #include "spill/sizing.h"
-#include "spill/tensor_stash.h"
+#include "spill/stash.h"
 #include "spill/units.h"
 
 namespace spillarena_python {

@@ -29,7 +29,7 @@ namespace py = pybind11;
 void bind_errors(py::module_& m);
 void bind_arena(py::module_& m);
 void bind_stash(py::module_& m);
-void bind_replay(py::module_& m);
+void bind_per_file(py::module_& m);
 
 // ---------------------------------------------------------------------------------------------
 // Conversions between field values and Python objects

@@ -1,6 +1,8 @@
-// The tensor stash of spill::checkpoint: spillarena.checkpoint keeps each layer input here
-// between forward and backward. Only handles cross into Python; the bytes stay in the arena.
-#include <torch/extension.h>
+// The arena stash for Python: spillarena.checkpoint keeps each layer input's bytes here between
+// forward and backward. Only handles cross into Python, and tensors cross as DLPack capsules,
+// so this extension links no torch (Note [The stash moves bytes] in src/core/stash/buffer.cc);
+// python/spillarena/stash.py wraps these in the TensorStash a user sees.
+#include <pybind11/pybind11.h>
 
 #include <memory>
 #include <mutex>
@@ -9,40 +11,75 @@
 #include <vector>
 
 #include "binding.h"
+#include "capsules.h"
+#include "core/stash/chain.h"
+#include "device_engine.h"
 #include "fields.h"
-#include "spill/tensor_stash.h"
-#include "torch_layer/shared_arena_stash.h"
 
 namespace spillarena_python {
 namespace {
 
-// One stored tensor, as Python holds it. restore() may run once (a second backward through the
+using spill::detail::Chain;
+using spill::detail::EntryPtr;
+
+// Note [Letting go of the stash without the GIL]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The stash's threads let go of Python's tensors: a write completes on the progress thread and
+// the input's DLPack owner is released there, which takes the GIL when it was the tensor's last
+// reference. A chain's destructor joins that thread, and an entry's waits for its I/O; run
+// under the GIL — a Python object dying — they would wait for a thread that waits for the GIL.
+// So whatever Python drops of the stash is destroyed with the GIL released.
+template <class Release>
+void without_gil(Release release) {
+  if (PyGILState_Check() != 0) {
+    py::gil_scoped_release unlocked;
+    release();
+  } else {
+    release();
+  }
+}
+
+// `chain` whose last reference, wherever Python drops it, is released without the GIL.
+std::shared_ptr<Chain> held_by_python(std::shared_ptr<Chain> chain) {
+  Chain* raw = chain.get();
+  return std::shared_ptr<Chain>(
+      raw, [chain = std::move(chain)](Chain*) mutable { without_gil([&] { chain.reset(); }); });
+}
+
+// One stored input, as Python holds it. restore() may run once (a second backward through the
 // same graph must fail, not read a freed region); free() frees an unrestored region at once.
 // One handle may be used from several Python threads (the GIL is released around the calls):
 // a mutex serialises them, so free() waits for a restore in flight and a second caller gets
-// CheckpointError, never a freed StashedTensor.
-class Stashed {
+// CheckpointError, never a freed entry.
+class Stored {
  public:
-  explicit Stashed(std::unique_ptr<spill::StashedTensor> inner) : inner_(std::move(inner)) {}
+  Stored(std::shared_ptr<Chain> chain, EntryPtr entry)
+      : chain_(std::move(chain)), entry_(std::move(entry)) {}
+  Stored(Stored&&) = default;
+  ~Stored() {
+    without_gil([this] { entry_.reset(), chain_.reset(); });
+  }
 
-  torch::Tensor restore() {
+  spill::detail::Buffer restore() {
     std::lock_guard<std::mutex> lock(*mutex_);
-    if (restored_ || !inner_) {
+    if (restored_ || !entry_) {
       throw spill::CheckpointError(
           "spillarena: this stashed tensor was already restored (or freed); its region was "
           "consumed. Run forward again for a new graph (retain_graph is not supported with "
           "spilled inputs)");
     }
     restored_ = true;
-    return inner_->restore();
+    return chain_->restore(entry_);
   }
   void prefetch() {
     std::lock_guard<std::mutex> lock(*mutex_);
-    if (inner_ && !restored_) inner_->prefetch();
+    if (!entry_ || restored_) return;
+    spill::detail::MutexLock entry_lock(entry_->mutex);
+    chain_->prefetch(*entry_);
   }
   void free() {
     std::lock_guard<std::mutex> lock(*mutex_);
-    inner_.reset();
+    entry_.reset();
   }
   bool restored() const {
     std::lock_guard<std::mutex> lock(*mutex_);
@@ -50,40 +87,55 @@ class Stashed {
   }
 
  private:
-  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // guards the two below
-  std::unique_ptr<spill::StashedTensor> inner_;
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // guards the three below
+  std::shared_ptr<Chain> chain_;
+  EntryPtr entry_;
   bool restored_ = false;
 };
 
 // Note [The arena's warnings reach Python as warnings]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The arena stash warns through TORCH_WARN (the first overflow, a refused grow: Note [Growing the
-// arena] in src/core/arena/arena_growth.cc). Outside torch's own bindings that goes to stderr,
-// where warnings.filterwarnings and pytest.warns cannot see it. store() runs under a c10 warning
-// handler of its own (c10's public WarningHandler, per thread, and the GIL is released on this
-// thread), and the warnings it collected are raised afterwards, with the GIL, as
-// spillarena.SpillArenaWarning; a filter that turns them into errors raises from store().
-class CollectWarnings final : public c10::WarningHandler {
- public:
-  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
-  std::vector<std::string> messages;
-};
-
-Stashed store_warning_in_python(spill::TensorStash& stash, const torch::Tensor& tensor) {
-  CollectWarnings collected;
-  std::unique_ptr<spill::StashedTensor> stored;
-  {
-    c10::WarningUtils::WarningHandlerGuard guard(&collected);
-    py::gil_scoped_release release;
-    stored = stash.store(tensor);
-  }
-  Stashed result(std::move(stored));
-  if (collected.messages.empty()) return result;
+// The chain collects its warnings (the first overflow, a refused grow: Note [Growing the arena]
+// in src/core/arena/arena_growth.cc; a pageable host pool) instead of printing them. After each
+// store, with the GIL, they are raised as spillarena.SpillArenaWarning, so
+// warnings.filterwarnings and pytest.warns see them; a filter that turns them into errors raises
+// from store().
+void warn_in_python(Chain& chain) {
+  const std::vector<std::string> notices = chain.take_notices();
+  if (notices.empty()) return;
   const py::object category = py::module_::import("spillarena.errors").attr("SpillArenaWarning");
-  for (const std::string& message : collected.messages) {
-    if (PyErr_WarnEx(category.ptr(), message.c_str(), 1) != 0) throw py::error_already_set();
+  for (const std::string& notice : notices) {
+    if (PyErr_WarnEx(category.ptr(), notice.c_str(), 1) != 0) throw py::error_already_set();
   }
-  return result;
+}
+
+// store(bytes, accelerator, describe): `bytes` the capsule of the input's contiguous bytes.
+Stored store(const std::shared_ptr<Chain>& chain, py::handle bytes, bool accelerator,
+             std::string describe) {
+  spill::detail::StashInput in;
+  in.bytes = buffer_of(bytes);
+  in.accelerator = accelerator;
+  if (accelerator) in.engine = python_engine_for_inputs();
+  in.describe = [text = std::move(describe)] { return text; };
+  EntryPtr e;
+  {
+    py::gil_scoped_release release;
+    chain->rethrow_failure();
+    e = std::make_shared<spill::detail::Entry>(std::move(in), chain->counters());
+    chain->stored(e);
+  }
+  warn_in_python(*chain);
+  return Stored(chain, std::move(e));
+}
+
+py::object restore(Stored& stored) {
+  spill::detail::Buffer bytes;
+  {
+    py::gil_scoped_release release;
+    bytes = stored.restore();
+  }
+  if (!bytes.defined()) return py::none();
+  return capsule_of(bytes);
 }
 
 }  // namespace
@@ -91,58 +143,42 @@ Stashed store_warning_in_python(spill::TensorStash& stash, const torch::Tensor& 
 void bind_stash(py::module_& m) {
   using Release = py::call_guard<py::gil_scoped_release>;
 
-  py::class_<Stashed>(m, "StashedTensor", "A tensor held by a stash; restore() gives it back once.")
-      .def("restore", &Stashed::restore, Release(),
-           "The stored tensor (same values, shape, dtype, device; contiguous). Once only.")
-      .def("prefetch", &Stashed::prefetch, Release(),
-           "Starts bringing the tensor back without waiting; restore() then finds it ready.")
-      .def("free", &Stashed::free, Release(), "Free the stored bytes now.")
-      .def_property_readonly("restored", &Stashed::restored);
+  py::class_<Stored>(m, "_Stored", "A layer input's bytes in the chain; restore() once.")
+      .def("restore", &restore,
+           "The stored bytes as a DLPack capsule (1-D uint8), or None after free(). Once only.")
+      .def("prefetch", &Stored::prefetch, Release(),
+           "Starts bringing the bytes back without waiting; restore() then finds them ready.")
+      .def("free", &Stored::free, Release(), "Free the stored bytes now.")
+      .def_property_readonly("restored", &Stored::restored);
 
-  py::class_<spill::TensorStash, std::shared_ptr<spill::TensorStash>> stash(
-      m, "TensorStash",
-      "Where spillarena.checkpoint keeps layer inputs between forward and backward. Copies share "
-      "it; it cannot be pickled.");
-  share_on_copy(stash, "TensorStash");
-  stash
-      .def("store", &store_warning_in_python, py::arg("tensor"),
-           "Keeps the tensor in the stash (spilled to the arena once keep_last newer ones were "
-           "stored). An input that finds no room stays in memory (when_full='keep_in_memory', "
-           "with one SpillArenaWarning per arena) or raises ArenaExhaustedError "
-           "(when_full='error').")
-      .def_property_readonly("name", &spill::TensorStash::name)
+  py::class_<Chain, std::shared_ptr<Chain>> chain(
+      m, "_Chain", "The arena stash's chain of stored inputs (spillarena.stash wraps it).");
+  share_on_copy(chain, "TensorStash");
+  chain.def("store", &store, py::arg("bytes"), py::arg("accelerator"), py::arg("describe"))
+      .def_property_readonly("name",
+                             [](const Chain& c) { return spill::to_string(c.arena().backing()); })
       .def(
-          "stats", [](const spill::TensorStash& s) { return to_dict(s.stats()); },
-          "A dict keyed by spill::StashStats field names (zeros for stashes without an arena).");
+          "stats", [](const Chain& c) { return to_dict(c.stats()); },
+          "A dict keyed by spill::StashStats field names.");
 
   m.def(
-      "make_arena_stash",
+      "_make_chain",
       [](const spill::SpillArena& arena, const py::kwargs& options) {
         spill::StashOptions parsed = spill::stash_options(arena);
         for (const auto& [key, value] : options) set_field(parsed, key.cast<std::string>(), value);
-        return spill::make_arena_stash(arena, parsed);
+        return held_by_python(spill::detail::make_chain(arena, parsed));
       },
       py::arg("arena"),
-      "A stash of its own in the regions of `arena` (it keeps the arena alive). Keywords as in "
-      "spill::StashOptions (asynchronous, prefetch_depth, keep_last, gds_buffer_bytes); by "
-      "default the arena's.");
+      "A chain of its own in the regions of `arena`. Keywords as in spill::StashOptions "
+      "(asynchronous, prefetch_depth, keep_last, gds_buffer_bytes); by default the arena's.");
   m.def(
-      "shared_arena_stash",
-      [](const spill::SpillArena& arena) { return spill::detail::shared_arena_stash(arena); },
+      "_shared_chain",
+      [](const spill::SpillArena& arena) {
+        return held_by_python(spill::detail::shared_chain(arena));
+      },
       py::arg("arena"),
-      "The arena's shared stash, as spill::checkpoint uses it: consecutive layers form one "
+      "The arena's shared chain, as spill::checkpoint uses it: consecutive layers form one "
       "chain for prefetching and keep_last.");
-  m.def("make_in_memory_stash", &spill::make_in_memory_stash,
-        "Keeps a reference to the input: classic gradient checkpointing, nothing spilled.");
-  m.def(
-      "make_per_file_stash",
-      [](py::handle directory) {
-        return spill::make_per_file_stash(
-            Convert<std::string>::from_python(directory, "make_per_file_stash: directory"));
-      },
-      py::arg("directory"),
-      "One torch.save file per tensor (str, bytes or os.PathLike directory): the baseline "
-      "spillarena replaces.");
 }
 
 }  // namespace spillarena_python

@@ -204,29 +204,35 @@ def test_every_cpp_error_becomes_its_python_class_with_message_and_fields(name):
         assert getattr(caught.value, field) == value
 
 
-def test_import_fails_clearly_under_another_torch():
-    code = "import torch; torch.__version__ = '2.4.0'; import spillarena"
+def test_import_fails_clearly_under_a_torch_older_than_2_11():
+    code = "import torch; torch.__version__ = '2.10.1+cu128'; import spillarena"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode != 0
     assert "ImportError" in result.stderr
-    built = spillarena._build_info.TORCH_VERSION
-    release = ".".join(built.split("+")[0].split(".")[:2])
-    assert f"was built against torch {built} and needs torch {release}.*" in result.stderr
-    assert "but torch 2.4.0 is installed" in result.stderr
-    assert "the spillarena wheel built for torch 2.4" in result.stderr
-    assert "build_wheel.sh" in result.stderr and "--no-build-isolation" in result.stderr
+    assert "needs torch >= 2.11, but torch 2.10.1+cu128 is installed" in result.stderr
+    assert "pip install 'torch>=2.11'" in result.stderr
 
 
-def test_import_accepts_another_build_of_the_same_torch_release():
-    # The wheel requires torch==X.Y.* (Note [A wheel is pinned to its torch release]): another
-    # patch release or build label of X.Y imports.
-    built = spillarena._build_info.TORCH_VERSION
-    other = ".".join(built.split("+")[0].split(".")[:2]) + ".99+cu999"
-    code = f"import torch; torch.__version__ = {other!r}; import spillarena; print('ok')"
+@pytest.mark.parametrize("version", ["2.11.0", "2.12.1+cpu", "2.15.0+cu130", "3.0.0"])
+def test_import_accepts_any_torch_from_2_11(version):
+    # One wheel for every torch (Note [One wheel for every torch] in python/CMakeLists.txt): the
+    # import check is a floor, not a pin.
+    code = f"import torch; torch.__version__ = {version!r}; import spillarena; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+def test_the_extension_links_no_torch():
+    so = spillarena._C.__file__
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", so], capture_output=True,
+                               text=True, check=True).stdout
+    named = [line for line in undefined.splitlines()
+             if "torch" in line.lower() or "c10" in line.lower()]
+    assert named == [], named[:10]
+    linked = subprocess.run(["ldd", so], capture_output=True, text=True).stdout
+    assert "libtorch" not in linked and "libc10" not in linked, linked
 
 
 def _reopen_spill_file(directory):

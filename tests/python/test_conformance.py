@@ -1,21 +1,15 @@
-"""One table of checkpoint cases, run against every form over the same stash.
+"""One table of checkpoint cases, run against both Python forms over the same stash.
 
 "python" is spillarena.checkpoint (transformers' calling convention) in its default,
-non-reentrant form; "python-reentrant" the same with use_reentrant=True; "cpp" is
-spill::checkpoint (reentrant: LibTorch has no saved-tensor hooks without Python), reached through
-_C._cpp_checkpoint with a Python layer. All three replay the forward's RNG and autocast state
-(the default form with torch's code, the reentrant one with python/spillarena/forward_state.py,
-C++ with src/torch_layer/forward_state.cc, which must agree:
-Note [The forward's state, replayed in Python]), so every case expects the same of all, but a
-second backward: both Python forms recompute for it
-(Note [A second backward through the reentrant form] in python/spillarena/checkpoint.py), the C++
-form refuses it. What only the Python
-front end has (tensors inside a functools.partial or in kwargs, pytrees of outputs,
-preserve_rng_state=False, torch's own keyword arguments) is in test_checkpoint.py.
-
-One difference is the exception type, not the message: an error raised in a C++ autograd node
-reaches Python as torch's RuntimeError, the Python front end raises spillarena.CheckpointError
-(a RuntimeError).
+non-reentrant form; "python-reentrant" the same with use_reentrant=True. Both replay the
+forward's RNG and autocast state (the default form with torch's code, the reentrant one with
+python/spillarena/forward_state.py: Note [The forward's state, replayed in Python]), so every
+case expects the same of both, a second backward included (Note [A second backward through the
+reentrant form] in python/spillarena/checkpoint.py). The C++ front end, spill::checkpoint, runs
+the same cases in tests/checkpoint_test.cc: the extension links no torch, so it cannot run a C++
+autograd node on a Python layer (Note [One wheel for every torch] in python/CMakeLists.txt). What
+only the Python front end has (tensors inside a functools.partial or in kwargs, pytrees of
+outputs, preserve_rng_state=False, torch's own keyword arguments) is in test_checkpoint.py.
 """
 
 import time
@@ -35,11 +29,6 @@ def python_reentrant_front_end(stash, layer, *tensors):
     return spillarena.checkpoint(layer, *tensors, arena=stash, use_reentrant=True)
 
 
-def cpp_front_end(stash, layer, *tensors):
-    outputs = spillarena._C._cpp_checkpoint(stash, layer, list(tensors))
-    return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-
 class Form:
     def __init__(self, front_end, stash, reentrant):
         self.front_end, self.stash, self.reentrant = front_end, stash, reentrant
@@ -48,8 +37,8 @@ class Form:
         return self.front_end(self.stash, layer, *tensors)
 
 
-@pytest.fixture(params=[(python_front_end, False), (python_reentrant_front_end, True),
-                        (cpp_front_end, True)], ids=["python", "python-reentrant", "cpp"])
+@pytest.fixture(params=[(python_front_end, False), (python_reentrant_front_end, True)],
+                ids=["python", "python-reentrant"])
 def checkpoint(request, arena):
     """checkpoint(layer, *tensors) through one form and the arena's shared stash."""
     front_end, reentrant = request.param
@@ -183,23 +172,18 @@ def test_a_forward_without_backward_frees_its_region(checkpoint, arena):
     assert_drained(arena)
 
 
-def test_a_second_backward_recomputes_in_python_and_is_refused_in_cpp(checkpoint, arena):
+def test_a_second_backward_recomputes(checkpoint, arena):
     torch.manual_seed(0)
     linear = torch.nn.Linear(8, 8)
     x = torch.randn(2, 8, requires_grad=True)
     y = torch.tanh(checkpoint(linear, x)).sum()
     y.backward(retain_graph=True)
-    if checkpoint.front_end is cpp_front_end:
-        with pytest.raises(RuntimeError, match="backward ran twice through the same checkpointed "
-                                               "layer; its stashed input was consumed"):
-            y.backward()
-    else:
-        y.backward()  # from the input the frame kept: the gradients of no checkpointing, twice
-        got = (x.grad.clone(), linear.weight.grad.clone())
-        x.grad, linear.weight.grad, linear.bias.grad = None, None, None
-        plain = torch.tanh(linear(x)).sum()
-        plain.backward(retain_graph=True)
-        plain.backward()
-        assert torch.equal(got[0], x.grad) and torch.equal(got[1], linear.weight.grad)
+    y.backward()  # from the input the frame kept: the gradients of no checkpointing, twice
+    got = (x.grad.clone(), linear.weight.grad.clone())
+    x.grad, linear.weight.grad, linear.bias.grad = None, None, None
+    plain = torch.tanh(linear(x)).sum()
+    plain.backward(retain_graph=True)
+    plain.backward()
+    assert torch.equal(got[0], x.grad) and torch.equal(got[1], linear.weight.grad)
     del y
     assert_drained(arena)

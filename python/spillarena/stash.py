@@ -1,0 +1,241 @@
+"""Where spillarena.checkpoint keeps a layer input between forward and backward: the tensor side
+of the stash. The bytes go to the C++ chain as DLPack capsules (Note [The stash moves bytes] in
+src/core/stash/buffer.cc); what only a tensor has — shape, dtype, strides, its version — stays
+here::
+
+    stash = spillarena.make_arena_stash(arena)       # or shared_arena_stash(arena)
+    held = stash.store(x)                             # spilled once keep_last newer ones exist
+    y = held.restore()                                # same values, shape, dtype, device; once
+"""
+
+from __future__ import annotations
+
+import io
+import weakref
+
+import torch
+from torch.utils import dlpack as _dlpack
+
+from . import _C
+from .errors import CheckpointError, InvalidArgumentError
+
+
+class StashedTensor:
+    """A tensor held by a stash; restore() gives it back once."""
+
+    def restore(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def prefetch(self) -> None:
+        """Starts bringing the tensor back without waiting; restore() then finds it ready."""
+
+    def free(self) -> None:
+        """Free the stored bytes now."""
+
+    restored = False
+
+
+class TensorStash:
+    """Where spillarena.checkpoint keeps layer inputs between forward and backward. Copies share
+    it; it cannot be pickled."""
+
+    name = "?"
+
+    def store(self, tensor: torch.Tensor) -> StashedTensor:
+        raise NotImplementedError
+
+    def stats(self) -> dict:
+        """A dict keyed by spill::StashStats field names (zeros for stashes without an arena)."""
+        return dict.fromkeys(_C.STASH_STATS, 0)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        raise InvalidArgumentError(
+            "spillarena: a TensorStash cannot be pickled: it is an open spill file of this "
+            "process. Save the model's state_dict(), or call spillarena.disable(model) before "
+            "pickling it (copy.deepcopy works: the copy shares the arena)"
+        )
+
+
+def _check_storable(tensor: torch.Tensor, name: str) -> None:
+    dense = tensor.layout == torch.strided and not tensor.is_nested
+    if dense and not tensor.is_meta:
+        return
+    kind = "nested" if tensor.is_nested else str(tensor.layout).replace("torch.", "")
+    raise InvalidArgumentError(
+        f"spill: the {name} stash stores dense tensors with data; got a {kind} tensor on "
+        f"{tensor.device}. Make it dense (to_dense()) and give it data, or keep it with "
+        "make_in_memory_stash()"
+    )
+
+
+def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's contiguous bytes as a 1-D uint8 tensor (the layout the chain takes)."""
+    flat = tensor.detach().contiguous().reshape(-1)
+    return flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
+
+
+def _describe(tensor: torch.Tensor) -> str:
+    dtype = str(tensor.dtype).replace("torch.", "")
+    shape = "[" + ", ".join(str(s) for s in tensor.shape) + "]"
+    nbytes = tensor.numel() * tensor.element_size()
+    return f"layer input of shape {shape}, dtype {dtype}, {nbytes} bytes"
+
+
+class _ArenaStashed(StashedTensor):
+    def __init__(self, stored, tensor: torch.Tensor):
+        self._stored = stored
+        self._shape, self._dtype = tensor.shape, tensor.dtype
+        dense = not tensor.is_contiguous() and _non_overlapping_and_dense(tensor)
+        self._strides = tensor.stride() if dense else None
+        # Autograd's rule for saved tensors: an in-place change after store() is refused. Only
+        # a live tensor (or a view of it) can change, so a weak reference is enough.
+        self._input, self._version = weakref.ref(tensor), tensor._version
+        self._describe = _describe(tensor)
+
+    @property
+    def restored(self) -> bool:
+        return self._stored.restored
+
+    def prefetch(self) -> None:
+        self._stored.prefetch()
+
+    def free(self) -> None:
+        self._stored.free()
+
+    def restore(self) -> torch.Tensor:
+        source = self._input()
+        if source is not None and source._version != self._version:
+            raise CheckpointError(
+                "spill::checkpoint: one of the variables needed for gradient computation has "
+                f"been modified by an inplace operation: the stashed {self._describe} was "
+                "changed between forward and backward; clone it before changing it, or do not "
+                "modify layer inputs in place"
+            )
+        capsule = self._stored.restore()
+        if capsule is None:
+            return None
+        restored = _dlpack.from_dlpack(capsule).view(self._dtype).view(self._shape)
+        if self._strides is None:
+            return restored
+        return torch.empty_strided(self._shape, self._strides, dtype=self._dtype,
+                                   device=restored.device).copy_(restored)
+
+
+def _non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    """A permutation of a contiguous layout (a transpose): what restore() gives back as it was."""
+    dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+class _ArenaStash(TensorStash):
+    """The arena stash: the bytes in regions of a SpillArena, overlapped with compute."""
+
+    def __init__(self, chain):
+        self._chain = chain
+
+    @property
+    def name(self) -> str:
+        return self._chain.name
+
+    def stats(self) -> dict:
+        return self._chain.stats()
+
+    def store(self, tensor: torch.Tensor) -> StashedTensor:
+        """Keeps the tensor in the stash (spilled to the arena once keep_last newer ones were
+        stored). An input that finds no room stays in memory (when_full='keep_in_memory', with one
+        SpillArenaWarning per arena) or raises ArenaExhaustedError (when_full='error')."""
+        _check_storable(tensor, self.name)
+        capsule = _dlpack.to_dlpack(_bytes_of(tensor))
+        stored = self._chain.store(capsule, tensor.device.type != "cpu", _describe(tensor))
+        return _ArenaStashed(stored, tensor)
+
+
+_ALREADY_RESTORED = (
+    "spillarena: this stashed tensor was already restored (or freed); its region was consumed. "
+    "Run forward again for a new graph (retain_graph is not supported with spilled inputs)"
+)
+
+
+class _InMemoryStashed(StashedTensor):
+    def __init__(self, tensor):
+        self._tensor = tensor
+
+    def restore(self):
+        if self.restored or self._tensor is None:
+            raise CheckpointError(_ALREADY_RESTORED)
+        tensor, self._tensor, self.restored = self._tensor, None, True
+        return tensor
+
+    def free(self):
+        self._tensor = None
+
+
+class _InMemoryStash(TensorStash):
+    name = "recompute"
+
+    def store(self, tensor):
+        return _InMemoryStashed(tensor.detach())
+
+
+class _PerFileStashed(StashedTensor):
+    def __init__(self, file, device):
+        self._file, self._device = file, device
+
+    def restore(self):
+        if self.restored or self._file is None:
+            raise CheckpointError(_ALREADY_RESTORED)
+        self.restored = True
+        data = self._file.restore()
+        t = torch.load(io.BytesIO(data), weights_only=True)
+        return t if self._device.type == "cpu" else t.to(self._device)
+
+    def free(self):
+        self._file = None  # the C++ file removes itself unrestored
+
+
+class _PerFileStash(TensorStash):
+    name = "per_file"
+
+    def __init__(self, directory):
+        self._files = _C._PerFileFiles(directory)
+
+    def store(self, tensor):
+        _check_storable(tensor, self.name)
+        buffer = io.BytesIO()
+        torch.save(tensor.detach().cpu(), buffer)
+        return _PerFileStashed(self._files.store(buffer.getvalue()), tensor.device)
+
+
+def make_arena_stash(arena, **options) -> TensorStash:
+    """A stash of its own in the regions of `arena` (it keeps the arena alive). Keywords as in
+    spill::StashOptions (asynchronous, prefetch_depth, keep_last, gds_buffer_bytes); by default
+    the arena's."""
+    return _ArenaStash(_C._make_chain(arena, **options))
+
+
+def shared_arena_stash(arena) -> TensorStash:
+    """The arena's shared stash, as spill::checkpoint uses it: consecutive layers form one chain
+    for prefetching and keep_last."""
+    return _ArenaStash(_C._shared_chain(arena))
+
+
+def make_in_memory_stash() -> TensorStash:
+    """Keeps a reference to the input: classic gradient checkpointing, nothing spilled."""
+    return _InMemoryStash()
+
+
+def make_per_file_stash(directory) -> TensorStash:
+    """One torch.save file per tensor (str, bytes or os.PathLike directory): the baseline
+    spillarena replaces."""
+    return _PerFileStash(directory)
