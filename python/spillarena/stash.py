@@ -88,7 +88,7 @@ def _describe(tensor: torch.Tensor) -> str:
 
 
 class _ArenaStashed(StashedTensor):
-    def __init__(self, stored, tensor: torch.Tensor):
+    def __init__(self, stored, tensor: torch.Tensor, description: str):
         self._stored = stored
         self._shape, self._dtype = tensor.shape, tensor.dtype
         dense = not tensor.is_contiguous() and _non_overlapping_and_dense(tensor)
@@ -96,7 +96,7 @@ class _ArenaStashed(StashedTensor):
         # Autograd's rule for saved tensors: an in-place change after store() is refused. Only
         # a live tensor (or a view of it) can change, so a weak reference is enough.
         self._input, self._version = weakref.ref(tensor), tensor._version
-        self._describe = _describe(tensor)
+        self._describe = description
 
     @property
     def restored(self) -> bool:
@@ -157,8 +157,9 @@ class _ArenaStash(TensorStash):
         SpillArenaWarning per arena) or raises ArenaExhaustedError (when_full='error')."""
         _check_storable(tensor, self.name)
         capsule = _dlpack.to_dlpack(_bytes_of(tensor))
-        stored = self._chain.store(capsule, tensor.device.type != "cpu", _describe(tensor))
-        return _ArenaStashed(stored, tensor)
+        description = _describe(tensor)
+        stored = self._chain.store(capsule, tensor.device.type != "cpu", description)
+        return _ArenaStashed(stored, tensor, description)
 
 
 _ALREADY_RESTORED = (
