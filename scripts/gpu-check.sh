@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The accelerator check. Run THERE, on a GPU machine with CUDA PyTorch, cmake and ninja but no
 # package registry, after scripts/gpu-prepare.sh here (which fetches the Debian packages and
-# wheels, and builds spillarena's wheel and the CUDA C++ tests against that machine's torch
-# release, so no device minute goes to compiling):
+# wheels, builds spillarena's one wheel — it works beside any torch >= 2.11 — and the CUDA C++
+# tests against that machine's torch release, so no device minute goes to compiling):
 #   1. installs: the carried Debian packages unpacked into .deps/root (never into /), the C++
 #      tests and benchmark from .deps/gpu-bin, spillarena's wheel from .deps/wheels into .deps/py
-#      (no compiler). Where .deps/gpu-bin or the wheel is missing, or was made for another torch
-#      release, it builds them there instead (incremental: the build trees are kept);
+#      (no compiler). Where .deps/gpu-bin is missing or was built for another torch release, or
+#      no wheel is there, it builds them there instead (incremental: the build trees are kept);
 #   2. runs the CUDA tests (tests/accelerator_test.cc: bitwise gradients in fp32 and bf16 with
 #      dropout, autocast replay, random queue delays) and the CPU tests of the engine beside them;
 #   3. runs BM_AcceleratorStep (bench/accelerator_benchmark.cc) in every mode, disk_gds too

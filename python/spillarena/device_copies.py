@@ -17,6 +17,8 @@ from torch.utils import dlpack as _dlpack
 # DLPack's device codes for the devices torch names.
 # kDLCUDA, kDLROCM (torch's HIP device is "cuda"), kDLOneAPI.
 _DEVICE_TYPES = {2: "cuda", 10: "cuda", 14: "xpu"}
+# The devices whose inputs spill (stash.py refuses others at store()).
+DEVICE_TYPES = frozenset(_DEVICE_TYPES.values())
 
 
 def _device(dl_type: int, index: int) -> torch.device:
@@ -58,7 +60,7 @@ def copy(src, dst, dl_type: int, index: int) -> Copy:
     source, dest = _dlpack.from_dlpack(src), _dlpack.from_dlpack(dst)
     with module.device(device):
         inputs_ready = module.current_stream().record_event()
-        side = _side_stream(module, device)
+        side = _side_stream(module, device, dest.device.type == "cpu")
         side.wait_event(inputs_ready)
         with module.stream(side):
             dest.copy_(source, non_blocking=True)
@@ -69,10 +71,13 @@ def copy(src, dst, dl_type: int, index: int) -> Copy:
 _SIDE_STREAMS: dict = {}
 
 
-def _side_stream(module, device: torch.device):
-    stream = _SIDE_STREAMS.get(device)
+def _side_stream(module, device: torch.device, to_host: bool):
+    """One side stream per device and direction: copies off the device (forward) and back onto it
+    (backward's prefetches) do not wait for each other."""
+    key = (device, to_host)
+    stream = _SIDE_STREAMS.get(key)
     if stream is None:
-        stream = _SIDE_STREAMS[device] = module.Stream(device)
+        stream = _SIDE_STREAMS[key] = module.Stream(device)
     return stream
 
 

@@ -24,8 +24,9 @@ import torch
 # torch's public Python API, present in every one of those releases. The C++ front end,
 # spill::checkpoint, keeps src/torch_layer/forward_state.cc for C++ users, and the two must
 # agree: this module does what that file does (its Note [Device generators] and
-# Note [Replaying autocast]), and tests/python/test_conformance.py runs one table of cases
-# against both.
+# Note [Replaying autocast]); when it was written the two were compared on the same inputs in all
+# 16 combinations of RNG, autocast, dtype and cache. tests/python/test_conformance.py runs the
+# Python forms, tests/checkpoint_test.cc the C++ one.
 # That is more than torch's reentrant checkpoint replays, which saves the generators of one device
 # type only, and only once that type's module is initialized: here every device among the
 # tensors, of every type that has a generator, and autocast for the CPU and each of those types.

@@ -17,6 +17,7 @@ import torch
 from torch.utils import dlpack as _dlpack
 
 from . import _C
+from . import device_copies as _device_copies
 from .errors import CheckpointError, InvalidArgumentError
 
 
@@ -75,8 +76,9 @@ def _check_storable(tensor: torch.Tensor, name: str) -> None:
 
 
 def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor's contiguous bytes as a 1-D uint8 tensor (the layout the chain takes)."""
-    flat = tensor.detach().contiguous().reshape(-1)
+    """The tensor's contiguous bytes as a 1-D uint8 tensor (the layout the chain takes); a lazily
+    conjugated or negated view is materialized first, so the bytes are its values."""
+    flat = tensor.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
     return flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
 
 
@@ -93,9 +95,12 @@ class _ArenaStashed(StashedTensor):
         self._shape, self._dtype = tensor.shape, tensor.dtype
         dense = not tensor.is_contiguous() and _non_overlapping_and_dense(tensor)
         self._strides = tensor.stride() if dense else None
-        # Autograd's rule for saved tensors: an in-place change after store() is refused. Only
-        # a live tensor (or a view of it) can change, so a weak reference is enough.
-        self._input, self._version = weakref.ref(tensor), tensor._version
+        # Autograd's rule for saved tensors: an in-place change after store() is refused. Views
+        # share their base's version counter, and only a live tensor can change, so a weak
+        # reference to the base (the tensor itself when it is no view) is enough, whatever view
+        # of it was stored or dropped since (a layout's compact view, a caller's slice).
+        base = tensor._base if tensor._base is not None else tensor
+        self._input, self._version = weakref.ref(base), tensor._version
         self._describe = description
 
     @property
@@ -118,8 +123,6 @@ class _ArenaStashed(StashedTensor):
                 "modify layer inputs in place"
             )
         capsule = self._stored.restore()
-        if capsule is None:
-            return None
         restored = _dlpack.from_dlpack(capsule).view(self._dtype).view(self._shape)
         if self._strides is None:
             return restored
@@ -156,9 +159,15 @@ class _ArenaStash(TensorStash):
         stored). An input that finds no room stays in memory (when_full='keep_in_memory', with one
         SpillArenaWarning per arena) or raises ArenaExhaustedError (when_full='error')."""
         _check_storable(tensor, self.name)
+        accelerator = tensor.device.type != "cpu"
+        if accelerator and tensor.device.type not in _device_copies.DEVICE_TYPES:
+            raise InvalidArgumentError(
+                f"spill: the {self.name} stash spills inputs on the CPU, CUDA, ROCm or XPU; got "
+                f"one on {tensor.device}. Keep it with make_in_memory_stash(), or move it"
+            )
         capsule = _dlpack.to_dlpack(_bytes_of(tensor))
         description = _describe(tensor)
-        stored = self._chain.store(capsule, tensor.device.type != "cpu", description)
+        stored = self._chain.store(capsule, accelerator, description)
         return _ArenaStashed(stored, tensor, description)
 
 

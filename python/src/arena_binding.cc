@@ -182,7 +182,15 @@ void bind_arena(py::module_& m) {
           "stats", [](const spill::SpillArena& a) { return to_dict(a.stats()); },
           "A dict keyed by spill::ArenaStats field names.")
       .def(
-          "stash_stats", [](const spill::SpillArena& a) { return to_dict(spill::stash_stats(a)); },
+          "stash_stats",
+          [](const spill::SpillArena& a) {
+            spill::StashStats stats;
+            {
+              py::gil_scoped_release release;  // the stash's mutex, as in _Chain.stats
+              stats = spill::stash_stats(a);
+            }
+            return to_dict(stats);
+          },
           "A dict keyed by spill::StashStats field names: what spillarena.checkpoint did with this "
           "arena's host budget (host pool, device bytes held, bytes in flight, waits).")
       .def("options", &options_of,

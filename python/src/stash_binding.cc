@@ -28,7 +28,9 @@ using spill::detail::EntryPtr;
 // the input's DLPack owner is released there, which takes the GIL when it was the tensor's last
 // reference. A chain's destructor joins that thread, and an entry's waits for its I/O; run
 // under the GIL — a Python object dying — they would wait for a thread that waits for the GIL.
-// So whatever Python drops of the stash is destroyed with the GIL released.
+// So whatever Python drops of the stash is destroyed with the GIL released. The same holds for
+// the arena's mutex: the stash never calls the engine (which takes the GIL) while holding it
+// (DevicePath::pool_for), and the bindings release the GIL before taking it.
 template <class Release>
 void without_gil(Release release) {
   if (PyGILState_Check() != 0) {
@@ -101,11 +103,16 @@ class Stored {
 // warnings.filterwarnings and pytest.warns see them; a filter that turns them into errors raises
 // from store().
 void warn_in_python(Chain& chain) {
-  const std::vector<std::string> notices = chain.take_notices();
+  std::vector<std::string> notices;
+  {
+    py::gil_scoped_release release;  // the arena's mutex, which the engine never waits under
+    notices = chain.take_notices();
+  }
   if (notices.empty()) return;
   const py::object category = py::module_::import("spillarena.errors").attr("SpillArenaWarning");
   for (const std::string& notice : notices) {
-    if (PyErr_WarnEx(category.ptr(), notice.c_str(), 1) != 0) throw py::error_already_set();
+    // stacklevel 2: the warning points at the caller of spillarena.stash's store().
+    if (PyErr_WarnEx(category.ptr(), notice.c_str(), 2) != 0) throw py::error_already_set();
   }
 }
 
@@ -142,14 +149,16 @@ py::object restore(Stored& stored) {
 
 void bind_stash(py::module_& m) {
   using Release = py::call_guard<py::gil_scoped_release>;
+  close_python_at_exit();
 
   py::class_<Stored>(m, "_Stored", "A layer input's bytes in the chain; restore() once.")
       .def("restore", &restore,
-           "The stored bytes as a DLPack capsule (1-D uint8), or None after free(). Once only.")
+           "The stored bytes as a DLPack capsule (1-D uint8). Once only; CheckpointError after "
+           "restore() or free().")
       .def("prefetch", &Stored::prefetch, Release(),
            "Starts bringing the bytes back without waiting; restore() then finds them ready.")
       .def("free", &Stored::free, Release(), "Free the stored bytes now.")
-      .def_property_readonly("restored", &Stored::restored);
+      .def_property_readonly("restored", py::cpp_function(&Stored::restored, Release()));
 
   py::class_<Chain, std::shared_ptr<Chain>> chain(
       m, "_Chain", "The arena stash's chain of stored inputs (spillarena.stash wraps it).");
@@ -158,14 +167,27 @@ void bind_stash(py::module_& m) {
       .def_property_readonly("name",
                              [](const Chain& c) { return spill::to_string(c.arena().backing()); })
       .def(
-          "stats", [](const Chain& c) { return to_dict(c.stats()); },
+          "stats",
+          [](const Chain& c) {
+            spill::StashStats stats;
+            {
+              py::gil_scoped_release release;  // the arena's mutex
+              stats = c.stats();
+            }
+            return to_dict(stats);
+          },
           "A dict keyed by spill::StashStats field names.");
 
   m.def(
       "_make_chain",
       [](const spill::SpillArena& arena, const py::kwargs& options) {
-        spill::StashOptions parsed = spill::stash_options(arena);
+        spill::StashOptions parsed;
+        {
+          py::gil_scoped_release release;  // the arena's mutex
+          parsed = spill::stash_options(arena);
+        }
         for (const auto& [key, value] : options) set_field(parsed, key.cast<std::string>(), value);
+        py::gil_scoped_release release;
         return held_by_python(spill::detail::make_chain(arena, parsed));
       },
       py::arg("arena"),
@@ -174,6 +196,7 @@ void bind_stash(py::module_& m) {
   m.def(
       "_shared_chain",
       [](const spill::SpillArena& arena) {
+        py::gil_scoped_release release;  // the arena's mutex
         return held_by_python(spill::detail::shared_chain(arena));
       },
       py::arg("arena"),

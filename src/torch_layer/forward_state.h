@@ -23,9 +23,9 @@ struct ForwardState {
 };
 
 // The CPU generator's state, the state of every other device among `inputs` (unless `with_rng`
-// is false: Python's preserve_rng_state=False), and autocast. One implementation for both front
-// ends: spill::checkpoint and, through _C, spillarena.checkpoint (Note [One replay, two front
-// ends] in python/src/replay_binding.cc).
+// is false: Python's preserve_rng_state=False), and autocast: what spill::checkpoint replays.
+// The Python front end does the same with torch's Python API (Note [The forward's state,
+// replayed in Python] in python/spillarena/forward_state.py).
 ForwardState capture_forward_state(const std::vector<torch::Tensor>& inputs, bool with_rng = true);
 
 // What both front ends say when backward runs twice through one checkpointed layer, after their

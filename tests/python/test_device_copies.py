@@ -123,3 +123,41 @@ def test_a_copy_that_fails_in_python_reaches_the_training_thread(cpu_device, are
 def test_device_types_torch_has_no_copies_for_are_named():
     with pytest.raises(RuntimeError, match="DLPack device type 7"):
         device_copies.marker(7, 0)
+
+
+EXIT_WITH_A_COPY_IN_FLIGHT = """
+import sys, threading, time, torch
+from torch.utils import dlpack
+import spillarena
+from spillarena import device_copies
+sys.path.insert(0, sys.argv[1])
+from test_device_copies import CpuCopy
+
+class SlowCopy(CpuCopy):
+    def run(self, source, dest):
+        time.sleep(0.5)
+        super().run(source, dest)
+
+device_copies.copy = lambda s, d, t, i: SlowCopy(dlpack.from_dlpack(s), dlpack.from_dlpack(d))
+device_copies.pinned_host = lambda n: dlpack.to_dlpack(torch.empty(n, dtype=torch.uint8))
+arena = spillarena.SpillArena(1 << 20, backing="ram")
+stash = spillarena.make_arena_stash(arena, keep_last=0)
+x = torch.randn(1024).view(torch.uint8)
+held = stash._chain.store(dlpack.to_dlpack(x), True, "in flight at exit")
+print("exiting", flush=True)
+"""
+
+
+def test_exiting_with_a_device_copy_in_flight_is_an_orderly_exit(tmp_path):
+    # Note [No Python once the interpreter ends] in python/src/device_engine.cc: the progress
+    # thread meets a finalizing interpreter; the process once died of SIGSEGV here.
+    import pathlib
+    import subprocess
+    import sys
+
+    here = str(pathlib.Path(__file__).parent)
+    for _ in range(3):
+        child = subprocess.run([sys.executable, "-c", EXIT_WITH_A_COPY_IN_FLIGHT, here],
+                               capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert child.returncode == 0, (child.returncode, child.stderr[-2000:])
+        assert "exiting" in child.stdout

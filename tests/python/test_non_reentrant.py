@@ -322,6 +322,32 @@ def test_an_input_changed_in_place_after_forward_is_refused_not_trained_on(spill
     assert_drained(arena, wait_s=10)
 
 
+@pytest.mark.parametrize("layout", ["transposed", "expanded", "a dropped view"])
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_a_view_input_changed_in_place_through_its_base_is_refused(spill_dir, reentrant, layout):
+    # The stash keeps a compact view of such inputs; the check must follow the base's version
+    # counter, which every view shares, not the view's Python object (review of issue 38).
+    arena = spillarena.SpillArena(4 << 20, spill_dir, keep_last=0)
+    layer = torch.nn.Linear(16, 16)
+    x = torch.randn(16, 4, requires_grad=True)
+    base = x * 2  # a non-leaf the caller can still change
+    if layout == "transposed":
+        h = base.t()
+    elif layout == "expanded":
+        base = (x * 2)[:1, :]
+        h = base.t().expand(4, 16)
+    else:
+        h = base.t()[1:]
+    out = spillarena.checkpoint(layer, h, arena=arena, use_reentrant=reentrant)
+    del h  # only the base is left to the caller
+    with torch.no_grad():
+        base.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    del out
+    assert_drained(arena, wait_s=10)
+
+
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
 def test_a_spill_file_cut_before_backward_is_an_io_error_and_no_gradient(spill_dir, reentrant):
     import os
