@@ -3,9 +3,11 @@
 # (syntax only, no build tree): a member marked GUARDED_BY(m) read or written without m held, or
 # a REQUIRES(m) function called without it, fails. See src/core/os/thread_annotations.h.
 # $1 (optional): LibTorch's include directories, ':'-separated (CMake's TORCH_INCLUDE_DIRS);
-# then the LibTorch layer's concurrent files (src/torch_layer: the stash, its pool, copies and
-# progress thread) and the tests' emulated accelerator (tests/support) are checked too. forward_state.cc locks LibTorch's own generator mutex, which
-# carries no annotations, and is left out.
+# then the LibTorch front end's files that lock (src/torch_layer: the stash's C++ front end) and
+# the tests' emulated accelerator (tests/support) are checked too; the stash itself (its pool,
+# copies and progress thread) is torch-free, in src/core/stash, and checked with the core.
+# forward_state.cc locks LibTorch's own generator mutex, which carries no annotations, and is
+# left out.
 # Exit 77 (skipped) where there is no clang++.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,8 +40,7 @@ if [[ -n ${1:-} ]]; then
   torch_flags=(-I"$src/src")
   IFS=':' read -r -a torch_dirs <<<"$1"
   for d in "${torch_dirs[@]}"; do torch_flags+=(-isystem "$d"); done
-  for name in arena_stash cpu_path device_path gds_path device_copy host_pool serial_worker \
-    stash_entry; do
+  for name in arena_stash stream_engine; do
     f=$src/src/torch_layer/$name.cc
     "$clangxx" "${flags[@]}" "${torch_flags[@]}" "$f" ||
       { echo "thread_safety_check: ${f#"$src"/} fails"; failed=1; }
@@ -48,7 +49,7 @@ if [[ -n ${1:-} ]]; then
   f=$src/tests/support/accelerator_emulation.cc
   "$clangxx" "${flags[@]}" "${torch_flags[@]}" "$f" ||
     { echo "thread_safety_check: ${f#"$src"/} fails"; failed=1; }
-  checked+=" and the stash's src/torch_layer files (and tests/support's emulation)"
+  checked+=" and the stash's C++ front end in src/torch_layer (and tests/support's emulation)"
 fi
 [[ $failed == 0 ]] && echo "thread_safety_check: $checked clean under -Wthread-safety"
 exit $failed
