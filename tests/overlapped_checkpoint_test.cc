@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "core/stash/restore_pool.h"
 #include "gpt_test_support.h"
 #include "io_test_support.h"
 #include "stash_test_support.h"
@@ -273,4 +274,55 @@ TEST_CASE("overlap: random delays in the queue over many steps keep gradients id
   steps_under_random_delays(dir.path(), [&](const std::shared_ptr<spill::TensorStash>& stash) {
     check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
   });
+}
+
+// Note [Restoring into reused memory] in src/core/stash/restore_pool.cc.
+TEST_CASE("restore pool: a freed restore's block serves the next restore that fits") {
+  auto pool = std::make_shared<spill::detail::RestorePool>();
+  void* first = nullptr;
+  {
+    spill::detail::Buffer b = pool->take(1 << 20, 4096);
+    first = b.data();
+    CHECK(reinterpret_cast<std::uintptr_t>(first) % 4096 == 0);
+    CHECK(b.bytes() == 1u << 20);
+  }
+  CHECK(pool->idle_bytes() >= 1u << 20);
+  {
+    spill::detail::Buffer again = pool->take((1 << 20) - 100, 64);  // fits: the same block
+    CHECK(again.data() == first);
+    CHECK(pool->reused() == 1);
+  }
+  spill::detail::Buffer small = pool->take(4096, 64);  // much smaller: not the 1 MiB block
+  CHECK(small.data() != first);
+  spill::detail::Buffer aligned = pool->take(1 << 20, 1 << 16);  // a stricter alignment: new
+  CHECK(reinterpret_cast<std::uintptr_t>(aligned.data()) % (1 << 16) == 0);
+  CHECK(pool->reused() == 1);
+}
+
+TEST_CASE("restore pool: idle blocks are bounded, released on demand, freed after the pool") {
+  auto pool = std::make_shared<spill::detail::RestorePool>();
+  std::vector<spill::detail::Buffer> held;
+  for (int i = 0; i < 5; ++i) held.push_back(pool->take(64 << 10, 64));
+  held.clear();  // five given back: only kMaxIdleBlocks stay
+  CHECK(pool->idle_bytes() == spill::detail::RestorePool::kMaxIdleBlocks * (64u << 10));
+  pool->release_idle();
+  CHECK(pool->idle_bytes() == 0);
+  spill::detail::Buffer outlives = pool->take(8192, 64);
+  pool.reset();  // the block's owner frees it once the pool is gone (ASan: no leak, no reuse)
+  static_cast<char*>(outlives.data())[8191] = 1;
+}
+
+TEST_CASE("restore pool: a backward's restores reuse memory, gradients bit-identical") {
+  ScratchDir dir;
+  GptReference g(4, 7, {2, 64, 64});
+  spill::SpillArena arena =
+      stash_arena(engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::automatic),
+                  stash_settings(true, 0));
+  for (int step = 0; step < 2; ++step) {
+    check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+  }
+  // Each backward's first restore takes fresh memory; the rest reuse it (the pool is emptied
+  // when the oldest input comes back).
+  CHECK(spill::stash_stats(arena).restores_into_reused_memory >= 4);
+  CHECK(arena.stats().bytes_in_use == 0);
 }

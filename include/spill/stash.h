@@ -59,6 +59,9 @@ struct StashStats {
   std::uint64_t restore_wait_ns = 0;
   std::uint64_t prefetches = 0;     // reads queued ahead of backward
   std::uint64_t prefetch_hits = 0;  // ... whose tensor was ready when backward asked
+  // CPU restores that landed in host memory a restore before them had used (Note [Restoring
+  // into reused memory] in src/core/stash/restore_pool.cc), not fresh pages.
+  std::uint64_t restores_into_reused_memory = 0;
   // io = gds (zeros and "" until the first device input): the registered device staging buffer
   // (device memory besides the inputs), cuFile's mode, the host memory its bounce buffers may
   // take (compatibility mode; part of the host budget: Note [cuFile's bounce buffers] in

@@ -75,6 +75,7 @@ StashStats ArenaShared::stats() {
   s.restore_wait_ns = c.restore_wait_ns;
   s.prefetches = c.prefetches;
   s.prefetch_hits = c.prefetch_hits;
+  s.restores_into_reused_memory = restore_pool->reused();
   MutexLock lock(mutex);
   if (pool) {
     s.host_pool_bytes = pool->bytes();
@@ -262,6 +263,11 @@ Buffer Chain::restore(const EntryPtr& e) {
   }
   context_.counters->record_restore(was_prefetched, ready, elapsed_ns(start));
   lock.unlock();
+  if (!entry.previous.lock()) {
+    // The oldest input still stashed: the backward is over, so is reuse until the next one
+    // (Note [Restoring into reused memory] in restore_pool.cc).
+    context_.shared->restore_pool->release_idle();
+  }
   prefetch_predecessors(entry);
   return result;
 }

@@ -114,7 +114,7 @@ void CpuPath::finish_write(const EntryPtr& e) {
 // Direct reads skip the staging pool when the destination is aligned.
 void CpuPath::prefetch(Entry& e) {
   if (e.state != State::spilled || !e.region) return;
-  if (reads_into_buffer()) e.host = host_buffer(context_.arena, e.bytes);
+  if (reads_into_buffer()) e.host = host_buffer(context_, e.bytes);
   e.region.read_ahead(e.host.defined() ? e.host.data() : nullptr);
   advance(e, State::reading);
 }
@@ -124,11 +124,10 @@ Buffer CpuPath::restore(Entry& e, bool& ready) {
   if (e.state == State::writing) return give_back_input(e);  // still in memory
   if (!e.region) {                                           // 0 bytes
     advance(e, State::restored);
-    return host_buffer(context_.arena, 0);
+    return host_buffer(context_, 0);
   }
   if (context_.arena.backing() == Backing::ram) return view(e);
-  Buffer out =
-      e.host.defined() ? std::exchange(e.host, Buffer()) : host_buffer(context_.arena, e.bytes);
+  Buffer out = e.host.defined() ? std::exchange(e.host, Buffer()) : host_buffer(context_, e.bytes);
   ready = e.region.take_into(out.data(), e.bytes);  // one call; the region is freed
   advance(e, State::restored);
   return out;
@@ -145,11 +144,13 @@ Buffer CpuPath::view(Entry& e) {
 
 }  // namespace
 
-Buffer host_buffer(const SpillArena& arena, std::uint64_t bytes) {
+Buffer host_buffer(const StashContext& context, std::uint64_t bytes) {
   constexpr std::uint64_t kTorchAlignment = 64;  // LibTorch's CPU allocator's
-  const bool direct = arena.io_mode() == IoMode::direct;
-  return Buffer::host(bytes,
-                      direct ? std::max(arena.io_alignment(), kTorchAlignment) : kTorchAlignment);
+  const bool direct = context.arena.io_mode() == IoMode::direct;
+  const std::uint64_t alignment =
+      direct ? std::max(context.arena.io_alignment(), kTorchAlignment) : kTorchAlignment;
+  if (bytes == 0) return Buffer::host(0, alignment);
+  return context.shared->restore_pool->take(bytes, alignment);
 }
 
 std::unique_ptr<SpillPath> make_cpu_path(StashContext& context, Progress& progress) {

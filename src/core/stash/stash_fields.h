@@ -46,6 +46,7 @@ void visit_fields(const StashStats& s, Visit&& visit) {
   visit("restore_wait_ns", s.restore_wait_ns);
   visit("prefetches", s.prefetches);
   visit("prefetch_hits", s.prefetch_hits);
+  visit("restores_into_reused_memory", s.restores_into_reused_memory);
   visit("gds_buffer_bytes", s.gds_buffer_bytes);
   visit("gds_buffer_registered", s.gds_buffer_registered);
   visit("cufile_mode", s.cufile_mode);

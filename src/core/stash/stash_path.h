@@ -24,6 +24,7 @@
 #include "core/io/gds.h"
 #include "core/os/mutex.h"
 #include "host_pool.h"
+#include "restore_pool.h"
 #include "serial_worker.h"
 #include "spill/stash.h"
 #include "stash_entry.h"
@@ -71,6 +72,8 @@ struct ArenaShared {
   std::shared_ptr<GdsStaging> gds_staging GUARDED_BY(mutex);
   std::shared_ptr<GdsDriver> cufile GUARDED_BY(mutex);
   const std::shared_ptr<StashCounters> counters = std::make_shared<StashCounters>();
+  // CPU restores' host memory, reused within a backward (Note [Restoring into reused memory]).
+  const std::shared_ptr<RestorePool> restore_pool = std::make_shared<RestorePool>();
   StashStats stats();
 };
 std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena);
@@ -146,8 +149,9 @@ std::unique_ptr<SpillPath> make_gds_path(StashContext& context, Progress& progre
 // error type (trainers catch it to lower the batch size), naming the input and the fix.
 Buffer device_buffer(const Entry& e, std::uint32_t prefetch_depth);
 
-// Host memory to restore a CPU input into: aligned for O_DIRECT in direct mode (Note [Writing
-// from an aligned source] in src/core/io/io_engine.cc), to LibTorch's 64 bytes otherwise.
-Buffer host_buffer(const SpillArena& arena, std::uint64_t bytes);
+// Host memory to restore a CPU input into, from the arena's restore pool: aligned for O_DIRECT
+// in direct mode (Note [Writing from an aligned source] in src/core/io/io_engine.cc), to
+// LibTorch's 64 bytes otherwise.
+Buffer host_buffer(const StashContext& context, std::uint64_t bytes);
 
 }  // namespace spill::detail
