@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/stash/restore_pool.h"
+#include "core/stash/stash_path.h"
 #include "gpt_test_support.h"
 #include "io_test_support.h"
 #include "stash_test_support.h"
@@ -305,8 +306,18 @@ TEST_CASE("restore pool: idle blocks are bounded, released on demand, freed afte
   for (int i = 0; i < 5; ++i) held.push_back(pool->take(64 << 10, 64));
   held.clear();  // five given back: only kMaxIdleBlocks stay
   CHECK(pool->idle_bytes() == spill::detail::RestorePool::kMaxIdleBlocks * (64u << 10));
+  spill::detail::Buffer alive = pool->take(64 << 10, 64);
   pool->release_idle();
   CHECK(pool->idle_bytes() == 0);
+  alive = {};  // given back after the release: freed, not kept for the next forward
+  CHECK(pool->idle_bytes() == 0);
+  spill::detail::Buffer tiny = pool->take(100, 64);  // below a page: not the pool's
+  tiny = {};
+  CHECK(pool->idle_bytes() == 0);
+  {
+    spill::detail::Buffer next = pool->take(64 << 10, 64);
+  }  // a take ends the release
+  CHECK(pool->idle_bytes() == 64u << 10);
   spill::detail::Buffer outlives = pool->take(8192, 64);
   pool.reset();  // the block's owner frees it once the pool is gone (ASan: no leak, no reuse)
   static_cast<char*>(outlives.data())[8191] = 1;
@@ -318,11 +329,14 @@ TEST_CASE("restore pool: a backward's restores reuse memory, gradients bit-ident
   spill::SpillArena arena =
       stash_arena(engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::automatic),
                   stash_settings(true, 0));
-  for (int step = 0; step < 2; ++step) {
+  const auto pool = spill::detail::shared_state_of(arena)->restore_pool;
+  for (int step = 1; step <= 2; ++step) {
     check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+    // Two of each backward's four restores take fresh memory (a restored input is still alive
+    // when the next one is restored), the other two reuse; nothing is left idle for the next
+    // forward.
+    CHECK(spill::stash_stats(arena).restores_into_reused_memory == 2u * step);
+    CHECK(pool->idle_bytes() == 0);
   }
-  // Each backward's first restore takes fresh memory; the rest reuse it (the pool is emptied
-  // when the oldest input comes back).
-  CHECK(spill::stash_stats(arena).restores_into_reused_memory >= 4);
   CHECK(arena.stats().bytes_in_use == 0);
 }

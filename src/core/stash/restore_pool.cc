@@ -19,10 +19,14 @@ namespace spill::detail {
 // costs as the input grows"). So a restored tensor's block comes back here when its last owner dies
 // (the tensor and every view of it: nothing can still read it), and the next restore of a size it
 // fits (up to a quarter larger) takes it, its pages already mapped. In a backward the layers
-// restore one after another, each after the one before it was used and freed, so one or two blocks
-// serve them all. Memory stays bounded: at most kMaxIdleBlocks idle blocks, and the chain
-// releases them when it restores its oldest input (the backward is over), so the next forward
-// does not carry them. A block given back after its pool died is freed.
+// restore one after another and each restored input dies a layer later, so two blocks serve
+// them all (tests/overlapped_checkpoint_test.cc counts it). Memory stays bounded: at most
+// kMaxIdleBlocks idle blocks (the newest kept: the likeliest to fit the next restore), and when the
+// chain restores its oldest input — a heuristic for "the backward is over": an input freed out of
+// order makes it early, which costs a fresh block, never correctness — the pool frees its idle
+// blocks and, until the next restore, every block given back (the last restored tensors die after
+// that restore), so the next forward carries none. Blocks below a page would never fit the quarter
+// rule after rounding; they are plain host memory. A block given back after its pool died is freed.
 
 namespace {
 
@@ -33,11 +37,16 @@ std::uint64_t whole_pages(std::uint64_t bytes) {
 
 }  // namespace
 
-RestorePool::~RestorePool() { release_idle(); }
+RestorePool::~RestorePool() {
+  MutexLock lock(mutex_);
+  for (const Block& b : idle_) std::free(b.memory);
+}
 
 Buffer RestorePool::take(std::uint64_t bytes, std::uint64_t alignment) {
+  if (bytes < platform::capabilities().page_size_bytes) return Buffer::host(bytes, alignment);
   {
     MutexLock lock(mutex_);
+    released_ = false;
     std::size_t best = idle_.size();
     for (std::size_t i = 0; i < idle_.size(); ++i) {
       const Block& b = idle_[i];
@@ -76,14 +85,20 @@ Buffer RestorePool::lend(const Block& block, std::uint64_t bytes) {
 }
 
 void RestorePool::give_back(const Block& block) {
+  void* freed = block.memory;
   {
     MutexLock lock(mutex_);
-    if (idle_.size() < kMaxIdleBlocks) {
+    if (!released_) {
+      if (idle_.size() == kMaxIdleBlocks) {
+        freed = idle_.front().memory;
+        idle_.erase(idle_.begin());
+      } else {
+        freed = nullptr;
+      }
       idle_.push_back(block);
-      return;
     }
   }
-  std::free(block.memory);
+  std::free(freed);
 }
 
 void RestorePool::release_idle() {
@@ -91,6 +106,7 @@ void RestorePool::release_idle() {
   {
     MutexLock lock(mutex_);
     idle.swap(idle_);
+    released_ = true;
   }
   for (const Block& b : idle) std::free(b.memory);
 }
