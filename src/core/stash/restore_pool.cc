@@ -20,7 +20,7 @@ namespace spill::detail {
 // (the tensor and every view of it: nothing can still read it), and the next restore of a size it
 // fits (up to a quarter larger) takes it, its pages already mapped. In a backward the layers
 // restore one after another and each restored input dies a layer later, so two blocks serve
-// them all (tests/overlapped_checkpoint_test.cc counts it). Memory stays bounded: at most
+// them all (tests/overlapped_checkpoint_test.cc checks the reuse). Memory stays bounded: at most
 // kMaxIdleBlocks idle blocks (the newest kept: the likeliest to fit the next restore), and when the
 // chain restores its oldest input — a heuristic for "the backward is over": an input freed out of
 // order makes it early, which costs a fresh block, never correctness — the pool frees its idle
