@@ -111,7 +111,7 @@ class _NoArenaYet:
         return held
 
 
-class AutomaticArena:
+class AutomaticArena(_stash.SharedOnCopy):
     """A SpillArena made at the first stored input, sized from it; then that arena.
 
     ``directory`` and ``options`` are SpillArena's (``when_full``, ``grow``, ``growth_margin``,
@@ -123,6 +123,11 @@ class AutomaticArena:
     (Note [No room for the first arena]). With when_full="error" a step whose inputs find no room
     raises, and the arena grows only to what that step reached: a model may fail several steps
     before it fits. Copies share it; it cannot be pickled."""
+
+    _pickle_refusal = (
+        "spillarena: an AutomaticArena cannot be pickled: its arena is an open spill file of "
+        "this process. Save the model's state_dict(), or call spillarena.disable(model) first"
+    )
 
     def __init__(self, directory=None, *, layers=None, **options):
         if "capacity_bytes" in options:
@@ -244,17 +249,6 @@ class AutomaticArena:
         made = repr(self._arena) if self._arena is not None else "not made yet"
         return f"<spillarena.AutomaticArena directory={self.directory!r} {made}>"
 
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
-
-    def __reduce_ex__(self, protocol):
-        raise InvalidArgumentError(
-            "spillarena: an AutomaticArena cannot be pickled: its arena is an open spill file of "
-            "this process. Save the model's state_dict(), or call spillarena.disable(model) first"
-        )
 
 
 _default = None

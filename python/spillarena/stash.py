@@ -36,9 +36,32 @@ class StashedTensor:
     restored = False
 
 
-class TensorStash:
+class SharedOnCopy:
+    """A resource of this process, like an open file: copy.copy and copy.deepcopy give back the
+    object itself (a deep-copied model spills to the same arena); pickling raises
+    InvalidArgumentError with ``_pickle_refusal``."""
+
+    _pickle_refusal = "spillarena: this object cannot be pickled"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        raise InvalidArgumentError(self._pickle_refusal)
+
+
+class TensorStash(SharedOnCopy):
     """Where spillarena.checkpoint keeps layer inputs between forward and backward. Copies share
     it; it cannot be pickled."""
+
+    _pickle_refusal = (
+        "spillarena: a TensorStash cannot be pickled: it is an open spill file of this process. "
+        "Save the model's state_dict(), or call spillarena.disable(model) before pickling it "
+        "(copy.deepcopy works: the copy shares the arena)"
+    )
 
     name = "?"
 
@@ -48,19 +71,6 @@ class TensorStash:
     def stats(self) -> dict:
         """A dict keyed by spill::StashStats field names (zeros for stashes without an arena)."""
         return dict.fromkeys(_C.STASH_STATS, 0)
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
-
-    def __reduce_ex__(self, protocol):
-        raise InvalidArgumentError(
-            "spillarena: a TensorStash cannot be pickled: it is an open spill file of this "
-            "process. Save the model's state_dict(), or call spillarena.disable(model) before "
-            "pickling it (copy.deepcopy works: the copy shares the arena)"
-        )
 
 
 def _check_storable(tensor: torch.Tensor, name: str) -> None:
