@@ -36,7 +36,7 @@ pip_install() {
 exec 9>/tmp/spillarena-axolotl-env.lock  # one builder (and one spillarena install) at a time
 flock 9
 
-if [[ "$(cat $venv/.recipe 2>/dev/null)" != "$recipe" ]]; then
+if [[ "$(cat "$venv/.recipe" 2>/dev/null)" != "$recipe" ]]; then
   if ! "$python" -c "import urllib.request as u; u.urlopen('https://pypi.org/simple/axolotl/', timeout=20)" \
       >/dev/null 2>&1; then
     log "skipped: $venv is not built and PyPI is unreachable (axolotl 0.21.0 and its HF stack come from there)"
@@ -48,7 +48,7 @@ if [[ "$(cat $venv/.recipe 2>/dev/null)" != "$recipe" ]]; then
   "$python" -m venv "$venv"
   pip_install "$torch_pin" "${hf_stack[@]}" "${runtime_imports[@]}"
   pip_install --no-deps --ignore-requires-python "${no_deps[@]}"
-  echo "$recipe" >$venv/.recipe
+  echo "$recipe" >"$venv/.recipe"
 fi
 
 # spillarena: the wheel for this torch, reinstalled every time (a second with --no-deps), so the

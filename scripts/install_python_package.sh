@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 python=${1:?usage: install_python_package.sh PYTHON [pip arguments]}
 shift
 if [[ -n ${SPILLARENA_WHEEL_DIR:-} ]]; then
-  wheel=$(ls -t "$SPILLARENA_WHEEL_DIR"/spillarena-*.whl 2>/dev/null | head -n 1 || true)
+  wheel=""
+  for w in "$SPILLARENA_WHEEL_DIR"/spillarena-*.whl; do  # the newest
+    if [[ -f $w && (-z $wheel || $w -nt $wheel) ]]; then wheel=$w; fi
+  done
   [[ -n $wheel ]] || { echo "install_python_package: no wheel in $SPILLARENA_WHEEL_DIR" >&2; exit 1; }
 else
   wheel=$(scripts/build_wheel.sh --out build/wheel)

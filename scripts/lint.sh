@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Formatting and lint as a check: clang-format (the root .clang-format) over every tracked C/C++
-# source and header, and ruff (ruff.toml) over every tracked Python file. Changes nothing; prints
+# source and header, ruff (ruff.toml) over every tracked Python file, and shellcheck over every
+# tracked shell script (*.sh, and scripts/ and .ci/ files with a shell #!). Changes nothing; prints
 # one line per tool and exits 1 naming the offending files.
 #
 #   scripts/lint.sh                          # the tools in .venv/bin (scripts/setup.sh's)
 #   LINT_BIN=/elsewhere/bin scripts/lint.sh  # the tools in another bin directory
 #
 # The versions are pinned: another clang-format lays code out differently, another ruff flags
-# different lines. setup.sh reads the two pins below.
+# different lines. setup.sh reads the two pins below. shellcheck is Debian's (on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,11 @@ for tool in clang-format ruff; do
     exit 1
   fi
 done
+if ! command -v shellcheck >/dev/null; then
+  echo "lint: no shellcheck on PATH; install it: sudo apt-get install shellcheck" \
+    "(or scripts/setup.sh --tests)" >&2
+  exit 1
+fi
 
 # "clang-format version 23.1.5 (https://...)" and "ruff 0.17.6": the word after the name.
 clang_format_version=$("$bin/clang-format" --version |
@@ -49,6 +55,13 @@ tracked() {
 }
 mapfile -d '' cxx_files < <(tracked '*.cc' '*.h' '*.cpp' '*.hpp')
 mapfile -d '' py_files < <(tracked '*.py')
+mapfile -d '' sh_files < <(
+  tracked '*.sh'
+  tracked scripts .ci | while IFS= read -r -d '' f; do
+    if [[ $f != *.sh ]] && head -n 1 "$f" | grep -qE '^#!.*\b(ba|da)?sh\b'; then
+      printf '%s\0' "$f"
+    fi
+  done)
 
 status=0
 
@@ -72,6 +85,18 @@ else
   mapfile -t bad < <(printf '%s\n' "$out" | sed -nE 's/^([^:]+):[0-9]+:[0-9]+: .*/\1/p' | sort -u)
   echo "lint: ruff $RUFF_VERSION: findings in ${#bad[@]} of ${#py_files[@]} files" \
     "(safe fixes: $bin/ruff check --fix FILE...):"
+  printf '%s\n' "$out" | sed 's/^/  /'
+  status=1
+fi
+
+# A finding not worth fixing takes "# shellcheck disable=SCnnnn  # why" on the line above.
+shellcheck_version=$(shellcheck --version | sed -n 's/^version: //p')
+if out=$(shellcheck -f gcc -- "${sh_files[@]}" 2>&1); then
+  echo "lint: shellcheck $shellcheck_version: ${#sh_files[@]} scripts clean"
+else
+  mapfile -t bad < <(printf '%s\n' "$out" | sed -nE 's/^([^:]+):[0-9]+:[0-9]+: .*/\1/p' | sort -u)
+  echo "lint: shellcheck $shellcheck_version: findings in ${#bad[@]} of ${#sh_files[@]} scripts" \
+    "(see https://www.shellcheck.net/wiki/SCnnnn):"
   printf '%s\n' "$out" | sed 's/^/  /'
   status=1
 fi

@@ -123,7 +123,8 @@ done
 if [[ ${#all_targets[@]} -gt 0 ]]; then
   echo "mutation_check: building $(printf '%s\n' "${all_targets[@]}" | sort -u | tr '\n' ' ')"
   start=$SECONDS
-  nice -n 19 cmake --build "$bt" --parallel "$jobs" --target $(printf '%s\n' "${all_targets[@]}" | sort -u) \
+  mapfile -t unique_targets < <(printf '%s\n' "${all_targets[@]}" | sort -u)
+  nice -n 19 cmake --build "$bt" --parallel "$jobs" --target "${unique_targets[@]}" \
     >"$logs/baseline-build.log" 2>&1 || {
     tail -n 40 "$logs/baseline-build.log"
     exit 2
@@ -146,9 +147,9 @@ for p in "${patches[@]}"; do
   start=$SECONDS
   if [[ ${MUTATION_BASELINE:-0} == 1 ]]; then
     # Built first: the tree may still hold objects of the previous patch's mutated files.
-    targets=$(targets_of "$p")
-    if [[ -n $targets ]] &&
-      ! nice -n 19 cmake --build "$bt" --parallel "$jobs" --target $targets >"$logs/$name.baseline-build.log" 2>&1; then
+    read -ra targets <<<"$(targets_of "$p")"
+    if ((${#targets[@]})) &&
+      ! nice -n 19 cmake --build "$bt" --parallel "$jobs" --target "${targets[@]}" >"$logs/$name.baseline-build.log" 2>&1; then
       names+=("$name") results+=("BASELINE BUILD FAILED") seconds+=($((SECONDS - start)))
       details+=("$(grep -m1 -E 'error' "$logs/$name.baseline-build.log" | cut -c1-200)")
       status=2
@@ -169,9 +170,9 @@ for p in "${patches[@]}"; do
     continue
   fi
   result="" detail=""
-  targets=$(targets_of "$p")
-  if [[ -n $targets ]] &&
-    ! nice -n 19 cmake --build "$bt" --parallel "$jobs" --target $targets >"$logs/$name.build.log" 2>&1; then
+  read -ra targets <<<"$(targets_of "$p")"
+  if ((${#targets[@]})) &&
+    ! nice -n 19 cmake --build "$bt" --parallel "$jobs" --target "${targets[@]}" >"$logs/$name.build.log" 2>&1; then
     result="BUILD FAILED" detail=$(grep -m1 -E 'error' "$logs/$name.build.log" | cut -c1-200)
     status=2
   else

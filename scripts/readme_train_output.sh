@@ -73,8 +73,9 @@ check_memory_table() {
 }
 
 if [ "${1:-}" = "--check" ]; then
-  grep -qx -- "$begin" "$readme" && grep -qx -- "$end" "$readme" || {
-    echo "$readme has no $begin ... $end block"; exit 1; }
+  if ! grep -qx -- "$begin" "$readme" || ! grep -qx -- "$end" "$readme"; then
+    echo "$readme has no $begin ... $end block"; exit 1
+  fi
   run=$("$cli" train --steps 2 --compare-steps 1 --sample-chars 20 --dir "${TMPDIR:-/tmp}" | cat)
   status=0
   if [ "$(block | labels)" != "$(echo "$run" | labels)" ]; then
@@ -82,13 +83,12 @@ if [ "${1:-}" = "--check" ]; then
     diff <(block | labels) <(echo "$run" | labels) || true
     status=1
   fi
-  for what in "layer inputs"; do
-    if [ "$(block | line_of "$what")" != "$(echo "$run" | line_of "$what")" ]; then
-      printf 'the "%s" line differs:\n  README: %s\n  build:  %s\n' "$what" \
-        "$(block | line_of "$what")" "$(echo "$run" | line_of "$what")"
-      status=1
-    fi
-  done
+  what="layer inputs"
+  if [ "$(block | line_of "$what")" != "$(echo "$run" | line_of "$what")" ]; then
+    printf 'the "%s" line differs:\n  README: %s\n  build:  %s\n' "$what" \
+      "$(block | line_of "$what")" "$(echo "$run" | line_of "$what")"
+    status=1
+  fi
   if [ "$(block | capacity)" != "$(echo "$run" | capacity)" ]; then
     echo "arena capacity differs: README '$(block | capacity)', build '$(echo "$run" | capacity)'"
     status=1
@@ -116,10 +116,12 @@ rewrite_block() {
 blocks=${*:-train memory}
 if [[ " $blocks " == *" train "* ]]; then
   output=$("$cli" train | cat)
+  # shellcheck disable=SC2016  # a Markdown fence: the backticks are literal
   printf '```\n%s\n```\n' "$output" | rewrite_block train-output
 fi
 if [[ " $blocks " == *" memory "* ]]; then
   table=$("$memory")
+  # shellcheck disable=SC2016  # a Markdown fence and a shell prompt: `, $ are literal
   printf '```sh\n$ %s\n%s\n```\n\n%s\n' "$memory" "$(echo "$table" | head -1)" \
     "$(echo "$table" | sed -n '2,$p' | sed '/./,$!d')" | rewrite_block memory-table
 fi

@@ -43,7 +43,7 @@ const char* to_string(Backing backing);  // "disk" or "ram"
 
 // What store() does when the host pool has no room for an accelerator input (and, on the CPU,
 // when the bytes of inputs whose writes are in flight reach host_pool_bytes). See Note [The host
-// pool] in src/torch_layer/host_pool.cc.
+// pool] in src/core/stash/host_pool.cc.
 enum class PoolFull {
   wait,            // wait for the oldest write in flight to complete (counted in StashStats)
   keep_on_device,  // accelerator inputs: keep this input where it is, unspilled (counted too)
@@ -110,7 +110,7 @@ struct ArenaOptions {
   // land in before the host -> device copy — allocated once, pinned once, reused every step;
   // for CPU inputs, the most bytes of inputs whose writes are in flight. At least one page,
   // at most the memory this process may use. See Note [The host pool] in
-  // src/torch_layer/host_pool.cc. The arena holds the budget (every stash of one arena shares
+  // src/core/stash/host_pool.cc. The arena holds the budget (every stash of one arena shares
   // one pool, and the arena checks the value when it is made); the core does not use it. The
   // stash's own settings (asynchronous, prefetch_depth, keep_last) are spill::StashOptions.
   std::uint64_t host_pool_bytes = kAutomaticHostPool;

@@ -1,4 +1,4 @@
-// SlabAllocator::State: what the public SlabAllocator (include/spill/slab_allocator.h) holds
+// SlabAllocator::State: what SlabAllocator (src/core/alloc/slab_allocator.h, internal) holds
 // behind its one pointer: the two indexes of the free blocks, the live blocks, the counters and
 // the mutex that guards them all. Only slab_allocator.cc and slab_allocator_invariants.cc see it.
 //

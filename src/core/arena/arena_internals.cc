@@ -33,7 +33,7 @@ std::vector<std::string> take_notices(const SpillArena& arena) {
 // Note [A RAM restore is a view]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A restore from a disk arena copies the region into a tensor of its own (Note [Restoring from
-// the mapping] in src/torch_layer/cpu_path.cc): a spill file can shrink under a mapping, and a
+// the mapping] in src/core/stash/cpu_path.cc): a spill file can shrink under a mapping, and a
 // SIGBUS inside a LibTorch kernel would end the process. Host memory has no file to shrink, so
 // the RAM arena's restore is a view of the region (from_blob), checked once against the write's
 // hashes here, and the region is freed with the view's last reference. Copying it instead cost

@@ -132,7 +132,7 @@ namespace spill {
 
 // Note [One call each way]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
-// The stash (src/torch_layer/cpu_path.cc) calls the arena once per input going forward
+// The stash (src/core/stash/cpu_path.cc) calls the arena once per input going forward
 // (SpillArena::spill_from: allocate, queue the write) and once coming back (take_into: wait for
 // the write, read — through the mapping when the pages are resident, else the I/O engine —
 // check the hash, free). What a read involves (the I/O mode, residency, integrity, the order of

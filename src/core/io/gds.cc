@@ -18,7 +18,7 @@ namespace spill::detail {
 // With io = gds the stash moves device inputs between GPU memory and the spill file through
 // cuFile (cuFileWrite/cuFileRead on the file's O_DIRECT descriptor), by way of one registered
 // device staging buffer per arena (Note [One registered staging buffer] in
-// src/torch_layer/device_spill.cc): no device-to-host copy and no pinned host staging of
+// src/core/stash/gds_path.cc): no device-to-host copy and no pinned host staging of
 // spillarena's own. Which inputs take it is the stash's call (accelerator inputs; CPU tensors
 // under the copy seam's emulation too); CPU inputs take the CPU path. Host-side I/O of the arena
 // (CPU tensors, tails) runs as IoMode::direct, so the file is opened O_DIRECT and has a staging
@@ -43,7 +43,7 @@ namespace spill::detail {
 // registered buffer is passed as the buffer's base plus an offset, as cuFile looks buffers up by
 // base. Unregistered memory works too, through cuFile's own bounce buffers. The stash registers
 // one staging buffer per arena, kept for the arena's life (GdsRegistration; Note [One registered
-// staging buffer] in src/torch_layer/device_spill.cc), never a tensor of the caching allocator.
+// staging buffer] in src/core/stash/gds_path.cc), never a tensor of the caching allocator.
 //
 // Alignment: the file offset and the byte count of every transfer are multiples of 4 KiB
 // (checked before any cuFile call, InvalidArgumentError): unaligned transfers would silently go

@@ -1,0 +1,32 @@
+// Entering Python from the stash's own threads (a device copy made by torch, a Python object let
+// go of), and the door that closes at interpreter exit (Note [No Python once the interpreter ends]
+// in python/src/python_call.cc).
+//
+//   PythonCall call;                  // takes the GIL, unless the interpreter is ending
+//   if (!call) return;                // it is: do without Python
+//   Ref done = copy.attr("done")();
+#pragma once
+
+#include <Python.h>
+
+#include <optional>
+
+namespace spillarena_python {
+
+class PythonCall {
+ public:
+  PythonCall();
+  ~PythonCall();
+  PythonCall(const PythonCall&) = delete;
+  PythonCall& operator=(const PythonCall&) = delete;
+  explicit operator bool() const { return gil_.has_value(); }
+
+ private:
+  std::optional<PyGILState_STATE> gil_;
+};
+
+// spillarena._C._close_python, registered with atexit by spillarena/__init__.py: from then on no
+// PythonCall takes the GIL; it waits, the GIL let go, for those already in.
+PyObject* close_python(PyObject*, PyObject*);
+
+}  // namespace spillarena_python
