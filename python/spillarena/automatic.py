@@ -19,6 +19,7 @@ import warnings
 import weakref
 
 from . import _C
+from . import arena as _arena
 from . import stash as _stash
 from .errors import InsufficientSpaceError, InvalidArgumentError, SpillArenaWarning
 
@@ -67,14 +68,14 @@ def _probe(directory, options):
     page-sized probe: a bad setting is its typed error now, and nothing of it stays (its file
     never had a name). A disk without a page free: Note [No room for the first arena]."""
     try:
-        probe = _C.SpillArena(_PAGE, directory, **options)
+        probe = _arena.SpillArena(_PAGE, directory, **options)
         directory = probe.directory or None  # the RAM backing has none
         return directory, probe.options(), _zeros(probe.stats())
     except InsufficientSpaceError as e:
         if not _no_room_on_disk(e) or options.get("when_full") == "error":
             raise
         in_memory = {k: options[k] for k in ("when_full", "grow", "growth_margin") if k in options}
-        probe = _C.SpillArena(_PAGE, None, backing="ram", **in_memory)
+        probe = _arena.SpillArena(_PAGE, None, backing="ram", **in_memory)
         return e.path, probe.options(), _zeros(probe.stats())
 
 
@@ -210,15 +211,15 @@ class AutomaticArena(_stash.SharedOnCopy):
         # What does not fit in a smaller arena stays in memory, and the overflow warning says
         # how much room is missing.
         try:
-            return _C.SpillArena(capacity, self.directory, **self.options)
+            return _arena.SpillArena(capacity, self.directory, **self.options)
         except InsufficientSpaceError as e:
             fits = _round_to_pages(min(capacity, e.available_bytes * 9 // 10))
             if fits >= capacity:
                 raise
             try:
-                return _C.SpillArena(fits, self.directory, **self.options)
+                return _arena.SpillArena(fits, self.directory, **self.options)
             except InsufficientSpaceError:
-                return _C.SpillArena(_PAGE, self.directory, **self.options)
+                return _arena.SpillArena(_PAGE, self.directory, **self.options)
 
     def _warn_no_room(self, capacity, available_bytes):
         if self._warned:

@@ -25,7 +25,7 @@ import torch
 import torch.utils.checkpoint as torch_checkpoint
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import _C
+from . import arena as _arena
 from . import automatic as _automatic
 from . import forward_state as _forward_state
 from . import layout as _layout
@@ -68,7 +68,7 @@ _SECOND_BACKWARD_MESSAGE = (
 
 def _check_arena(arena):
     if arena is None or isinstance(
-        arena, (_stash.TensorStash, _C.SpillArena, _automatic.AutomaticArena)
+        arena, (_stash.TensorStash, _arena.SpillArena, _automatic.AutomaticArena)
     ):
         return
     raise InvalidArgumentError(
@@ -83,7 +83,7 @@ def _stash_for(arena, tensor):
     keeps the input in memory while a full disk leaves it none (Note [No room for the first
     arena] in automatic.py)."""
     arena = _automatic.resolve(arena, tensor)
-    if isinstance(arena, _C.SpillArena):
+    if isinstance(arena, _arena.SpillArena):
         return _stash.shared_arena_stash(arena)
     return arena
 

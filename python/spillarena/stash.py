@@ -36,6 +36,13 @@ class StashedTensor:
     restored = False
 
 
+# Note [An arena is shared by copies, never pickled]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# An arena (and a stash over one) is a resource of this process, like an open file: its spill
+# file has no name to reopen and its regions belong to this process's graphs. copy.copy and
+# copy.deepcopy return the object itself, so copy.deepcopy(model) after spillarena.enable (EMA
+# copies, trainers that copy models) gives a model whose checkpoint function spills to the same
+# arena (issue 19). Pickling raises InvalidArgumentError saying what to do instead.
 class SharedOnCopy:
     """A resource of this process, like an open file: copy.copy and copy.deepcopy give back the
     object itself (a deep-copied model spills to the same arena); pickling raises
@@ -151,6 +158,50 @@ def _non_overlapping_and_dense(t: torch.Tensor) -> bool:
     return True
 
 
+class _Stored:
+    """A layer input's bytes in the chain (the C++ handle of Note [C++ objects Python holds]);
+    restore() once."""
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def restore(self):
+        """The stored bytes as a DLPack capsule (1-D uint8); CheckpointError after restore() or
+        free()."""
+        return _C._stored_restore(self._handle)
+
+    def prefetch(self) -> None:
+        _C._stored_prefetch(self._handle)
+
+    def free(self) -> None:
+        _C._stored_free(self._handle)
+
+    @property
+    def restored(self) -> bool:
+        return _C._stored_restored(self._handle)
+
+
+class _Chain(SharedOnCopy):
+    """The arena stash's chain of stored inputs (C++ spill::detail::Chain)."""
+
+    _pickle_refusal = TensorStash._pickle_refusal
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    @property
+    def name(self) -> str:
+        return _C._chain_name(self._handle)
+
+    def stats(self) -> dict:
+        return _C._chain_stats(self._handle)
+
+    def store(self, capsule, accelerator: bool, describe: str) -> _Stored:
+        return _Stored(_C._chain_store(self._handle, capsule, accelerator, describe))
+
+
 class _ArenaStash(TensorStash):
     """The arena stash: the bytes in regions of a SpillArena, overlapped with compute."""
 
@@ -216,7 +267,7 @@ class _PerFileStashed(StashedTensor):
         if self.restored or self._file is None:
             raise CheckpointError(_ALREADY_RESTORED)
         self.restored = True
-        data = self._file.restore()
+        data = _C._per_file_restore(self._file)
         t = torch.load(io.BytesIO(data), weights_only=True)
         return t if self._device.type == "cpu" else t.to(self._device)
 
@@ -228,26 +279,31 @@ class _PerFileStash(TensorStash):
     name = "per_file"
 
     def __init__(self, directory):
-        self._files = _C._PerFileFiles(directory)
+        self._files = _C._per_file_files(directory)
 
     def store(self, tensor):
         _check_storable(tensor, self.name)
         buffer = io.BytesIO()
         torch.save(tensor.detach().cpu(), buffer)
-        return _PerFileStashed(self._files.store(buffer.getvalue()), tensor.device)
+        file = _C._per_file_store(self._files, buffer.getvalue())
+        return _PerFileStashed(file, tensor.device)
 
 
 def make_arena_stash(arena, **options) -> TensorStash:
     """A stash of its own in the regions of `arena` (it keeps the arena alive). Keywords as in
     spill::StashOptions (asynchronous, prefetch_depth, keep_last, gds_buffer_bytes); by default
     the arena's."""
-    return _ArenaStash(_C._make_chain(arena, **options))
+    from .arena import handle_of  # arena.py imports this module
+
+    return _ArenaStash(_Chain(_C._make_chain(handle_of(arena, "make_arena_stash"), options)))
 
 
 def shared_arena_stash(arena) -> TensorStash:
     """The arena's shared stash, as spill::checkpoint uses it: consecutive layers form one chain
     for prefetching and keep_last."""
-    return _ArenaStash(_C._shared_chain(arena))
+    from .arena import handle_of  # arena.py imports this module
+
+    return _ArenaStash(_Chain(_C._shared_chain(handle_of(arena, "shared_arena_stash"))))
 
 
 def make_in_memory_stash() -> TensorStash:

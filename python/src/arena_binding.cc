@@ -1,9 +1,8 @@
-// spillarena.SpillArena, its options and stats, and the sizing helpers.
+// spillarena.SpillArena's C++ half (python/spillarena/arena.py is the class), its options and
+// stats, and the sizing helpers.
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <pybind11/stl.h>
 
 #include "binding.h"
 #include "fields.h"
@@ -22,10 +21,11 @@ namespace {
 // Keyword spellings of earlier releases, accepted with a DeprecationWarning.
 std::string current_option_name(const std::string& key) {
   if (key != "allow_ram_backed_directory") return key;
+  // stacklevel 2: past arena.py's SpillArena.__init__, at its caller.
   if (PyErr_WarnEx(PyExc_DeprecationWarning,
                    "spillarena: allow_ram_backed_directory is now allow_memory_backed_directory",
-                   1) != 0) {
-    throw py::error_already_set();
+                   2) != 0) {
+    throw PythonError();
   }
   return "allow_memory_backed_directory";
 }
@@ -81,149 +81,205 @@ const std::vector<std::string>& keyword_names() {
   return names;
 }
 
-// SpillArena(...) takes the arena's options (spill::ArenaOptions) and those of its stash
-// (spill::StashOptions, kept with the arena by spill::set_stash_options) as one set of keywords.
-spill::SpillArena make_arena(py::handle capacity_bytes, py::handle directory,
-                             const py::kwargs& options) {
-  spill::ArenaOptions parsed;
-  spill::StashOptions stash;
-  std::vector<std::string> given;
-  set_field(parsed, "capacity_bytes", capacity_bytes);
-  if (!directory.is_none()) {
-    set_field(parsed, "directory", directory);
-    given.push_back("directory");
-    if (parsed.directory.empty()) {
-      throw spill::InvalidArgumentError(
-          "spillarena: directory='': " +
-          spill::empty_directory_refusal("pass directory=None or leave it out"));
+// _arena_new(capacity_bytes, directory, options): SpillArena(...) takes the arena's options
+// (spill::ArenaOptions) and those of its stash (spill::StashOptions, kept with the arena by
+// spill::set_stash_options) as one set of keywords.
+PyObject* make_arena(PyObject*, PyObject* args) {
+  return guarded([&] {
+    const Args a(args, 3, "_arena_new");
+    spill::ArenaOptions parsed;
+    spill::StashOptions stash;
+    std::vector<std::string> given;
+    set_field(parsed, "capacity_bytes", a[0]);
+    if (a[1] != Py_None) {
+      set_field(parsed, "directory", a[1]);
+      given.push_back("directory");
+      if (parsed.directory.empty()) {
+        throw spill::InvalidArgumentError(
+            "spillarena: directory='': " +
+            spill::empty_directory_refusal("pass directory=None or leave it out"));
+      }
     }
-  }
-  for (const auto& [key, value] : options) {
-    // capacity_bytes and directory given twice never get here: Python raises TypeError.
-    given.push_back(current_option_name(key.cast<std::string>()));
-    if (has_field<spill::StashOptions>(given.back())) {
-      set_field(stash, given.back(), value);
-    } else {
-      set_field(parsed, given.back(), value, keyword_names());
+    for_each_item(a[2], "SpillArena: options", [&](const std::string& key, PyObject* value) {
+      // capacity_bytes and directory given twice never get here: Python raises TypeError.
+      given.push_back(current_option_name(key));
+      if (has_field<spill::StashOptions>(given.back())) {
+        set_field(stash, given.back(), value);
+      } else {
+        set_field(parsed, given.back(), value, keyword_names());
+      }
+    });
+    if (const std::string warning = unused_options(parsed, given); !warning.empty()) {
+      if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 2) != 0) throw PythonError();
     }
-  }
-  if (const std::string warning = unused_options(parsed, given); !warning.empty()) {
-    if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) != 0) throw py::error_already_set();
-  }
-  // Vetting and preallocating the file takes a while; other Python threads may run meanwhile.
-  py::gil_scoped_release no_gil;
-  spill::SpillArena arena(parsed);
-  spill::set_stash_options(arena, stash);
-  return arena;
+    std::unique_ptr<spill::SpillArena> arena;
+    {
+      // Vetting and preallocating the file takes a while; other Python threads may run meanwhile.
+      Unlocked unlocked;
+      arena = std::make_unique<spill::SpillArena>(parsed);
+      spill::set_stash_options(*arena, stash);
+    }
+    return hold(std::move(*arena));
+  });
 }
 
-py::dict options_of(const spill::SpillArena& arena) {
-  py::dict out = to_dict(arena.options());
-  out.attr("update")(to_dict(spill::stash_options(arena)));
-  return out;
+const spill::SpillArena& arena_of(PyObject* handle) { return held<spill::SpillArena>(handle); }
+
+PyObject* stats(PyObject*, PyObject* handle) {
+  return guarded([&] { return to_dict(arena_of(handle).stats()); });
 }
 
-py::str describe(const spill::SpillArena& arena) {
-  const spill::ArenaStats s = arena.stats();
-  // repr() of the decoded path: quotes and escapes as Python writes them, whatever its bytes.
-  const std::string where =
-      arena.backing() == spill::Backing::disk
-          ? "directory=" + py::repr(path_to_python(arena.directory())).cast<std::string>() + " (" +
-                arena.file_system_type() + ")"
-          : std::string("backing='ram'");
-  return message_to_python(
-      "<spillarena.SpillArena capacity_bytes=" + std::to_string(s.capacity_bytes) + " " + where +
-      " bytes_in_use=" + std::to_string(s.bytes_in_use) + ">");
+PyObject* stash_stats(PyObject*, PyObject* handle) {
+  return guarded([&] {
+    const spill::SpillArena& arena = arena_of(handle);
+    spill::StashStats out;
+    {
+      Unlocked unlocked;  // the stash's mutex, as in _chain_stats
+      out = spill::stash_stats(arena);
+    }
+    return to_dict(out);
+  });
 }
 
-std::uint64_t layer_inputs_bytes(py::handle layers, py::handle shape,
-                                 py::handle element_size_bytes) {
-  if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape) ||
-      py::len(shape) != 3) {
-    throw_bad_value("bytes_for_layer_inputs: shape", "a (batch, seq, hidden) tuple", shape);
-  }
-  const py::sequence dims = py::reinterpret_borrow<py::sequence>(shape);
-  using U = Convert<std::uint64_t>;
-  spill::ActivationShape parsed;
-  parsed.batch = U::from_python(dims[0], "bytes_for_layer_inputs: batch");
-  parsed.seq = U::from_python(dims[1], "bytes_for_layer_inputs: seq");
-  parsed.hidden = U::from_python(dims[2], "bytes_for_layer_inputs: hidden");
-  return spill::bytes_for_layer_inputs(
-      U::from_python(layers, "bytes_for_layer_inputs: layers"), parsed,
-      U::from_python(element_size_bytes, "bytes_for_layer_inputs: element size"));
+// The options as resolved, keyed by the fields of spill::ArenaOptions, then spill::StashOptions.
+PyObject* options_of(PyObject*, PyObject* handle) {
+  return guarded([&] {
+    const spill::SpillArena& arena = arena_of(handle);
+    spill::StashOptions stash;
+    {
+      Unlocked unlocked;  // the arena's mutex
+      stash = spill::stash_options(arena);
+    }
+    Ref out = to_dict(arena.options());
+    if (PyDict_Update(out.get(), to_dict(stash).get()) != 0) throw PythonError();
+    return out;
+  });
 }
 
-py::dict memory_limits_dict() {
-  const spill::MemoryLimits m = spill::memory_limits();
-  py::dict out;
-  out["cgroup_version"] = m.cgroup_version;
-  out["cgroup_limit_bytes"] = m.cgroup_limit_bytes;
-  out["cgroup_usage_bytes"] = m.cgroup_usage_bytes;
-  out["cgroup_peak_bytes"] = m.cgroup_peak_bytes;
-  out["cgroup_anon_bytes"] = m.cgroup_anon_bytes;
-  out["mem_available_bytes"] = m.mem_available_bytes;
-  out["mem_total_bytes"] = m.mem_total_bytes;
-  out["usable_bytes"] = m.usable_bytes();
-  out["pressure"] = m.pressure();
-  return out;
+// What SpillArena's properties and repr show.
+PyObject* describe(PyObject*, PyObject* handle) {
+  return guarded([&] {
+    const spill::SpillArena& arena = arena_of(handle);
+    Ref out = Ref::steal(PyDict_New());
+    const auto set = [&out](const char* key, const Ref& value) {
+      if (PyDict_SetItemString(out.get(), key, value.get()) != 0) throw PythonError();
+    };
+    const spill::ArenaStats s = arena.stats();
+    set("capacity_bytes", Convert<std::uint64_t>::to_python(s.capacity_bytes));
+    set("bytes_in_use", Convert<std::uint64_t>::to_python(s.bytes_in_use));
+    set("backing", Convert<spill::Backing>::to_python(arena.backing()));
+    set("directory", path_to_python(arena.directory()));
+    set("file_system_type", message_to_python(arena.file_system_type()));
+    set("opened_without_name", Convert<bool>::to_python(arena.opened_without_name()));
+    return out;
+  });
+}
+
+PyObject* layer_inputs_bytes(PyObject*, PyObject* args) {
+  return guarded([&] {
+    const Args a(args, 3, "_bytes_for_layer_inputs");
+    PyObject* shape = a[1];
+    if (!PySequence_Check(shape) || PyUnicode_Check(shape) || PySequence_Size(shape) != 3) {
+      PyErr_Clear();
+      throw_bad_value("bytes_for_layer_inputs: shape", "a (batch, seq, hidden) tuple", shape);
+    }
+    using U = Convert<std::uint64_t>;
+    const auto dim = [&](Py_ssize_t i, const char* field) {
+      return U::from_python(Ref::steal(PySequence_GetItem(shape, i)).get(), field);
+    };
+    spill::ActivationShape parsed;
+    parsed.batch = dim(0, "bytes_for_layer_inputs: batch");
+    parsed.seq = dim(1, "bytes_for_layer_inputs: seq");
+    parsed.hidden = dim(2, "bytes_for_layer_inputs: hidden");
+    return U::to_python(spill::bytes_for_layer_inputs(
+        U::from_python(a[0], "bytes_for_layer_inputs: layers"), parsed,
+        U::from_python(a[2], "bytes_for_layer_inputs: element size")));
+  });
+}
+
+PyObject* memory_limits(PyObject*, PyObject*) {
+  return guarded([] {
+    const spill::MemoryLimits m = spill::memory_limits();
+    Ref out = Ref::steal(PyDict_New());
+    const auto set = [&out](const char* key, const Ref& value) {
+      if (PyDict_SetItemString(out.get(), key, value.get()) != 0) throw PythonError();
+    };
+    set("cgroup_version", Convert<decltype(m.cgroup_version)>::to_python(m.cgroup_version));
+    set("cgroup_limit_bytes", Convert<std::uint64_t>::to_python(m.cgroup_limit_bytes));
+    set("cgroup_usage_bytes", Convert<std::uint64_t>::to_python(m.cgroup_usage_bytes));
+    set("cgroup_peak_bytes", Convert<std::uint64_t>::to_python(m.cgroup_peak_bytes));
+    set("cgroup_anon_bytes", Convert<std::uint64_t>::to_python(m.cgroup_anon_bytes));
+    set("mem_available_bytes", Convert<std::uint64_t>::to_python(m.mem_available_bytes));
+    set("mem_total_bytes", Convert<std::uint64_t>::to_python(m.mem_total_bytes));
+    set("usable_bytes", Convert<std::uint64_t>::to_python(m.usable_bytes()));
+    set("pressure", Convert<double>::to_python(m.pressure()));
+    return out;
+  });
+}
+
+PyObject* default_directory(PyObject*, PyObject*) {
+  return guarded([] { return path_to_python(spill::default_spill_directory()); });
+}
+
+PyObject* empty_directory_refusal(PyObject*, PyObject* instead) {
+  return guarded(
+      [&] { return message_to_python(spill::empty_directory_refusal(utf8(instead, "instead"))); });
+}
+
+PyObject* bytes_with_units(PyObject*, PyObject* bytes) {
+  return guarded([&] {
+    return message_to_python(
+        spill::bytes_with_units(Convert<std::uint64_t>::from_python(bytes, "bytes")));
+  });
 }
 
 }  // namespace
 
-void bind_arena(py::module_& m) {
-  py::class_<spill::SpillArena> arena(
-      m, "SpillArena",
-      "One preallocated spill file (or host-memory block) carved into regions for layer inputs. "
-      "Options as in spill::ArenaOptions and spill::StashOptions. Copies share it; it cannot be "
-      "pickled.");
-  share_on_copy(arena, "SpillArena");
-  arena.def(py::init(&make_arena), py::arg("capacity_bytes"), py::arg("directory") = py::none())
-      .def(
-          "stats", [](const spill::SpillArena& a) { return to_dict(a.stats()); },
-          "A dict keyed by spill::ArenaStats field names.")
-      .def(
-          "stash_stats",
-          [](const spill::SpillArena& a) {
-            spill::StashStats stats;
-            {
-              py::gil_scoped_release release;  // the stash's mutex, as in _Chain.stats
-              stats = spill::stash_stats(a);
-            }
-            return to_dict(stats);
-          },
-          "A dict keyed by spill::StashStats field names: what spillarena.checkpoint did with this "
-          "arena's host budget (host pool, device bytes held, bytes in flight, waits).")
-      .def("options", &options_of,
-           "The options as resolved (directory, I/O mode, rounded sizes), keyed by the field "
-           "names of spill::ArenaOptions, then spill::StashOptions.")
-      .def_property_readonly("capacity_bytes",
-                             [](const spill::SpillArena& a) { return a.stats().capacity_bytes; })
-      .def_property_readonly("backing",
-                             [](const spill::SpillArena& a) {
-                               return Convert<spill::Backing>::to_python(a.backing());
-                             })
-      .def_property_readonly(
-          "directory", [](const spill::SpillArena& a) { return path_to_python(a.directory()); })
-      .def_property_readonly("file_system_type", &spill::SpillArena::file_system_type)
-      .def_property_readonly("opened_without_name", &spill::SpillArena::opened_without_name)
-      .def("__repr__", &describe);
+void add_arena() {
+  add_function("_arena_new", make_arena, METH_VARARGS,
+               "_arena_new(capacity_bytes, directory, options): spillarena.SpillArena's arena.");
+  add_function("_arena_stats", stats, METH_O, "A dict keyed by spill::ArenaStats field names.");
+  add_function("_arena_stash_stats", stash_stats, METH_O,
+               "A dict keyed by spill::StashStats field names: what spillarena.checkpoint did "
+               "with this arena's host budget.");
+  add_function("_arena_options", options_of, METH_O,
+               "The options as resolved, keyed by the field names of spill::ArenaOptions, then "
+               "spill::StashOptions.");
+  add_function("_arena_describe", describe, METH_O,
+               "capacity_bytes, bytes_in_use, backing, directory, file_system_type, "
+               "opened_without_name.");
+  add_function("default_spill_directory", default_directory, METH_NOARGS,
+               "The directory an arena spills to when none is given.");
+  add_function("_empty_directory_refusal", empty_directory_refusal, METH_O,
+               "The one wording of the refusal of an empty directory string (spill/directory.h).");
+  add_function("memory_limits", memory_limits, METH_NOARGS,
+               "This process's memory ceiling: its memory cgroup (v1 or v2), MemAvailable, "
+               "MemTotal, what it may still take (usable_bytes) and how close it is (pressure, "
+               "0 to 1)");
+  add_function("_bytes_for_layer_inputs", layer_inputs_bytes, METH_VARARGS,
+               "_bytes_for_layer_inputs(layers, (batch, seq, hidden), element_size_bytes)");
+  add_function("_bytes_with_units", bytes_with_units, METH_O,
+               "\"16384 bytes (16.00 KiB)\": byte counts as every message gives them "
+               "(spill/units.h).");
 
-  m.attr("ARENA_OPTIONS") = py::tuple(py::cast(keyword_names()));
-  m.attr("STASH_OPTIONS") = py::tuple(to_dict(spill::StashOptions{}).attr("keys")());
-  m.attr("ARENA_STATS") = py::tuple(to_dict(spill::ArenaStats{}).attr("keys")());
-  m.attr("STASH_STATS") = py::tuple(to_dict(spill::StashStats{}).attr("keys")());
-  m.attr("MAX_CAPACITY_BYTES") = py::int_(spill::kMaxCapacityBytes);
-  m.attr("MAX_STAGING_BYTES") = py::int_(spill::kMaxStagingBytes);
-  m.def("default_spill_directory", [] { return path_to_python(spill::default_spill_directory()); });
-  m.def("_empty_directory_refusal", &spill::empty_directory_refusal, py::arg("instead"),
-        "The one wording of the refusal of an empty directory string (spill/directory.h).");
-  m.def("memory_limits", &memory_limits_dict,
-        "This process's memory ceiling: its memory cgroup (v1 or v2), MemAvailable, MemTotal, "
-        "what it may still take (usable_bytes) and how close it is (pressure, 0 to 1)");
-  m.def("_bytes_for_layer_inputs", &layer_inputs_bytes, py::arg("layers"), py::arg("shape"),
-        py::arg("element_size_bytes"));
-  m.def("_bytes_with_units", &spill::bytes_with_units, py::arg("bytes"),
-        "\"16384 bytes (16.00 KiB)\": byte counts as every message gives them (spill/units.h).");
+  add_constant("ARENA_OPTIONS", tuple_of(keyword_names()));
+  add_constant("STASH_OPTIONS", tuple_of(field_names<spill::StashOptions>()));
+  add_constant("ARENA_STATS", tuple_of(field_names<spill::ArenaStats>()));
+  add_constant("STASH_STATS", tuple_of(field_names<spill::StashStats>()));
+  add_constant("MAX_CAPACITY_BYTES", Convert<std::uint64_t>::to_python(spill::kMaxCapacityBytes));
+  add_constant("MAX_STAGING_BYTES", Convert<std::uint64_t>::to_python(spill::kMaxStagingBytes));
+}
+
+Ref tuple_of(const std::vector<std::string>& names) {
+  Ref out = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(names.size())));
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    // PyTuple_SetItem takes the reference.
+    if (PyTuple_SetItem(out.get(), static_cast<Py_ssize_t>(i),
+                        message_to_python(names[i]).release()) != 0) {
+      throw PythonError();
+    }
+  }
+  return out;
 }
 
 }  // namespace spillarena_python

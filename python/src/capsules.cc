@@ -32,15 +32,15 @@ void delete_held(DLManagedTensor* m) { delete static_cast<Held*>(m->manager_ctx)
 
 }  // namespace
 
-spill::detail::Buffer buffer_of(py::handle capsule) {
-  if (!PyCapsule_IsValid(capsule.ptr(), kFresh)) refuse("got something else, or a used capsule");
-  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kFresh));
+spill::detail::Buffer buffer_of(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, kFresh)) refuse("got something else, or a used capsule");
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kFresh));
   const DLTensor& t = m->dl_tensor;
   if (t.ndim != 1 || t.dtype.code != kDLUInt || t.dtype.bits != 8 || t.dtype.lanes != 1 ||
       (t.strides != nullptr && t.shape[0] > 1 && t.strides[0] != 1)) {
     refuse("got another shape, dtype or layout");
   }
-  if (PyCapsule_SetName(capsule.ptr(), kUsed) != 0) throw py::error_already_set();
+  if (PyCapsule_SetName(capsule, kUsed) != 0) throw PythonError();
   std::shared_ptr<void> owner(m, [](void* p) {
     auto* managed = static_cast<DLManagedTensor*>(p);
     if (managed->deleter != nullptr) managed->deleter(managed);
@@ -50,7 +50,7 @@ spill::detail::Buffer buffer_of(py::handle capsule) {
       spill::detail::Device{t.device.device_type, t.device.device_id}, std::move(owner));
 }
 
-py::capsule capsule_of(const spill::detail::Buffer& b) {
+Ref capsule_of(const spill::detail::Buffer& b) {
   auto* held = new Held{b, {static_cast<std::int64_t>(b.bytes())}, {}};
   DLTensor& t = held->managed.dl_tensor;
   t.data = b.data();
@@ -68,11 +68,8 @@ py::capsule capsule_of(const spill::detail::Buffer& b) {
     auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kFresh));
     m->deleter(m);
   });
-  if (capsule == nullptr) {
-    delete held;
-    throw py::error_already_set();
-  }
-  return py::reinterpret_steal<py::capsule>(capsule);
+  if (capsule == nullptr) delete held;
+  return Ref::steal(capsule);
 }
 
 }  // namespace spillarena_python

@@ -2,24 +2,21 @@
 // Python front end's half of Note [The stash moves bytes] in src/core/stash/buffer.cc.
 //
 //   Buffer b = buffer_of(capsule);   // consumes the capsule; b keeps the tensor alive
-//   py::capsule c = capsule_of(b);   // torch.utils.dlpack.from_dlpack(c): uint8, b.bytes() long
+//   Ref c = capsule_of(b);           // torch.utils.dlpack.from_dlpack(c): uint8, b.bytes() long
 #pragma once
 
-#include <pybind11/pybind11.h>
-
 #include "core/stash/buffer.h"
+#include "py.h"
 
 namespace spillarena_python {
-
-namespace py = pybind11;
 
 // The bytes of a 1-D uint8 contiguous tensor's capsule (Python passes t.reshape(-1).view(uint8)),
 // owned from now on: the tensor is released, without the GIL, when the last Buffer of it dies.
 // InvalidArgumentError for a capsule that is not one, or was consumed already.
-spill::detail::Buffer buffer_of(py::handle capsule);
+spill::detail::Buffer buffer_of(PyObject* capsule);
 
 // A capsule over `b`'s bytes (1-D uint8 on b's device) that keeps `b`'s owner alive until the
 // tensor made from it dies, or the capsule does unused.
-py::capsule capsule_of(const spill::detail::Buffer& b);
+Ref capsule_of(const spill::detail::Buffer& b);
 
 }  // namespace spillarena_python

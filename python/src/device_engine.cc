@@ -1,22 +1,24 @@
 #include "device_engine.h"
 
-#include <pybind11/pybind11.h>
-
-#include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
 
+#include "binding.h"
 #include "capsules.h"
+#include "python_call.h"
 
 namespace spillarena_python {
+
+template <>
+struct CapsuleName<spill::detail::ExplainOutOfMemory> {
+  static constexpr const char* value = "spillarena.explain";
+};
+
 namespace {
 
-namespace py = pybind11;
 using spill::detail::Buffer;
 using spill::detail::CopyPtr;
 using spill::detail::Device;
@@ -32,68 +34,59 @@ using spill::detail::Device;
 // waits in the stash. The copies are the same torch calls the C++ engine makes, the same
 // side-stream protocol (Note [Accelerator copies]), so the two front ends agree.
 
-py::object device_copies() { return py::module_::import("spillarena.device_copies"); }
-
-// Note [No Python once the interpreter ends]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A program may end with a device input's copy in flight (a graph kept alive by a traceback).
-// A stash thread that then takes the GIL while the interpreter finalizes is ended inside our
-// frames (SIGABRT), and one that releases a Python object crashes the process (SIGSEGV): both
-// seen, one run in three. So the stash's threads enter Python only through PythonCall, and an
-// atexit hook (registered at import, run before finalization, with the GIL) closes the door:
-// no call starts after it, and it waits, the GIL released, for the calls already entered or
-// waiting for the GIL to finish. From then on a Python copy counts as done and its object is
-// left to the OS with the rest of the process's memory: the bytes no longer matter, an orderly
-// exit does.
-std::atomic<bool> python_closed{false};
-std::atomic<int> python_calls{0};  // entered or waiting for the GIL
-
-class PythonCall {
- public:
-  PythonCall() {
-    python_calls.fetch_add(1);  // before the check: close_python() then waits for this call
-    if (!python_closed.load()) gil_.emplace();
-  }
-  ~PythonCall() {
-    gil_.reset();
-    python_calls.fetch_sub(1);
-  }
-  PythonCall(const PythonCall&) = delete;
-  PythonCall& operator=(const PythonCall&) = delete;
-  explicit operator bool() const { return gil_.has_value(); }
-
- private:
-  std::optional<py::gil_scoped_acquire> gil_;
-};
+Ref device_copies(const char* function) {
+  return Ref::steal(PyImport_ImportModule("spillarena.device_copies")).attr(function);
+}
 
 [[noreturn]] void python_is_closed() {
   throw std::runtime_error("spillarena: the interpreter is ending; no device copy is started");
 }
 
+Ref number(std::int64_t v) { return Convert<std::int64_t>::to_python(v); }
+
 // A Python copy (device_copies.Copy): its methods under the GIL; released under it too.
 class PythonCopy final : public spill::detail::Copy {
  public:
-  explicit PythonCopy(py::object copy) : copy_(new py::object(std::move(copy))) {}
+  explicit PythonCopy(Ref copy) : copy_(copy.release()) {}
   ~PythonCopy() override {
     PythonCall call;
-    if (call) delete copy_;  // else left to the OS: Note [No Python once the interpreter ends]
+    if (call) Py_DECREF(copy_);  // else left to the OS: Note [No Python once the interpreter ends]
   }
   bool done() const override {
     PythonCall call;
-    return !call || copy_->attr("done")().cast<bool>();
+    if (!call) return true;
+    const Ref answer = Ref::borrow(copy_).attr("done")();
+    const int done = PyObject_IsTrue(answer.get());
+    if (done < 0) throw PythonError();
+    return done != 0;
   }
   void synchronize() const override {
     PythonCall call;
-    if (call) copy_->attr("synchronize")();
+    if (call) Ref::borrow(copy_).attr("synchronize")();
   }
   void order_current_stream() override {
     PythonCall call;
-    if (call) copy_->attr("order_current_stream")();
+    if (call) Ref::borrow(copy_).attr("order_current_stream")();
   }
 
  private:
-  py::object* copy_;  // a pointer: destroyed under the GIL, whatever thread lets go
+  PyObject* copy_;  // owned; released under the GIL, whatever thread lets go
 };
+
+// explain(cause) as a Python callable, for device_copies.empty's out-of-memory message.
+PyObject* call_explain(PyObject* self, PyObject* cause) {
+  return guarded([&] {
+    const auto& explain = held<spill::detail::ExplainOutOfMemory>(self);
+    return message_to_python(explain(utf8(cause, "explain: cause")));
+  });
+}
+
+PyMethodDef explain_definition = {"explain", call_explain, METH_O, nullptr};
+
+Ref python_callable(spill::detail::ExplainOutOfMemory explain) {
+  const Ref function = hold(std::move(explain));
+  return Ref::steal(PyCFunction_NewEx(&explain_definition, function.get(), nullptr));
+}
 
 class PythonEngine final : public spill::detail::CopyEngine {
  public:
@@ -101,49 +94,44 @@ class PythonEngine final : public spill::detail::CopyEngine {
                   const Buffer& host) override {
     PythonCall call;
     if (!call) python_is_closed();
-    return copy(device_copies().attr("copy")(capsule_of(source.slice(offset, bytes)),
-                                             capsule_of(host), source.device().type,
-                                             source.device().index));
+    return copy(source.slice(offset, bytes), host, source.device());
   }
   CopyPtr to_device(const Buffer& host, const Buffer& dest, std::uint64_t offset) override {
     PythonCall call;
     if (!call) python_is_closed();
-    return copy(device_copies().attr("copy")(capsule_of(host),
-                                             capsule_of(dest.slice(offset, host.bytes())),
-                                             dest.device().type, dest.device().index));
+    return copy(host, dest.slice(offset, host.bytes()), dest.device());
   }
   CopyPtr marker(const Device& device) override {
     PythonCall call;
     if (!call) python_is_closed();
-    return copy(device_copies().attr("marker")(device.type, device.index));
+    return wrap(device_copies("marker")(number(device.type).get(), number(device.index).get()));
   }
   Buffer empty(const Device& device, std::uint64_t bytes,
                const spill::detail::ExplainOutOfMemory& explain) override {
     PythonCall call;
     if (!call) python_is_closed();
-    return buffer_of(
-        device_copies().attr("empty")(device.type, device.index, bytes, py::cpp_function(explain)));
+    const Ref capsule = device_copies("empty")(
+        number(device.type).get(), number(device.index).get(),
+        Convert<std::uint64_t>::to_python(bytes).get(), python_callable(explain).get());
+    return buffer_of(capsule.get());
   }
   Buffer pinned_host(std::uint64_t bytes) override {
     PythonCall call;
     if (!call) return Buffer();
-    py::object capsule = device_copies().attr("pinned_host")(bytes);
-    return capsule.is_none() ? Buffer() : buffer_of(capsule);
+    const Ref capsule =
+        device_copies("pinned_host")(Convert<std::uint64_t>::to_python(bytes).get());
+    return capsule.get() == Py_None ? Buffer() : buffer_of(capsule.get());
   }
 
  private:
-  static CopyPtr copy(py::object c) { return std::make_shared<PythonCopy>(std::move(c)); }
+  static CopyPtr copy(const Buffer& from, const Buffer& to, const Device& device) {
+    return wrap(device_copies("copy")(capsule_of(from).get(), capsule_of(to).get(),
+                                      number(device.type).get(), number(device.index).get()));
+  }
+  static CopyPtr wrap(Ref c) { return std::make_shared<PythonCopy>(std::move(c)); }
 };
 
 }  // namespace
-
-void close_python_at_exit() {
-  py::module_::import("atexit").attr("register")(py::cpp_function([] {
-    python_closed.store(true);
-    py::gil_scoped_release release;
-    while (python_calls.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }));
-}
 
 std::shared_ptr<spill::detail::CopyEngine> python_engine_for_inputs() {
   static const auto real = std::make_shared<PythonEngine>();

@@ -14,8 +14,4 @@ namespace spillarena_python {
 // The override while a test installed one, else the engine of device_copies.py.
 std::shared_ptr<spill::detail::CopyEngine> python_engine_for_inputs();
 
-// At import: from interpreter exit on, the stash's threads no longer enter Python (Note [No
-// Python once the interpreter ends] in python/src/device_engine.cc).
-void close_python_at_exit();
-
 }  // namespace spillarena_python

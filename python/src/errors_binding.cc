@@ -10,11 +10,12 @@
 
 #include "binding.h"
 #include "core/text/quote.h"
+#include "fields.h"
 
 namespace spillarena_python {
 namespace {
 
-using Fields = std::vector<std::pair<const char*, py::object>>;
+using Fields = std::vector<std::pair<const char*, Ref>>;
 
 // Note [One table of error classes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -55,13 +56,14 @@ ErrorClass row(const char* name, const char* builtin, const char* doc, FieldsOf 
           example};
 }
 
-py::object num(std::uint64_t v) { return py::int_(v); }
+Ref num(std::uint64_t v) { return Convert<std::uint64_t>::to_python(v); }
+Ref integer(int v) { return Convert<int>::to_python(v); }
 // Paths as os.fsdecode spells them (see Note [Paths are bytes, as the OS sees them]).
-py::object text(const std::string& v) { return path_to_python(v); }
+Ref text(const std::string& v) { return path_to_python(v); }
 
 Fields no_fields(const spill::Error&) { return {}; }
 Fields path_fields(const spill::PathError& e) {
-  return {{"path", text(e.path())}, {"errno", py::int_(e.error_number())}};
+  return {{"path", text(e.path())}, {"errno", integer(e.error_number())}};
 }
 
 // Parents before children: errors.py makes the classes in this order.
@@ -126,7 +128,7 @@ const std::vector<ErrorClass>& error_classes() {
           "IoError", "",
           "A read or write of region data failed (``errno``, ``op``, ``offset``, ``bytes``).",
           [](const spill::IoError& e) -> Fields {
-            return {{"errno", py::int_(e.error_number())},
+            return {{"errno", integer(e.error_number())},
                     {"op", text(spill::to_string(e.op()))},
                     {"offset", num(e.offset())},
                     {"bytes", num(e.bytes())}};
@@ -151,7 +153,7 @@ const std::vector<ErrorClass>& error_classes() {
           "loaded (``cufile_status`` 0) or cuFile refused to start (its CU_FILE_... code); "
           "``library`` is the library searched.",
           [](const spill::GdsUnavailableError& e) -> Fields {
-            return {{"library", text(e.library())}, {"cufile_status", py::int_(e.cufile_status())}};
+            return {{"library", text(e.library())}, {"cufile_status", integer(e.cufile_status())}};
           },
           [](const std::string& m) {
             throw spill::GdsUnavailableError("libcufile.so.0", 5011, m);
@@ -180,48 +182,69 @@ const ErrorClass* find(std::type_index type) {
   return nullptr;
 }
 
-// The most derived row that matches: children come after their parents in the table.
-void translate(std::exception_ptr thrown) {
-  try {
-    std::rethrow_exception(thrown);
-  } catch (const spill::Error& e) {
-    const auto& rows = error_classes();
-    for (auto c = rows.rbegin(); c != rows.rend(); ++c) {
-      if (!c->matches(e)) continue;
-      py::object cls = py::module_::import("spillarena.errors").attr(c->name);
-      py::object error = cls(message_to_python(e.what()));
-      for (const auto& [key, value] : c->fields(e)) error.attr(key) = value;
-      PyErr_SetObject(cls.ptr(), error.ptr());
-      return;
-    }
-  }
-}
+Ref errors_module() { return Ref::steal(PyImport_ImportModule("spillarena.errors")); }
 
-}  // namespace
-
-void bind_errors(py::module_& m) {
-  py::register_exception_translator(&translate);
-  // (name, base name or None, builtin name or "", docstring), parents first.
-  m.def("_error_classes", [] {
-    py::list out;
+PyObject* error_classes_list(PyObject*, PyObject*) {
+  return guarded([] {
+    Ref out = Ref::steal(PyList_New(0));
     for (const ErrorClass& c : error_classes()) {
       const ErrorClass* base = c.base == c.type ? nullptr : find(c.base);
       if (c.base != c.type && base == nullptr) {
         throw spill::Error(std::string("spillarena: the base of ") + c.name + " has no row");
       }
-      out.append(py::make_tuple(c.name, base ? py::object(py::str(base->name)) : py::none(),
-                                c.builtin, c.doc));
+      const Ref base_name = base ? message_to_python(base->name) : Ref::borrow(Py_None);
+      const Ref row = Ref::steal(PyTuple_Pack(4, message_to_python(c.name).get(), base_name.get(),
+                                              message_to_python(c.builtin).get(),
+                                              message_to_python(c.doc).get()));
+      if (PyList_Append(out.get(), row.get()) != 0) throw PythonError();
     }
     return out;
   });
-  // Lets the tests (and users checking their handlers) raise each C++ type through the
-  // translator, without having to provoke every failure for real.
-  m.def("_throw", [](const std::string& type, const std::string& message) {
+}
+
+// Lets the tests (and users checking their handlers) raise each C++ type through the
+// translation, without having to provoke every failure for real.
+PyObject* throw_example(PyObject*, PyObject* args) {
+  return guarded([&]() -> Ref {
+    const Args a(args, 2, "_throw");
+    const std::string type = utf8(a[0], "_throw: type");
+    const std::string message = utf8(a[1], "_throw: message");
     for (const ErrorClass& c : error_classes()) {
       if (type == c.name) c.example(message);
     }
     throw spill::InvalidArgumentError("spillarena: no error class " + spill::detail::quote(type));
   });
+}
+
+}  // namespace
+
+// The most derived row that matches: children come after their parents in the table. A failure
+// to make the Python error (no memory) leaves that error set instead.
+void raise_in_python(const spill::Error& e) {
+  try {
+    const auto& rows = error_classes();
+    for (auto c = rows.rbegin(); c != rows.rend(); ++c) {
+      if (!c->matches(e)) continue;
+      const Ref cls = errors_module().attr(c->name);
+      const Ref error = cls(message_to_python(e.what()).get());
+      for (const auto& [key, value] : c->fields(e)) {
+        if (PyObject_SetAttrString(error.get(), key, value.get()) != 0) throw PythonError();
+      }
+      PyErr_SetObject(cls.get(), error.get());
+      return;
+    }
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (const PythonError& failed) {
+    failed.restore();
+  }
+}
+
+void add_errors() {
+  // (name, base name or None, builtin name or "", docstring), parents first.
+  add_function("_error_classes", error_classes_list, METH_NOARGS,
+               "The error classes: (name, base or None, builtin or '', docstring), parents first.");
+  add_function("_throw", throw_example, METH_VARARGS,
+               "_throw(type, message) raises the C++ error type `type` through the translation.");
 }
 
 }  // namespace spillarena_python

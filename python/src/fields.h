@@ -3,11 +3,9 @@
 // core/stash/stash_fields.h, both included here so every overload is seen).
 //
 //   spill::ArenaOptions options;
-//   set_field(options, "capacity_bytes", py::int_(1 << 30));  // checked, typed errors
-//   py::dict d = to_dict(options);                            // {"directory": "", ...}
+//   set_field(options, "capacity_bytes", value);  // checked, typed errors
+//   Ref d = to_dict(options);                     // {"directory": "", ...}
 #pragma once
-
-#include <pybind11/pybind11.h>
 
 #include <string>
 #include <type_traits>
@@ -22,18 +20,31 @@
 namespace spillarena_python {
 
 template <class Struct>
-py::dict to_dict(const Struct& s) {
-  py::dict out;
+Ref to_dict(const Struct& s) {
+  Ref out = Ref::steal(PyDict_New());
   spill::detail::visit_fields(s, [&](const char* name, const auto& value) {
-    out[name] = Convert<std::decay_t<decltype(value)>>::to_python(value);
+    const Ref v = Convert<std::decay_t<decltype(value)>>::to_python(value);
+    if (PyDict_SetItemString(out.get(), name, v.get()) != 0) throw PythonError();
   });
   return out;
 }
 
+// The names of a struct's fields, in order.
+template <class Struct>
+std::vector<std::string> field_names() {
+  std::vector<std::string> out;
+  Struct s;
+  spill::detail::visit_fields(s, [&](const char* name, const auto&) { out.push_back(name); });
+  return out;
+}
+
+// A tuple of strings.
+Ref tuple_of(const std::vector<std::string>& names);
+
 // Throws spill::InvalidArgumentError for an unknown name (listing `names`, or the struct's
 // fields when empty) or a value of the wrong kind.
 template <class Struct>
-void set_field(Struct& s, const std::string& name, py::handle value,
+void set_field(Struct& s, const std::string& name, PyObject* value,
                const std::vector<std::string>& names = {}) {
   bool found = false;
   std::string known;
@@ -48,6 +59,16 @@ void set_field(Struct& s, const std::string& name, py::handle value,
     throw spill::InvalidArgumentError("spillarena: unknown option " + spill::detail::quote(name) +
                                       "; the options are: " + known);
   }
+}
+
+// Each (key, value) of a dict, in order; keys must be str (InvalidArgumentError naming `what`).
+template <class Visit>
+void for_each_item(PyObject* dict, const char* what, Visit&& visit) {
+  if (!PyDict_Check(dict)) throw_bad_value(what, "a dict", dict);
+  PyObject* key = nullptr;
+  PyObject* value = nullptr;
+  Py_ssize_t at = 0;
+  while (PyDict_Next(dict, &at, &key, &value)) visit(utf8(key, what), value);
 }
 
 }  // namespace spillarena_python

@@ -1,13 +1,143 @@
 // spillarena._C: the C++ half of the Python package. It links no torch (Note [One wheel for every
-// torch] in python/CMakeLists.txt); spillarena/__init__.py checks the torch version first.
-#include <pybind11/pybind11.h>
+// torch] in python/CMakeLists.txt) and uses CPython's limited API only (Note [One file for every
+// CPython]); spillarena/__init__.py checks the torch version first.
+#include <utility>
+#include <vector>
 
 #include "binding.h"
+#include "python_call.h"
 
-PYBIND11_MODULE(_C, m) {
-  m.doc() = "spillarena C++ core: the arena, its stash and the error types";
-  spillarena_python::bind_errors(m);
-  spillarena_python::bind_arena(m);
-  spillarena_python::bind_stash(m);
-  spillarena_python::bind_per_file(m);
+namespace spillarena_python {
+namespace {
+
+// Note [One file for every CPython]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A module built against CPython's full API works with the one minor version it was built for,
+// so a wheel was one file per Python (cp311-cp311). This one is built with Py_LIMITED_API =
+// 3.10 and tagged cp310-abi3: one file for CPython 3.10 and every later release
+// (scripts/build_wheel.sh checks it with abi3audit). pybind11 cannot build such a module, and
+// nanobind's abi3 needs 3.12, so the binding is written with the few pieces py.h holds: owned
+// references, Python errors as C++ exceptions, the GIL let go, capsules for the C++ objects
+// Python holds. The classes a user sees are Python classes over those capsules
+// (spillarena/arena.py, stash.py), which is also where repr, properties and copying live.
+std::vector<PyMethodDef>& functions() {
+  static std::vector<PyMethodDef> all;
+  return all;
 }
+
+std::vector<std::pair<const char*, Ref>>& constants() {
+  static std::vector<std::pair<const char*, Ref>> all;
+  return all;
+}
+
+PyObject* make_module() {
+  return guarded([] {
+    add_errors();
+    add_arena();
+    add_stash();
+    add_per_file();
+    add_function("_close_python", close_python, METH_NOARGS,
+                 "Called at exit (atexit): the stash's threads no longer enter Python.");
+    functions().push_back({nullptr, nullptr, 0, nullptr});
+    static PyModuleDef definition = {
+        PyModuleDef_HEAD_INIT,
+        "_C",
+        "spillarena C++ core: the arena, its stash and the error types",
+        -1,
+        functions().data(),
+        nullptr,
+        nullptr,
+        nullptr,
+        nullptr};
+    Ref module = Ref::steal(PyModule_Create(&definition));
+    for (auto& [name, value] : constants()) {
+      if (PyModule_AddObjectRef(module.get(), name, value.get()) != 0) throw PythonError();
+    }
+    constants().clear();
+    return module;
+  });
+}
+
+}  // namespace
+
+void add_function(const char* name, PyCFunction function, int flags, const char* doc) {
+  functions().push_back({name, function, flags, doc});
+}
+
+void add_constant(const char* name, Ref value) { constants().emplace_back(name, std::move(value)); }
+
+// ---------------------------------------------------------------------------------------------
+// py.h and binding.h
+// ---------------------------------------------------------------------------------------------
+
+struct PythonError::Fetched {
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* traceback = nullptr;
+  ~Fetched() {
+    PythonCall call;    // the last copy may go on a stash thread
+    if (!call) return;  // left to the OS: Note [No Python once the interpreter ends]
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+  }
+};
+
+PythonError::PythonError() : fetched_(std::make_shared<Fetched>()) {
+  PyErr_Fetch(&fetched_->type, &fetched_->value, &fetched_->traceback);
+  if (fetched_->type == nullptr) {
+    fetched_->type = Py_NewRef(PyExc_SystemError);
+    fetched_->value = PyUnicode_FromString("spillarena: a C API call failed without an error");
+  }
+}
+
+void PythonError::restore() const {
+  PyErr_Restore(Py_XNewRef(fetched_->type), Py_XNewRef(fetched_->value),
+                Py_XNewRef(fetched_->traceback));
+}
+
+std::string repr(PyObject* value) {
+  PyObject* text = PyObject_Repr(value);
+  Py_ssize_t size = 0;
+  const char* bytes = text != nullptr ? PyUnicode_AsUTF8AndSize(text, &size) : nullptr;
+  std::string out = bytes != nullptr ? std::string(bytes, static_cast<std::size_t>(size))
+                                     : std::string("<unprintable object>");
+  if (bytes == nullptr) PyErr_Clear();
+  Py_XDECREF(text);
+  return out;
+}
+
+std::string utf8(PyObject* value, const std::string& field) {
+  Py_ssize_t size = 0;
+  const char* bytes = PyUnicode_Check(value) ? PyUnicode_AsUTF8AndSize(value, &size) : nullptr;
+  if (bytes == nullptr) {
+    PyErr_Clear();
+    throw_bad_value(field, "a string", value);
+  }
+  return std::string(bytes, static_cast<std::size_t>(size));
+}
+
+std::string path_from_python(PyObject* v, const std::string& field) {
+  if (!PyUnicode_Check(v) && !PyBytes_Check(v) && PyObject_HasAttrString(v, "__fspath__") == 0) {
+    throw_bad_value(field, "a string, bytes or path", v);
+  }
+  PyObject* encoded = nullptr;
+  if (PyObject* os = PyImport_ImportModule("os")) {
+    encoded = PyObject_CallMethod(os, "fsencode", "O", v);
+    Py_DECREF(os);
+  }
+  char* bytes = nullptr;
+  Py_ssize_t size = 0;
+  if (encoded == nullptr || PyBytes_AsStringAndSize(encoded, &bytes, &size) != 0) {
+    PyErr_Clear();
+    Py_XDECREF(encoded);
+    throw_bad_value(field, "a string, bytes or path", v);
+  }
+  std::string out(bytes, static_cast<std::size_t>(size));
+  Py_DECREF(encoded);
+  return out;
+}
+
+}  // namespace spillarena_python
+
+PyMODINIT_FUNC PyInit__C() { return spillarena_python::make_module(); }

@@ -2,8 +2,6 @@
 // forward and backward. Only handles cross into Python, and tensors cross as DLPack capsules,
 // so this extension links no torch (Note [The stash moves bytes] in src/core/stash/buffer.cc);
 // python/spillarena/stash.py wraps these in the TensorStash a user sees.
-#include <pybind11/pybind11.h>
-
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,38 +13,14 @@
 #include "core/stash/chain.h"
 #include "device_engine.h"
 #include "fields.h"
+#include "spill/stash.h"
 
 namespace spillarena_python {
 namespace {
 
 using spill::detail::Chain;
 using spill::detail::EntryPtr;
-
-// Note [Letting go of the stash without the GIL]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The stash's threads let go of Python's tensors: a write completes on the progress thread and
-// the input's DLPack owner is released there, which takes the GIL when it was the tensor's last
-// reference. A chain's destructor joins that thread, and an entry's waits for its I/O; run
-// under the GIL — a Python object dying — they would wait for a thread that waits for the GIL.
-// So whatever Python drops of the stash is destroyed with the GIL released. The same holds for
-// the arena's mutex: the stash never calls the engine (which takes the GIL) while holding it
-// (DevicePath::pool_for), and the bindings release the GIL before taking it.
-template <class Release>
-void without_gil(Release release) {
-  if (PyGILState_Check() != 0) {
-    py::gil_scoped_release unlocked;
-    release();
-  } else {
-    release();
-  }
-}
-
-// `chain` whose last reference, wherever Python drops it, is released without the GIL.
-std::shared_ptr<Chain> held_by_python(std::shared_ptr<Chain> chain) {
-  Chain* raw = chain.get();
-  return std::shared_ptr<Chain>(
-      raw, [chain = std::move(chain)](Chain*) mutable { without_gil([&] { chain.reset(); }); });
-}
+using ChainPtr = std::shared_ptr<Chain>;
 
 // One stored input, as Python holds it. restore() may run once (a second backward through the
 // same graph must fail, not read a freed region); free() frees an unrestored region at once.
@@ -55,15 +29,14 @@ std::shared_ptr<Chain> held_by_python(std::shared_ptr<Chain> chain) {
 // CheckpointError, never a freed entry.
 class Stored {
  public:
-  Stored(std::shared_ptr<Chain> chain, EntryPtr entry)
-      : chain_(std::move(chain)), entry_(std::move(entry)) {}
-  Stored(Stored&&) = default;
-  ~Stored() {
-    without_gil([this] { entry_.reset(), chain_.reset(); });
-  }
+  Stored(ChainPtr chain, EntryPtr entry) : chain_(std::move(chain)), entry_(std::move(entry)) {}
+  Stored(Stored&& other) noexcept
+      : chain_(std::move(other.chain_)),
+        entry_(std::move(other.entry_)),
+        restored_(other.restored_) {}
 
   spill::detail::Buffer restore() {
-    std::lock_guard<std::mutex> lock(*mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     if (restored_ || !entry_) {
       throw spill::CheckpointError(
           "spillarena: this stashed tensor was already restored (or freed); its region was "
@@ -74,26 +47,50 @@ class Stored {
     return chain_->restore(entry_);
   }
   void prefetch() {
-    std::lock_guard<std::mutex> lock(*mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!entry_ || restored_) return;
     spill::detail::MutexLock entry_lock(entry_->mutex);
     chain_->prefetch(*entry_);
   }
   void free() {
-    std::lock_guard<std::mutex> lock(*mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     entry_.reset();
   }
   bool restored() const {
-    std::lock_guard<std::mutex> lock(*mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     return restored_;
   }
 
  private:
-  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // guards the three below
-  std::shared_ptr<Chain> chain_;
+  mutable std::mutex mutex_;  // guards the three below
+  ChainPtr chain_;
   EntryPtr entry_;
   bool restored_ = false;
 };
+
+}  // namespace
+
+template <>
+struct CapsuleName<ChainPtr> {
+  static constexpr const char* value = "spillarena._Chain";
+};
+template <>
+struct CapsuleName<Stored> {
+  static constexpr const char* value = "spillarena._Stored";
+};
+
+namespace {
+
+// Note [Letting go of the stash without the GIL]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The stash's threads let go of Python's tensors: a write completes on the progress thread and
+// the input's DLPack owner is released there, which takes the GIL when it was the tensor's last
+// reference. A chain's destructor joins that thread, and an entry's waits for its I/O; run
+// under the GIL — a Python object dying — they would wait for a thread that waits for the GIL.
+// So whatever Python drops of the stash is destroyed with the GIL released (the capsules of
+// Note [C++ objects Python holds]). The same holds for the arena's mutex: the stash never calls
+// the engine (which takes the GIL) while holding it (DevicePath::pool_for), and the bindings
+// release the GIL before taking it.
 
 // Note [The arena's warnings reach Python as warnings]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -105,103 +102,158 @@ class Stored {
 void warn_in_python(Chain& chain) {
   std::vector<std::string> notices;
   {
-    py::gil_scoped_release release;  // the arena's mutex, which the engine never waits under
+    Unlocked unlocked;  // the arena's mutex, which the engine never waits under
     notices = chain.take_notices();
   }
   if (notices.empty()) return;
-  const py::object category = py::module_::import("spillarena.errors").attr("SpillArenaWarning");
+  const Ref category =
+      Ref::steal(PyImport_ImportModule("spillarena.errors")).attr("SpillArenaWarning");
   for (const std::string& notice : notices) {
-    // stacklevel 2: the warning points at the caller of spillarena.stash's store().
-    if (PyErr_WarnEx(category.ptr(), notice.c_str(), 2) != 0) throw py::error_already_set();
+    // stacklevel 3: past stash.py's _Chain.store and _ArenaStash.store, at their caller.
+    if (PyErr_WarnEx(category.get(), notice.c_str(), 3) != 0) throw PythonError();
   }
 }
 
-// store(bytes, accelerator, describe): `bytes` the capsule of the input's contiguous bytes.
-Stored store(const std::shared_ptr<Chain>& chain, py::handle bytes, bool accelerator,
-             std::string describe) {
-  spill::detail::StashInput in;
-  in.bytes = buffer_of(bytes);
-  in.accelerator = accelerator;
-  if (accelerator) in.engine = python_engine_for_inputs();
-  in.describe = [text = std::move(describe)] { return text; };
-  EntryPtr e;
-  {
-    py::gil_scoped_release release;
-    chain->rethrow_failure();
-    e = std::make_shared<spill::detail::Entry>(std::move(in), chain->counters());
-    chain->stored(e);
-  }
-  warn_in_python(*chain);
-  return Stored(chain, std::move(e));
+ChainPtr& chain_of(PyObject* handle) { return held<ChainPtr>(handle); }
+
+// _make_chain(arena, options): a chain of its own; options as in spill::StashOptions.
+PyObject* make_chain(PyObject*, PyObject* args) {
+  return guarded([&] {
+    const Args a(args, 2, "_make_chain");
+    const spill::SpillArena& arena = held<spill::SpillArena>(a[0]);
+    spill::StashOptions parsed;
+    {
+      Unlocked unlocked;  // the arena's mutex
+      parsed = spill::stash_options(arena);
+    }
+    for_each_item(a[1], "make_arena_stash: options",
+                  [&](const std::string& key, PyObject* value) { set_field(parsed, key, value); });
+    ChainPtr chain;
+    {
+      Unlocked unlocked;
+      chain = spill::detail::make_chain(arena, parsed);
+    }
+    return hold(std::move(chain));
+  });
 }
 
-py::object restore(Stored& stored) {
-  spill::detail::Buffer bytes;
-  {
-    py::gil_scoped_release release;
-    bytes = stored.restore();
-  }
-  if (!bytes.defined()) return py::none();
-  return capsule_of(bytes);
+PyObject* shared_chain(PyObject*, PyObject* arena) {
+  return guarded([&] {
+    const spill::SpillArena& a = held<spill::SpillArena>(arena);
+    ChainPtr chain;
+    {
+      Unlocked unlocked;  // the arena's mutex
+      chain = spill::detail::shared_chain(a);
+    }
+    return hold(std::move(chain));
+  });
+}
+
+// _chain_store(chain, bytes, accelerator, describe): `bytes` the capsule of the input's
+// contiguous bytes.
+PyObject* store(PyObject*, PyObject* args) {
+  return guarded([&] {
+    const Args a(args, 4, "_chain_store");
+    const ChainPtr& chain = chain_of(a[0]);
+    spill::detail::StashInput in;
+    in.accelerator = Convert<bool>::from_python(a[2], "store: accelerator");
+    in.describe = [text = utf8(a[3], "store: describe")] { return text; };
+    in.bytes = buffer_of(a[1]);
+    if (in.accelerator) in.engine = python_engine_for_inputs();
+    EntryPtr e;
+    {
+      Unlocked unlocked;
+      chain->rethrow_failure();
+      e = std::make_shared<spill::detail::Entry>(std::move(in), chain->counters());
+      chain->stored(e);
+    }
+    Ref stored = hold(Stored(chain, std::move(e)));
+    warn_in_python(*chain);
+    return stored;
+  });
+}
+
+PyObject* chain_name(PyObject*, PyObject* chain) {
+  return guarded(
+      [&] { return message_to_python(spill::to_string(chain_of(chain)->arena().backing())); });
+}
+
+PyObject* chain_stats(PyObject*, PyObject* chain) {
+  return guarded([&] {
+    const ChainPtr& c = chain_of(chain);
+    spill::StashStats stats;
+    {
+      Unlocked unlocked;  // the arena's mutex
+      stats = c->stats();
+    }
+    return to_dict(stats);
+  });
+}
+
+PyObject* restore(PyObject*, PyObject* handle) {
+  return guarded([&] {
+    Stored& stored = held<Stored>(handle);
+    spill::detail::Buffer bytes;
+    {
+      Unlocked unlocked;
+      bytes = stored.restore();
+    }
+    return bytes.defined() ? capsule_of(bytes) : Ref::borrow(Py_None);
+  });
+}
+
+PyObject* prefetch(PyObject*, PyObject* handle) {
+  return guarded([&] {
+    Stored& stored = held<Stored>(handle);
+    Unlocked unlocked;
+    stored.prefetch();
+    return Ref::borrow(Py_None);
+  });
+}
+
+PyObject* free_stored(PyObject*, PyObject* handle) {
+  return guarded([&] {
+    Stored& stored = held<Stored>(handle);
+    {
+      Unlocked unlocked;
+      stored.free();
+    }
+    return Ref::borrow(Py_None);
+  });
+}
+
+PyObject* restored(PyObject*, PyObject* handle) {
+  return guarded([&] {
+    Stored& stored = held<Stored>(handle);
+    bool answer = false;
+    {
+      Unlocked unlocked;  // a restore in flight holds the handle's mutex
+      answer = stored.restored();
+    }
+    return Convert<bool>::to_python(answer);
+  });
 }
 
 }  // namespace
 
-void bind_stash(py::module_& m) {
-  using Release = py::call_guard<py::gil_scoped_release>;
-  close_python_at_exit();
-
-  py::class_<Stored>(m, "_Stored", "A layer input's bytes in the chain; restore() once.")
-      .def("restore", &restore,
-           "The stored bytes as a DLPack capsule (1-D uint8). Once only; CheckpointError after "
-           "restore() or free().")
-      .def("prefetch", &Stored::prefetch, Release(),
-           "Starts bringing the bytes back without waiting; restore() then finds them ready.")
-      .def("free", &Stored::free, Release(), "Free the stored bytes now.")
-      .def_property_readonly("restored", py::cpp_function(&Stored::restored, Release()));
-
-  py::class_<Chain, std::shared_ptr<Chain>> chain(
-      m, "_Chain", "The arena stash's chain of stored inputs (spillarena.stash wraps it).");
-  share_on_copy(chain, "TensorStash");
-  chain.def("store", &store, py::arg("bytes"), py::arg("accelerator"), py::arg("describe"))
-      .def_property_readonly("name",
-                             [](const Chain& c) { return spill::to_string(c.arena().backing()); })
-      .def(
-          "stats",
-          [](const Chain& c) {
-            spill::StashStats stats;
-            {
-              py::gil_scoped_release release;  // the arena's mutex
-              stats = c.stats();
-            }
-            return to_dict(stats);
-          },
-          "A dict keyed by spill::StashStats field names.");
-
-  m.def(
-      "_make_chain",
-      [](const spill::SpillArena& arena, const py::kwargs& options) {
-        spill::StashOptions parsed;
-        {
-          py::gil_scoped_release release;  // the arena's mutex
-          parsed = spill::stash_options(arena);
-        }
-        for (const auto& [key, value] : options) set_field(parsed, key.cast<std::string>(), value);
-        py::gil_scoped_release release;
-        return held_by_python(spill::detail::make_chain(arena, parsed));
-      },
-      py::arg("arena"),
-      "A chain of its own in the regions of `arena`. Keywords as in spill::StashOptions "
-      "(asynchronous, prefetch_depth, keep_last, gds_buffer_bytes); by default the arena's.");
-  m.def(
-      "_shared_chain",
-      [](const spill::SpillArena& arena) {
-        py::gil_scoped_release release;  // the arena's mutex
-        return held_by_python(spill::detail::shared_chain(arena));
-      },
-      py::arg("arena"),
-      "The arena's shared chain, as spill::checkpoint uses it: consecutive layers form one "
-      "chain for prefetching and keep_last.");
+void add_stash() {
+  add_function("_make_chain", make_chain, METH_VARARGS,
+               "_make_chain(arena, options): a chain of its own in the regions of `arena`; "
+               "options as in spill::StashOptions, by default the arena's.");
+  add_function("_shared_chain", shared_chain, METH_O,
+               "_shared_chain(arena): the arena's shared chain, as spill::checkpoint uses it.");
+  add_function("_chain_store", store, METH_VARARGS,
+               "_chain_store(chain, bytes, accelerator, describe): a stored input's handle.");
+  add_function("_chain_name", chain_name, METH_O, "The chain's arena backing: 'disk' or 'ram'.");
+  add_function("_chain_stats", chain_stats, METH_O,
+               "A dict keyed by spill::StashStats field names.");
+  add_function("_stored_restore", restore, METH_O,
+               "The stored bytes as a DLPack capsule (1-D uint8). Once only; CheckpointError "
+               "after restore or free.");
+  add_function("_stored_prefetch", prefetch, METH_O,
+               "Starts bringing the bytes back without waiting.");
+  add_function("_stored_free", free_stored, METH_O, "Frees the stored bytes now.");
+  add_function("_stored_restored", restored, METH_O, "Whether restore ran.");
 }
 
 }  // namespace spillarena_python

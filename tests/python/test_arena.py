@@ -3,6 +3,7 @@
 import os
 import pathlib
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -376,3 +377,37 @@ def test_make_arena_stash_takes_the_stash_options(spill_dir):
         spillarena.make_arena_stash(arena, io="direct")
     with pytest.raises(spillarena.InvalidArgumentError):
         spillarena.make_arena_stash(arena, prefetch_depth=-1)
+
+
+def test_the_extension_is_one_file_for_every_cpython():
+    # Note [One file for every CPython] in python/src/module.cc: the limited API's file name, and
+    # abi3audit (scripts/setup.sh installs it) finds nothing outside CPython 3.10's limited API.
+    so = spillarena._C.__file__
+    assert so.endswith("_C.abi3.so"), so
+    pytest.importorskip("abi3audit")
+    audit = subprocess.run([sys.executable, "-m", "abi3audit", "--strict", "--assume-minimum-abi3",
+                            "3.10", "--report", so], capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout[-2000:] + audit.stderr[-2000:]
+    assert '"non_abi3_symbols": []' in audit.stdout, audit.stdout[-2000:]
+
+
+@pytest.mark.parametrize("call", [
+    lambda: spillarena._C._arena_stats(object()),
+    lambda: spillarena._C._chain_stats(spillarena._C._arena_new(4096, None, {"backing": "ram"})),
+    lambda: spillarena._C._stored_restore(None),
+    lambda: spillarena.make_arena_stash("not an arena"),
+    lambda: spillarena.shared_arena_stash(spillarena.make_in_memory_stash()),
+])
+def test_a_wrong_handle_is_a_typed_error_not_a_crash(call):
+    with pytest.raises(spillarena.InvalidArgumentError):
+        call()
+
+
+def test_a_python_error_raised_by_the_extension_keeps_its_type():
+    # Note [Python errors cross C++ as exceptions]: per-file store of something not bytes raises
+    # the TypeError CPython set, not a RuntimeError of ours.
+    files = spillarena._C._per_file_files(tempfile.mkdtemp())
+    with pytest.raises(TypeError):
+        spillarena._C._per_file_store(files, "text, not bytes")
+    with pytest.raises(spillarena.InvalidArgumentError, match="takes 2 arguments"):
+        spillarena._C._per_file_store(files)

@@ -7,13 +7,19 @@
 #   3. its extension names no symbol or library of torch (one wheel for every torch >= 2.11;
 #      scripts/wheel_matrix.sh runs it beside 2.11, 2.13 and 2.15);
 #   4. beside a torch older than 2.11 (a stand-in torch 2.10.0): pip refuses it, and forced in
-#      with --no-deps, `import spillarena` raises an ImportError naming the torch it needs.
+#      with --no-deps, `import spillarena` raises an ImportError naming the torch it needs;
+#   5. one file for every CPython from 3.10 on: the wheel is tagged cp310-abi3, and its extension
+#      loads and works (tests/wheel/load_extension.py, no torch) in each CPython 3.10 or later
+#      found on PATH or under ~/.pyenv; a CPython 3.9 found there is refused by pip.
 # Prints the install and smoke-step times and the wheel's size.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=${1:?usage: wheel_check.sh WORK_DIR, the wheel folder of a build tree}
 work=$(mkdir -p "$work" && cd "$work" && pwd)
-wheel=$(ls -t "$work"/spillarena-*.whl 2>/dev/null | head -n 1 || true)
+wheel=""
+for w in "$work"/spillarena-*.whl; do  # the newest
+  if [[ -f $w && (-z $wheel || $w -nt $wheel) ]]; then wheel=$w; fi
+done
 [[ -n $wheel ]] || { echo "wheel_check: no wheel in $work; run scripts/build_wheel.sh --out $work"; exit 1; }
 echo "wheel_check: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB"
 torch_version=$("$src/.venv/bin/python" -c 'from importlib.metadata import version; print(version("torch"))')
@@ -107,3 +113,31 @@ for needle in "ImportError" "needs torch >= 2.11" "torch 2.10.0 is installed"; d
   grep -qF "$needle" <<<"$message" || { echo "wheel_check: the ImportError lacks '$needle':"; echo "$message"; exit 1; }
 done
 echo "wheel_check: forced in with --no-deps: $(echo "$message" | tail -n 1)"
+
+# 5. One file for every CPython (Note [One file for every CPython] in python/src/module.cc).
+[[ $(basename "$wheel") == *-cp310-abi3-* ]] ||
+  { echo "wheel_check: $(basename "$wheel") is not tagged cp310-abi3"; exit 1; }
+unpacked=$work/unpacked
+rm -rf "$unpacked" && mkdir -p "$unpacked"
+python3 -m zipfile -e "$wheel" "$unpacked"
+found=()
+for minor in 9 10 11 12 13 14; do
+  for py in "$HOME"/.pyenv/versions/3."$minor".*/bin/python3."$minor" \
+    "$(command -v "python3.$minor" || true)"; do
+    # (a pyenv shim is on PATH but may run no interpreter)
+    if [[ -x $py ]] && "$py" -c pass 2>/dev/null; then found+=("$py"); break; fi
+  done
+done
+((${#found[@]})) || { echo "wheel_check: no other CPython found; step 5 checked the tag only"; exit 0; }
+for py in "${found[@]}"; do
+  if [[ $("$py" -c 'import sys; print(sys.version_info >= (3, 10))') == True ]]; then
+    scratch=$(mktemp -d "$work/abi3.XXXXXX")
+    "$py" "$src/tests/wheel/load_extension.py" "$unpacked/spillarena" "$scratch" ||
+      { rm -rf "$scratch"; echo "wheel_check: the extension fails in $py"; exit 1; }
+    rm -rf "$scratch"
+  elif refused=$("$py" -m pip install --dry-run --no-index --no-deps "$wheel" 2>&1); then
+    echo "wheel_check: pip of $py ($("$py" -V)) accepted the wheel"; exit 1
+  else
+    echo "wheel_check: $("$py" -V) refused: $(echo "$refused" | grep -m1 -i error)"
+  fi
+done
