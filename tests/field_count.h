@@ -1,6 +1,7 @@
 // The number of fields of an aggregate, at compile time, and a check that a `visit_fields` names
-// each of them once: a field added to a struct and forgotten in its visit_fields (and so in the
-// CLI's JSON and the Python dicts and keywords made from it) fails a test.
+// each of them once, in order: a field added to a struct and forgotten in its list (and so in the
+// CLI's JSON and the Python dicts and keywords made from it) fails a test. See Note [One list of
+// each struct's fields] in src/core/stash/stash_fields.h.
 //
 //   struct Point { int x = 0; int y = 0; };
 //   static_assert(spill_test::field_count<Point>() == 2);
@@ -48,20 +49,24 @@ constexpr std::size_t field_count() {
   }
 }
 
-// visit_fields(object, visit) calls visit once per field of `object`: as many calls as fields,
-// each with a field of its own (inside `object`) and a name of its own. The caller passes the
-// visit_fields to check (the library's are internal, in spill::detail: not found by
-// argument-dependent lookup).
+// visit_fields(object, visit) calls visit once per field of `object`, in declaration order: as
+// many calls as fields, each with a field of its own (inside `object`, after the one before) and
+// a name of its own. The caller passes the visit_fields to check (the library's are internal, in
+// spill::detail: not found by argument-dependent lookup).
 template <class T, class VisitFields>
 void check_visits_every_field(const T& object, VisitFields&& visit_fields) {
   const char* begin = reinterpret_cast<const char*>(&object);
   std::set<const void*> fields;
   std::set<std::string> names;
   std::size_t visits = 0;
+  const char* previous = nullptr;
   visit_fields(object, [&](const char* name, const auto& field) {
     const char* at = reinterpret_cast<const char*>(&field);
-    CAPTURE(name);
+    const std::string named = name;  // CAPTURE would log a const char* as its address
+    CAPTURE(named);
     CHECK((at >= begin && at < begin + sizeof(T)));
+    CHECK((previous == nullptr || at > previous));  // members are laid out in declaration order
+    previous = at;
     fields.insert(&field);
     names.insert(name);
     ++visits;

@@ -130,6 +130,8 @@ constexpr std::uint64_t kMaxCapacityBytes = 1ull << 50;
 constexpr double kMinGrowthMargin = 1.0;
 constexpr double kMaxGrowthMargin = 16.0;
 
+// Each field is listed once more, in src/core/arena/arena_fields.h (Note [One list of each
+// struct's fields] in src/core/stash/stash_fields.h).
 struct ArenaStats {
   std::uint64_t capacity_bytes = 0;  // now: after any grows
   std::uint64_t bytes_in_use = 0;    // rounded sizes of live regions

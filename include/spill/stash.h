@@ -36,7 +36,8 @@ struct StashOptions {
 
 // What the arena stashes of one arena did and hold (zeros for the other stashes). Device bytes are
 // those of accelerator inputs the stash references: stored and not yet copied off, or brought back
-// and not yet restored. See Note [The host pool] in src/core/stash/host_pool.cc.
+// and not yet restored. See Note [The host pool] in src/core/stash/host_pool.cc. Each field is
+// listed once more, in src/core/stash/stash_fields.h (Note [One list of each struct's fields]).
 struct StashStats {
   std::uint64_t inputs_stored = 0;
   // Inputs whose bytes reached the arena: writes that completed, including an input backward

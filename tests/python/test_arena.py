@@ -3,8 +3,8 @@
 import os
 import pathlib
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 

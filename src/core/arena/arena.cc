@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "core/arena/arena_core.h"
 #include "core/file/spill_file.h"
@@ -50,17 +51,26 @@ void check_staging(std::uint64_t staging) {
   }
 }
 
-// The staging pool is touched when the arena is made (and again when a grow enlarges it, with
-// the same check: IoEngine::fit_staging): more than the memory this process may still use would
-// not fail there but summon the OOM killer, for this process or a neighbour.
-void check_staging_fits(std::uint64_t staging) {
+// Memory the arena or its stash will touch: more than this process may still use would not fail
+// there but summon the OOM killer, for this process or a neighbour. `what`: the
+// InsufficientSpaceError's path; `option`: the ArenaOptions field asking for `bytes`.
+void check_fits_in_memory(const char* what, const char* option, std::uint64_t bytes,
+                          const char* advice) {
   const std::uint64_t usable = memory_limits().usable_bytes();
-  if (usable == 0 || staging <= usable) return;
-  throw InsufficientSpaceError("<staging>", staging, usable,
-                               "spill: ArenaOptions::staging_bytes = " + bytes_with_units(staging) +
-                                   " exceeds the " + bytes_with_units(usable) +
+  if (usable == 0 || bytes <= usable) return;
+  throw InsufficientSpaceError(what, bytes, usable,
+                               std::string("spill: ArenaOptions::") + option + " = " +
+                                   bytes_with_units(bytes) + " exceeds the " +
+                                   bytes_with_units(usable) +
                                    " of memory this process may still use (MemAvailable, memory "
-                                   "cgroup); lower it (default 64 MiB)");
+                                   "cgroup); " +
+                                   advice);
+}
+
+// The staging pool is touched when the arena is made (and again when a grow enlarges it, with
+// the same check: IoEngine::fit_staging).
+void check_staging_fits(std::uint64_t staging) {
+  check_fits_in_memory("<staging>", "staging_bytes", staging, "lower it (default 64 MiB)");
 }
 
 // An explicit host pool: at least a page, and no more than the memory this process may still use
@@ -75,13 +85,7 @@ void check_host_pool(std::uint64_t pool) {
                                " bytes); give at least one input's bytes, or leave it unset "
                                "(spill::kAutomaticHostPool) to size it from the first input");
   }
-  const std::uint64_t usable = memory_limits().usable_bytes();
-  if (usable == 0 || pool <= usable) return;
-  throw InsufficientSpaceError("<host pool>", pool, usable,
-                               "spill: ArenaOptions::host_pool_bytes = " + bytes_with_units(pool) +
-                                   " exceeds the " + bytes_with_units(usable) +
-                                   " of memory this process may still use (MemAvailable, memory "
-                                   "cgroup); lower it or leave it unset");
+  check_fits_in_memory("<host pool>", "host_pool_bytes", pool, "lower it or leave it unset");
 }
 
 // Note [Choosing the I/O mode]

@@ -12,6 +12,7 @@
 
 #include "chain.h"
 #include "core/arena/arena_internals.h"
+#include "core/os/counted_wait.h"
 #include "spill/error.h"
 
 namespace spill {
@@ -57,24 +58,9 @@ std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena) {
 }
 
 StashStats ArenaShared::stats() {
-  const StashCounters& c = *counters;
+  // The COUNTED fields, then the READ ones (Note [One list of each struct's fields]).
   StashStats s;
-  s.inputs_stored = c.inputs_stored;
-  s.inputs_spilled = c.inputs_spilled;
-  s.device_bytes_held = c.device_bytes_held;
-  s.peak_device_bytes_held = c.peak_device_bytes_held;
-  s.host_bytes_in_flight = c.host_bytes_in_flight;
-  s.peak_host_bytes_in_flight = c.peak_host_bytes_in_flight;
-  s.pool_waits = c.budget_waits;
-  s.pool_wait_ns = c.budget_wait_ns;
-  s.inputs_kept_on_device = c.inputs_kept_on_device;
-  s.bytes_kept_on_device = c.bytes_kept_on_device;
-  s.pieces = c.pieces;
-  s.restores = c.restores;
-  s.restore_waits = c.restore_waits;
-  s.restore_wait_ns = c.restore_wait_ns;
-  s.prefetches = c.prefetches;
-  s.prefetch_hits = c.prefetch_hits;
+  counters->copy_to(s);
   s.restores_into_reused_memory = restore_pool->reused();
   MutexLock lock(mutex);
   if (pool) {
@@ -92,8 +78,6 @@ StashStats ArenaShared::stats() {
     s.cufile_mode = cufile->mode();
     s.cufile_bounce_bytes = cufile->bounce_bytes();
   }
-  s.cufile_bytes_written = c.cufile_bytes_written;
-  s.cufile_bytes_read = c.cufile_bytes_read;
   return s;
 }
 
@@ -212,9 +196,7 @@ void Chain::stored(const EntryPtr& e) {
       unspilled_.pop_front();
     }
   }
-  std::uint64_t largest = context_.largest_input.load();
-  while (e->bytes > largest && !context_.largest_input.compare_exchange_weak(largest, e->bytes)) {
-  }
+  raise_to(context_.largest_input, e->bytes);
   for (const EntryPtr& p : to_spill) {
     MutexLock lock(p->mutex);
     spill(p);

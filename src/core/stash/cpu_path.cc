@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/arena/arena_internals.h"
+#include "core/os/counted_wait.h"
 #include "stash_path.h"
 
 namespace spill::detail {
@@ -83,10 +84,8 @@ void CpuPath::wait_for_room(std::uint64_t bytes) {
   };
   MutexLock lock(mutex_);
   if (fits()) return;
-  const auto start = std::chrono::steady_clock::now();
-  counters.budget_waits.fetch_add(1);
+  const CountedWait counted(counters.pool_waits, counters.pool_wait_ns);
   while (!fits()) room_.wait_for(lock, std::chrono::milliseconds(5));
-  counters.budget_wait_ns.fetch_add(elapsed_ns(start));
 }
 
 // On the progress thread: the write completed (or failed: the arena reports it at the region's

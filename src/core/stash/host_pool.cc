@@ -4,6 +4,7 @@
 #include <atomic>
 #include <string>
 
+#include "core/os/counted_wait.h"
 #include "core/os/platform.h"
 #include "spill/error.h"
 #include "spill/process_memory.h"
@@ -147,21 +148,15 @@ std::optional<HostPool::Lease> HostPool::try_take(std::uint64_t bytes, std::uint
 HostPool::Lease HostPool::take(std::uint64_t bytes, const std::function<bool()>& give_up,
                                std::chrono::milliseconds poll) {
   if (std::optional<Lease> lease = try_take(bytes)) return std::move(*lease);
-  const auto start = std::chrono::steady_clock::now();
+  const CountedWait counted(waits_, wait_ns_);
   MutexLock lock(mutex_);
-  ++waits_;
   for (;;) {
     const std::uint64_t seen = given_back_;  // read before the try: see given_back_
     lock.unlock();
     std::optional<Lease> lease = try_take(bytes);
     const bool stop = !lease && give_up();
     lock.lock();
-    if (lease || stop) {
-      wait_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                 std::chrono::steady_clock::now() - start)
-                                                 .count());
-      return lease ? std::move(*lease) : Lease();
-    }
+    if (lease || stop) return lease ? std::move(*lease) : Lease();
     freed_.wait_for(lock, poll, [&]() REQUIRES(mutex_) { return given_back_ != seen; });
   }
 }
@@ -171,16 +166,6 @@ void HostPool::give_back(const Block& block) {
   MutexLock lock(mutex_);
   ++given_back_;
   freed_.notify_all();
-}
-
-std::uint64_t HostPool::waits() const {
-  MutexLock lock(mutex_);
-  return waits_;
-}
-
-std::uint64_t HostPool::wait_ns() const {
-  MutexLock lock(mutex_);
-  return wait_ns_;
 }
 
 HostPool::Lease& HostPool::Lease::operator=(Lease&& other) noexcept {

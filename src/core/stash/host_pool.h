@@ -9,6 +9,7 @@
 //   lease = {};     // back to the pool (every operation on it must have completed)
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -71,8 +72,8 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   std::uint64_t largest_piece() const { return largest_piece_; }
   bool pinned() const { return pinned_; }
   std::uint64_t peak_bytes_in_use() const { return slabs_.stats().peak_bytes_in_use; }
-  std::uint64_t waits() const;
-  std::uint64_t wait_ns() const;
+  std::uint64_t waits() const { return waits_.load(); }
+  std::uint64_t wait_ns() const { return wait_ns_.load(); }
 
  private:
   HostPool(Buffer memory, bool pinned);
@@ -83,13 +84,14 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   const bool pinned_;
   SlabAllocator slabs_;
   const std::uint64_t largest_piece_;
-  mutable Mutex mutex_;  // with freed_, wakes take() when a block comes back
+  Mutex mutex_;  // with freed_, wakes take() when a block comes back
   std::condition_variable freed_;
   // Blocks given back so far: take() reads it before a try and waits for it to change, so a
   // block given back between a failed try and the wait is never missed.
   std::uint64_t given_back_ GUARDED_BY(mutex_) = 0;
-  std::uint64_t waits_ GUARDED_BY(mutex_) = 0;
-  std::uint64_t wait_ns_ GUARDED_BY(mutex_) = 0;
+  // take()s that waited for room, and their time (core/os/counted_wait.h).
+  std::atomic<std::uint64_t> waits_{0};
+  std::atomic<std::uint64_t> wait_ns_{0};
 };
 
 // The pool's size when ArenaOptions::host_pool_bytes is kAutomaticHostPool: room for

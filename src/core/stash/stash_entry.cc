@@ -78,12 +78,6 @@ bool allowed(State from, State to) {
   return false;
 }
 
-void raise_peak(std::atomic<std::uint64_t>& peak, std::uint64_t now) {
-  std::uint64_t seen = peak.load();
-  while (now > seen && !peak.compare_exchange_weak(seen, now)) {
-  }
-}
-
 }  // namespace
 
 const char* to_string(State state) {
@@ -101,14 +95,22 @@ void advance(Entry& e, State to) {
   e.state = to;
 }
 
-std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
-          .count());
+void raise_to(std::atomic<std::uint64_t>& max, std::uint64_t value) {
+  std::uint64_t seen = max.load();
+  while (value > seen && !max.compare_exchange_weak(seen, value)) {
+  }
+}
+
+void StashCounters::copy_to(StashStats& stats) const {
+#define SPILL_COPY_STASH_COUNTER(name) stats.name = name.load();
+#define SPILL_STASH_NOT_COUNTED(name)
+  SPILL_STASH_STATS_FIELDS(SPILL_COPY_STASH_COUNTER, SPILL_STASH_NOT_COUNTED)
+#undef SPILL_COPY_STASH_COUNTER
+#undef SPILL_STASH_NOT_COUNTED
 }
 
 void StashCounters::add_device_bytes(std::uint64_t bytes) {
-  raise_peak(peak_device_bytes_held, device_bytes_held.fetch_add(bytes) + bytes);
+  raise_to(peak_device_bytes_held, device_bytes_held.fetch_add(bytes) + bytes);
 }
 
 void StashCounters::record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns) {
@@ -121,7 +123,7 @@ void StashCounters::record_restore(bool prefetched, bool was_ready, std::uint64_
 }
 
 void StashCounters::add_in_flight(std::uint64_t bytes) {
-  raise_peak(peak_host_bytes_in_flight, host_bytes_in_flight.fetch_add(bytes) + bytes);
+  raise_to(peak_host_bytes_in_flight, host_bytes_in_flight.fetch_add(bytes) + bytes);
 }
 
 void Piece::settle() const noexcept {

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -19,6 +18,7 @@
 #include "core/os/mutex.h"
 #include "host_pool.h"
 #include "spill/arena.h"
+#include "stash_fields.h"
 
 namespace spill::detail {
 
@@ -36,27 +36,17 @@ enum class State {
 };
 const char* to_string(State state);
 
-// Counters shared by a stash and its entries (atomics: any thread updates them).
+// Counters shared by a stash and its entries (atomics: any thread updates them): StashStats'
+// COUNTED fields (SPILL_STASH_STATS_FIELDS, Note [One list of each struct's fields]).
 struct StashCounters {
-  std::atomic<std::uint64_t> inputs_stored{0};
-  std::atomic<std::uint64_t> inputs_spilled{0};
-  std::atomic<std::uint64_t> device_bytes_held{0};
-  std::atomic<std::uint64_t> peak_device_bytes_held{0};
-  std::atomic<std::uint64_t> host_bytes_in_flight{0};
-  std::atomic<std::uint64_t> peak_host_bytes_in_flight{0};
-  std::atomic<std::uint64_t> budget_waits{0};  // CPU inputs: waits for bytes in flight
-  std::atomic<std::uint64_t> budget_wait_ns{0};
-  std::atomic<std::uint64_t> inputs_kept_on_device{0};
-  std::atomic<std::uint64_t> bytes_kept_on_device{0};
-  std::atomic<std::uint64_t> pieces{0};
-  std::atomic<std::uint64_t> restores{0};
-  std::atomic<std::uint64_t> restore_waits{0};
-  std::atomic<std::uint64_t> restore_wait_ns{0};
-  std::atomic<std::uint64_t> prefetches{0};
-  std::atomic<std::uint64_t> prefetch_hits{0};
-  std::atomic<std::uint64_t> cufile_bytes_written{0};  // io = gds: through cuFile
-  std::atomic<std::uint64_t> cufile_bytes_read{0};
+#define SPILL_STASH_COUNTER(name) std::atomic<std::uint64_t> name{0};
+#define SPILL_STASH_NOT_COUNTED(name)
+  SPILL_STASH_STATS_FIELDS(SPILL_STASH_COUNTER, SPILL_STASH_NOT_COUNTED)
+#undef SPILL_STASH_COUNTER
+#undef SPILL_STASH_NOT_COUNTED
 
+  // The COUNTED fields of `stats` from these counters.
+  void copy_to(StashStats& stats) const;
   // A stashed tensor was given back; `was_ready` when its I/O had completed, `waited_ns` spent
   // waiting for it; `prefetched` when its read was queued ahead.
   void record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns);
@@ -66,8 +56,8 @@ struct StashCounters {
   void sub_in_flight(std::uint64_t bytes) { host_bytes_in_flight.fetch_sub(bytes); }
 };
 
-// Nanoseconds since `since`: the counters' waits.
-std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since);
+// Raises `max` to `value` when `value` is larger (any thread).
+void raise_to(std::atomic<std::uint64_t>& max, std::uint64_t value);
 
 // One piece of an accelerator input's movement through the pool: normally the whole input.
 struct Piece {
