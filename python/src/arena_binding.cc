@@ -126,7 +126,15 @@ PyObject* make_arena(PyObject*, PyObject* args) {
 const spill::SpillArena& arena_of(PyObject* handle) { return held<spill::SpillArena>(handle); }
 
 PyObject* stats(PyObject*, PyObject* handle) {
-  return guarded([&] { return to_dict(arena_of(handle).stats()); });
+  return guarded([&] {
+    const spill::SpillArena& arena = arena_of(handle);
+    spill::ArenaStats out;
+    {
+      Unlocked unlocked;  // the arena's mutex: Note [Letting go of the stash without the GIL]
+      out = arena.stats();
+    }
+    return to_dict(out);
+  });
 }
 
 PyObject* stash_stats(PyObject*, PyObject* handle) {
@@ -164,7 +172,11 @@ PyObject* describe(PyObject*, PyObject* handle) {
     const auto set = [&out](const char* key, const Ref& value) {
       if (PyDict_SetItemString(out.get(), key, value.get()) != 0) throw PythonError();
     };
-    const spill::ArenaStats s = arena.stats();
+    spill::ArenaStats s;
+    {
+      Unlocked unlocked;  // the arena's mutex
+      s = arena.stats();
+    }
     set("capacity_bytes", Convert<std::uint64_t>::to_python(s.capacity_bytes));
     set("bytes_in_use", Convert<std::uint64_t>::to_python(s.bytes_in_use));
     set("backing", Convert<spill::Backing>::to_python(arena.backing()));

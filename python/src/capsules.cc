@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "dlpack_abi.h"
+#include "python_call.h"
 #include "spill/error.h"
 
 namespace spillarena_python {
@@ -41,9 +42,14 @@ spill::detail::Buffer buffer_of(PyObject* capsule) {
     refuse("got another shape, dtype or layout");
   }
   if (PyCapsule_SetName(capsule, kUsed) != 0) throw PythonError();
+  // The stash's threads let go of the tensor too: Note [No Python once the interpreter ends].
   std::shared_ptr<void> owner(m, [](void* p) {
-    auto* managed = static_cast<DLManagedTensor*>(p);
-    if (managed->deleter != nullptr) managed->deleter(managed);
+    unless_python_closed(
+        [](void* q) {
+          auto* managed = static_cast<DLManagedTensor*>(q);
+          if (managed->deleter != nullptr) managed->deleter(managed);
+        },
+        p);
   });
   return spill::detail::Buffer(
       static_cast<char*>(t.data) + t.byte_offset, static_cast<std::uint64_t>(t.shape[0]),

@@ -112,7 +112,8 @@ std::string utf8(PyObject* value, const std::string& field) {
   const char* bytes = PyUnicode_Check(value) ? PyUnicode_AsUTF8AndSize(value, &size) : nullptr;
   if (bytes == nullptr) {
     PyErr_Clear();
-    throw_bad_value(field, "a string", value);
+    throw_bad_value(field, PyUnicode_Check(value) ? "a string UTF-8 can encode" : "a string",
+                    value);
   }
   return std::string(bytes, static_cast<std::size_t>(size));
 }

@@ -119,6 +119,23 @@ class Unlocked {
   PyThreadState* state_;
 };
 
+// The exception set when made (if any) is set again when destroyed: code run in between starts
+// with none and leaves none behind. With the GIL, made and destroyed on one thread.
+class KeptError {
+ public:
+  KeptError() { PyErr_Fetch(&type_, &value_, &traceback_); }
+  ~KeptError() {
+    if (type_ != nullptr) PyErr_Restore(type_, value_, traceback_);
+  }
+  KeptError(const KeptError&) = delete;
+  KeptError& operator=(const KeptError&) = delete;
+
+ private:
+  PyObject* type_ = nullptr;
+  PyObject* value_ = nullptr;
+  PyObject* traceback_ = nullptr;
+};
+
 // A function's positional arguments, their number checked.
 class Args {
  public:
@@ -148,6 +165,9 @@ template <class T>
 Ref hold(T object) {
   auto* held = new T(std::move(object));
   PyObject* capsule = PyCapsule_New(held, CapsuleName<T>::value, [](PyObject* c) {
+    // A capsule may die while an exception propagates; what the object's destructor does in
+    // Python (a device copy's synchronize) must neither see nor swallow it.
+    const KeptError kept;
     auto* p = static_cast<T*>(PyCapsule_GetPointer(c, CapsuleName<T>::value));
     Unlocked unlocked;
     delete p;

@@ -17,7 +17,9 @@ namespace {
 // no call starts after it, and it waits, the GIL released, for the calls already entered or
 // waiting for the GIL to finish. From then on a Python copy counts as done and its object is
 // left to the OS with the rest of the process's memory: the bytes no longer matter, an orderly
-// exit does.
+// exit does. The same door covers a stash thread releasing torch's tensors (the DLPack
+// deleter takes the GIL itself): during finalization that ended the process with
+// std::terminate.
 std::atomic<bool> python_closed{false};
 std::atomic<int> python_calls{0};  // entered or waiting for the GIL
 
@@ -25,11 +27,23 @@ std::atomic<int> python_calls{0};  // entered or waiting for the GIL
 
 PythonCall::PythonCall() {
   python_calls.fetch_add(1);  // before the check: close_python() then waits for this call
-  if (!python_closed.load()) gil_ = PyGILState_Ensure();
+  if (python_closed.load()) return;
+  gil_ = PyGILState_Ensure();
+  PyErr_Fetch(&kept_[0], &kept_[1], &kept_[2]);
 }
 
 PythonCall::~PythonCall() {
-  if (gil_) PyGILState_Release(*gil_);
+  if (gil_) {
+    PyErr_Clear();  // a call's own error was taken (PythonError) or is not ours to leave
+    if (kept_[0] != nullptr) PyErr_Restore(kept_[0], kept_[1], kept_[2]);
+    PyGILState_Release(*gil_);
+  }
+  python_calls.fetch_sub(1);
+}
+
+void unless_python_closed(void (*release)(void*), void* object) {
+  python_calls.fetch_add(1);
+  if (!python_closed.load()) release(object);  // else: Note [No Python once the interpreter ends]
   python_calls.fetch_sub(1);
 }
 

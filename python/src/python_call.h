@@ -13,6 +13,8 @@
 
 namespace spillarena_python {
 
+// Takes the GIL for a call into Python, unless the interpreter is ending. An exception already
+// set on this thread (a capsule that dies while one propagates) is kept aside meanwhile.
 class PythonCall {
  public:
   PythonCall();
@@ -23,7 +25,12 @@ class PythonCall {
 
  private:
   std::optional<PyGILState_STATE> gil_;
+  PyObject* kept_[3] = {nullptr, nullptr, nullptr};
 };
+
+// Runs `release` (which may take the GIL itself: torch's DLPack deleter does) unless the
+// interpreter is ending, when what it would release is left to the OS. It does not take the GIL.
+void unless_python_closed(void (*release)(void*), void* object);
 
 // spillarena._C._close_python, registered with atexit by spillarena/__init__.py: from then on no
 // PythonCall takes the GIL; it waits, the GIL let go, for those already in.

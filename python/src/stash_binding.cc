@@ -205,8 +205,10 @@ PyObject* restore(PyObject*, PyObject* handle) {
 PyObject* prefetch(PyObject*, PyObject* handle) {
   return guarded([&] {
     Stored& stored = held<Stored>(handle);
-    Unlocked unlocked;
-    stored.prefetch();
+    {
+      Unlocked unlocked;
+      stored.prefetch();
+    }
     return Ref::borrow(Py_None);
   });
 }
