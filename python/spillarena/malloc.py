@@ -18,6 +18,15 @@ free pages; by default ("pressure") only when spillarena.memory_limits()["pressu
 PRESSURE_THRESHOLD, because a trim costs time. "return" trims after every layer. The policy is
 process-wide, as malloc is, read once from SPILLARENA_MALLOC; without glibc nothing is done.
 Figures: docs/benchmarks.md, "Returning freed memory from Python (spillarena.malloc)".
+
+Note [Reading the pressure once in a while]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Reading the pressure (the cgroup's files and /proc/meminfo) takes 30-140 us, twice per layer: at
+1 MiB layer inputs that was about a fifth of what spilling added to a step (issue 40). A reading
+below half the threshold is reused for PRESSURE_READING_S: memory that fills at the rate pages can
+be faulted in on this machine (about 2.3 GB/s, docs/benchmarks.md) moves less than a quarter of
+a 2.9 GB limit in that time, so no reading skipped can have crossed the threshold. Near it, every
+layer reads again.
 """
 
 import ctypes
@@ -32,10 +41,12 @@ from .errors import InvalidArgumentError
 ENVIRONMENT_VARIABLE = "SPILLARENA_MALLOC"
 POLICIES = ("pressure", "return", "keep")
 PRESSURE_THRESHOLD = 0.5
+PRESSURE_READING_S = 0.05  # Note [Reading the pressure once in a while]
 
 _lock = threading.Lock()
 _state = {"policy": None, "active": False, "reason": None, "applications": 0, "trims": 0,
-          "trim_seconds": 0.0, "skipped": 0, "pressure": None}
+          "trim_seconds": 0.0, "skipped": 0, "pressure": None, "pressure_reads": 0}
+_pressure_read_at = 0.0  # time.monotonic() of _state["pressure"]
 _malloc_trim = None
 
 
@@ -95,6 +106,20 @@ def _memory_pressure() -> float:
     return _C.memory_limits()["pressure"]
 
 
+def _pressure() -> float:
+    """The last reading while it is recent and low, else a new one (see the Note)."""
+    global _pressure_read_at
+    last, now = _state["pressure"], time.monotonic()
+    recent = now - _pressure_read_at < PRESSURE_READING_S
+    if last is not None and last < PRESSURE_THRESHOLD / 2 and recent:
+        return last
+    pressure = _memory_pressure()
+    with _lock:
+        _state["pressure"], _state["pressure_reads"] = pressure, _state["pressure_reads"] + 1
+        _pressure_read_at = now
+    return pressure
+
+
 def layer_done(device_type="cpu"):
     """The checkpoint's hook once a spilled layer's forward or backward has run on
     `device_type`: gives the freed working set back (a no-op unless the policy is in force;
@@ -102,9 +127,8 @@ def layer_done(device_type="cpu"):
     if not _state["active"] or device_type != "cpu":
         return
     if _state["policy"] == "pressure":
-        pressure = _memory_pressure()
+        pressure = _pressure()
         with _lock:  # layers may end on several threads at once: the counters stay exact
-            _state["pressure"] = pressure
             if pressure < PRESSURE_THRESHOLD:
                 _state["skipped"] += 1
                 return
@@ -117,5 +141,6 @@ def layer_done(device_type="cpu"):
 
 def state() -> dict:
     """A copy of what was decided and done: policy, active, reason, applications, trims (and
-    their seconds), skipped (layers under the pressure threshold), pressure (the last read)."""
+    their seconds), skipped (layers under the pressure threshold), pressure (the last read),
+    pressure_reads (how many were read: Note [Reading the pressure once in a while])."""
     return dict(_state)

@@ -19,7 +19,7 @@ def fresh(monkeypatch):
     monkeypatch.setattr(
         malloc, "_state",
         dict(malloc._state, policy=None, active=False, reason=None, applications=0, trims=0,
-             trim_seconds=0.0, skipped=0, pressure=None))
+             trim_seconds=0.0, skipped=0, pressure=None, pressure_reads=0))
     monkeypatch.delenv(malloc.ENVIRONMENT_VARIABLE, raising=False)
     return monkeypatch
 
@@ -226,3 +226,31 @@ def test_pressure_inside_a_memory_cgroup_uses_the_tightest_limit_above_it(tmp_pa
         assert limits["pressure"] >= limits["cgroup_anon_bytes"] / limit
     finally:
         os.rmdir(parent)
+
+
+def test_a_low_pressure_is_read_once_in_a_while_a_high_one_every_layer(fresh, arena):
+    # Note [Reading the pressure once in a while]: the reading costs 30-140 us per layer.
+    reads = []
+
+    def pressure_of(value):
+        return lambda: reads.append(value) or value
+
+    clock = [100.0]
+    fresh.setattr(malloc.time, "monotonic", lambda: clock[0])
+    malloc.use_for_spilling(arena)
+    fresh.setattr(malloc, "_malloc_trim", lambda pad: 0)
+    fresh.setattr(malloc, "_memory_pressure", pressure_of(0.1))
+    for _ in range(5):
+        malloc.layer_done()
+    assert reads == [0.1]  # four layers reused the first reading
+    clock[0] += malloc.PRESSURE_READING_S * 1.01
+    malloc.layer_done()
+    assert reads == [0.1, 0.1]  # too old: read again
+    fresh.setattr(malloc, "_memory_pressure", pressure_of(malloc.PRESSURE_THRESHOLD / 2))
+    clock[0] += malloc.PRESSURE_READING_S * 1.01
+    malloc.layer_done()
+    malloc.layer_done()
+    malloc.layer_done()
+    assert reads[2:] == [malloc.PRESSURE_THRESHOLD / 2] * 3  # near the threshold: every layer
+    state = malloc.state()
+    assert (state["pressure_reads"], state["skipped"], state["trims"]) == (5, 9, 0)
