@@ -13,10 +13,13 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "core/arena/arena_internals.h"
+#include "core/file/spill_file.h"
+#include "core/io/io_engine.h"
 #include "core/io/staging_pool.h"
 #include "io_test_support.h"
 #include "spill/core.h"
@@ -96,6 +99,29 @@ TEST_CASE("io engine: asynchronous writes and reads round-trip in every mode and
           CHECK(arena.stats().bytes_in_use == 0);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("io engine: work beside the caller runs on a queue thread; wait throws its error") {
+  ScratchDir dir;
+  for (auto backend : backends()) {
+    SUBCASE(subcase_name(spill::IoMode::buffered, backend).c_str()) {
+      spill::detail::SpillFileOptions f;
+      f.directory = dir.path();
+      f.capacity_bytes = spill::MiB;
+      const auto storage = spill::detail::make_spill_file(f);
+      spill::detail::IoEngine engine(
+          *storage,
+          options_in(dir.path(), spill::MiB, spill::IoMode::buffered, backend, kStagingBytes),
+          spill::IoMode::buffered);
+      std::thread::id ran_on;
+      engine.beside([&ran_on] { ran_on = std::this_thread::get_id(); }).wait();
+      CHECK(ran_on != std::thread::id());
+      CHECK(ran_on != std::this_thread::get_id());
+      const spill::Pending failed = engine.beside([] { throw std::runtime_error("beside"); });
+      CHECK_THROWS_WITH_AS(failed.wait(), "beside", std::runtime_error);
+      CHECK(failed.ready());
     }
   }
 }

@@ -112,21 +112,30 @@ void ArenaCore::read(std::uint64_t start, std::uint64_t at, void* dst, std::uint
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
-// A file: the kernel's pwrite makes the copy, so the copy and the hash take turns slice by slice,
-// each slice hashed right after the pwrite read it, while it is in the cache (Note [Hashing while
-// the bytes are in cache] in src/core/integrity/integrity.cc). A pwrite that fails throws before
-// any hash is recorded. Host memory copies and hashes in one pass instead.
+// A file: the kernel's pwrite makes the copy on this thread while a queue thread hashes the
+// source (Note [Hashing beside the kernel's copy] in src/core/integrity/integrity.cc); a write of
+// at most a slice hashes it here, after the pwrite read it into the cache. A pwrite that fails
+// throws, once the hash let go of the source, before any hash is recorded. Host memory copies
+// and hashes in one pass instead.
 void ArenaCore::write_hashed(std::uint64_t start, std::uint64_t at, const char* src,
                              std::uint64_t bytes) {
   const Span write{at, bytes};
   ledger_->forget(start, write);
   if (storage_->fd() < 0) return write_memory_hashed(start, write, src);
   WriteHasher hasher(write);
-  for (std::uint64_t done = 0; done < bytes; done += kHashSliceBytes) {
-    const std::uint64_t n = std::min(kHashSliceBytes, bytes - done);
-    storage_->write(start + at + done, src + done, n);
-    hasher.update(src + done, n);
+  if (bytes <= kHashSliceBytes) {
+    storage_->write(start + at, src, bytes);
+    hasher.update(src, bytes);
+    return ledger_->record(start, hasher);
   }
+  const Pending hashing = engine_->beside([&hasher, src, bytes] { hasher.update(src, bytes); });
+  try {
+    storage_->write(start + at, src, bytes);
+  } catch (...) {
+    hashing.settle();
+    throw;
+  }
+  hashing.wait();
   ledger_->record(start, hasher);
 }
 
@@ -224,38 +233,31 @@ std::vector<Span> in_region(std::uint64_t start, const std::vector<IoEngine::Pie
 }
 }  // namespace
 
-// Each piece hashes the chunks it holds whole once its bytes are on the file, on the completing
-// thread (the source is unchanged until then, by contract); the chunks split between pieces are
-// hashed after the last. See Note [Integrity hashing] in src/core/integrity/integrity.cc.
+// Hashed as the pieces move, and recorded once every piece is on the file: a buffered write on a
+// queue thread while the others copy the source into the page cache (`beside`), a direct write
+// on the submitting thread as it queues each piece (`staged`, or `copy_staged` for a staging
+// copy). The caller keeps the source unchanged until the Pending completes, by contract. See
+// Note [Integrity hashing] and Note [Hashing beside the kernel's copy] in
+// src/core/integrity/integrity.cc.
 IoEngine::Hooks ArenaCore::hash_written(std::uint64_t start, std::uint64_t at, const void* src,
                                         std::uint64_t bytes) {
   const Span written{at, bytes};
   ledger_->forget(start, written);
   IoEngine::Hooks hooks;
-  if (options_.io == IoMode::direct) {  // hashed in the submitting pass, recorded once on file
-    auto hasher = std::make_shared<WriteHasher>(written);
+  auto hasher = std::make_shared<WriteHasher>(written);
+  if (options_.io == IoMode::direct) {
     hooks.staged = [hasher](const char* memory, std::uint64_t n) { hasher->update(memory, n); };
-    hooks.copy_staged = [hasher](char* slot, const char* src, std::uint64_t n) {
-      hasher->copy(slot, src, n);
+    hooks.copy_staged = [hasher](char* slot, const char* from, std::uint64_t n) {
+      hasher->copy(slot, from, n);
     };
-    hooks.after = [ledger = ledger_.get(), start, hasher](bool all_succeeded,
-                                                          const std::vector<IoEngine::Piece>&) {
-      if (all_succeeded) ledger->record(start, *hasher);
-      return std::exception_ptr();
+  } else {
+    hooks.beside = [hasher, from = static_cast<const char*>(src), bytes] {
+      hasher->update(from, bytes);
     };
-    return hooks;
   }
-  hooks.piece = [ledger = ledger_.get(), start, written](std::uint64_t offset, const char* memory,
-                                                         std::uint64_t n) {
-    ledger->record(start, written, Span{offset - start, n}, memory);
-    return std::exception_ptr();
-  };
-  hooks.after = [ledger = ledger_.get(), start, written, src](
-                    bool all_succeeded, const std::vector<IoEngine::Piece>& pieces) {
-    const std::vector<Span> done = in_region(start, pieces);
-    if (all_succeeded) {
-      ledger->record(start, written, written, static_cast<const char*>(src), &done);
-    }
+  hooks.after = [ledger = ledger_.get(), start, hasher](bool all_succeeded,
+                                                        const std::vector<IoEngine::Piece>&) {
+    if (all_succeeded) ledger->record(start, *hasher);
     return std::exception_ptr();
   };
   return hooks;

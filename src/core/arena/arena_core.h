@@ -83,9 +83,9 @@ class ArenaCore {
   }
 
  private:
-  // verify_integrity (see Note [Integrity hashing] in src/core/integrity/integrity.cc): what an
-  // asynchronous write hashes and a read checks, piece by piece; a synchronous check that throws
-  // spill::IntegrityError.
+  // verify_integrity (see Note [Integrity hashing] in src/core/integrity/integrity.cc): how a
+  // queued write hashes and a queued read checks its bytes as they move; a synchronous check that
+  // throws spill::IntegrityError.
   IoEngine::Hooks hash_written(std::uint64_t start, std::uint64_t at, const void* src,
                                std::uint64_t bytes);
   IoEngine::Hooks check_read(std::uint64_t start, std::uint64_t at, void* dst, std::uint64_t bytes);

@@ -60,15 +60,16 @@ namespace spill::detail {
 //
 // When, and on which thread (each in the pass that moves the bytes: see Note [Hashing while the
 // bytes are in cache]):
-//  - a synchronous buffered write hashes its source on the caller's thread, slice by slice as it
-//    is copied; a write into host memory copies and hashes in one pass;
+//  - a buffered write hashes its source on one of the I/O queue's threads (io_uring's reaper or
+//    a pool worker) while the kernel copies it into the page cache: a synchronous write's
+//    pwrite on the caller's thread, write_async's pieces on the queue's (Note [Hashing beside
+//    the kernel's copy]); the caller keeps the source unchanged until the write completes
+//    anyway, and the training thread, which queued the write to go on computing, does not pay
+//    for the hash. A synchronous write of at most a slice hashes on the caller's thread, after
+//    its pwrite; a write into host memory copies and hashes in one pass;
 //  - a direct-mode write hashes its staging copy on the caller's thread as it copies it into the
 //    slot (an aligned source, written from where it is: each slice of the source before it is
 //    queued), and keeps the hashes once every piece is on the file;
-//  - a buffered write_async hashes each piece's source once that piece is on the file, on the
-//    thread that completed it (io_uring's reaper or a pool worker): the caller keeps the source
-//    unchanged until the Pending completes anyway, and the training thread, which queued the
-//    write to go on computing, does not pay for the hash;
 //  - a synchronous read of resident pages copies and hashes each chunk in one pass on the
 //    caller's thread, and compares it as it lands (Note [Copying and hashing in one pass]);
 //    read_async (and a synchronous read from the disk) checks each piece's destination when it
@@ -203,8 +204,9 @@ std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes) {
 // for a region larger than the CPU cache that pass streams them from RAM once more: it made a
 // resident round trip ~40 % slower. So a path that copies hashes each piece in the pass that
 // copies it, while the piece is in the cache:
-//  - a synchronous buffered write pwrites kHashSliceBytes at a time and hashes each slice of the
-//    source right after the pwrite read it (ArenaCore::write_hashed);
+//  - a synchronous buffered write of at most kHashSliceBytes hashes its source right after the
+//    pwrite read it (ArenaCore::write_hashed; longer ones are hashed beside the pwrite: Note
+//    [Hashing beside the kernel's copy]);
 //  - an aligned source of a direct write (a host pool block just filled by the device -> host
 //    copy) is written without a copy and hashed slice by slice as its pieces are queued
 //    (IoEngine::Hooks::staged; Note [Writing from an aligned source] in io_engine.cc);
@@ -220,20 +222,49 @@ std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes) {
 // `rep movsb`, which ran at 2.4-2.7 GB/s on the test VM's AMD EPYC against 7 GB/s for larger
 // copies, so 256 KiB slices made the copy itself 2.5x slower. The extra pwrite calls cost about a
 // microsecond each.
-// Queued buffered transfers still hash per 4 MiB piece, on the completing thread, right after the
-// piece's pwrite or pread (the backends move a piece in one call; the piece is still in L2 or L3).
+// Queued reads still check per 4 MiB piece, on the completing thread, right after the piece's
+// pread (the backends move a piece in one call; the piece is still in L2 or L3).
 // For every path the hash itself is XXH3's AVX2 loop where the CPU has it, 2-3x the baseline
 // SSE2 build from the cache. On one core this reached 0.7-0.8 of the unhashed round trip, not
 // 0.9: a hash that follows its copy on the same core still adds a quarter to a third of the
 // copy's time. So the copies the arena makes itself fuse the hash into the copy (Note [Copying
-// and hashing in one pass]); this slice-by-slice path is what is left: a synchronous write to a
-// file (the kernel's pwrite makes that copy: there is none of ours to fuse with), a chunk cut by
-// a staging slot's edge, and the span hashing of queued transfers. A thread of the arena's own
-// that hashed a synchronous write's chunks beside its pwrite was removed (2026-12-03): it held a
-// second CPU and a thread per arena, and with the reads fused the one-thread write left
-// BM_Integrity's `copy` round trip (write + resident read) at 0.90 of unhashed at 16 MiB and
-// 1.16-1.23 at 64 and 256 MiB, medians of 5 on the 2-core test VM.
+// and hashing in one pass]); this slice-by-slice path is what is left: a chunk cut by a staging
+// slot's edge, and the span hashing of queued reads. A thread of the arena's own that hashed a
+// synchronous write's chunks beside its pwrite was removed (2026-12-03): it held a second CPU and
+// a thread per arena, and with the reads fused the one-thread write left BM_Integrity's `copy`
+// round trip (write + resident read) at 0.90 of unhashed at 16 MiB and 1.16-1.23 at 64 and 256
+// MiB, medians of 5 on the 2-core test VM. On a later host (2026-12-04) the same write measured
+// 0.78-0.82, and a write's hash went beside its copy again, on the I/O queue's own thread: Note
+// [Hashing beside the kernel's copy].
 // Figures: docs/benchmarks.md, "Hashing at memory speed" and "Copying and hashing in one pass".
+
+// Note [Hashing beside the kernel's copy]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A buffered write has no copy of ours to fuse its hash with: the kernel copies the source into
+// the page cache. Hashed on the copying thread, slice by slice after each pwrite (a synchronous
+// write) or after each 4 MiB piece (write_async, on the thread that completed it), the hash added
+// its own time to the copy's: on the 2-core test VM of 2026-12-04 (Intel Xeon, 2 MiB L2 per core)
+// XXH3-AVX2 hashes about 25 GB/s and pwrite into resident pages copies about 11, so a synchronous
+// write ran at 0.70-0.78 of an unhashed one; and io_uring's one reaper hashed write_async's
+// pieces one after another, its last piece after the last copy. So a write's hash runs from the
+// start on another thread than the copy, one of the I/O queue's own (no thread is added):
+//  - write_async: the hash of the whole source is queued with the pieces as a request that
+//    moves nothing (IoEngine::Hooks::beside; IoRequest::work_only): io_uring completes it at
+//    once and its reaper hashes while the kernel's worker copies the pieces, a pool worker
+//    likewise beside the others; the transfer's `after`, which records the hashes, waits for it;
+//  - a synchronous write of more than a slice: the caller pwrites the whole range (its fastest
+//    copy) while such a request hashes on a queue thread (IoEngine::beside), and waits for it.
+// The hash reads the source, which the caller keeps unchanged until the write completes (the
+// engine's contract; a synchronous write's own call), so it is the hash of the bytes the copy
+// took, as before; it is recorded only once every piece is on the file. Where both cores are
+// busy the hash waits for one, as it did on the copying thread. Measured (docs/benchmarks.md,
+// "Hashing beside the kernel's copy"): BM_Integrity's `copy` round trip (synchronous write +
+// resident read) went from 0.78-0.82 to 0.91-0.98 of unhashed at 16-256 MiB, and a buffered
+// write_async + wait alone to 0.93-1.0. Hashing write_async's source on the submitting thread
+// instead, as direct mode does, measured the same within the noise (0.83-0.93 against 0.81-0.90
+// at 16 MiB), with a tighter tail, but puts the hash on the training thread. A pool's workers take
+// requests in order, so the hash goes ahead of the pieces there; with io_uring it goes after them
+// (the kernel's worker starts first: fewer slow outliers).
 
 struct SpanHasher::State {
   XXH3_state_t xxh3;

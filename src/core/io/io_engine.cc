@@ -110,6 +110,15 @@ class IoEngine::Transfer {
     }
     count_down();
   }
+  // Work beside the pieces (Hooks::beside, IoEngine::beside): counted as one more piece.
+  void add_work() { open_.fetch_add(1, std::memory_order_relaxed); }
+  void run_work(const std::function<void()>& work) {
+    keep(guarded([&] {
+      work();
+      return std::exception_ptr();
+    }));
+    count_down();
+  }
   // acq_rel: whoever runs `after` sees the bytes every other piece moved.
   void count_down() {
     if (open_.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
@@ -323,21 +332,23 @@ void IoEngine::written(std::uint64_t offset, std::uint64_t bytes) {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // One pread is one request stream: the kernel's readahead keeps only a few requests in flight,
 // and an SSD wants more. Reads are cut into kPieceBytes pieces queued together, so the backend
-// runs several at once. Buffered writes are cut the same way: each piece's integrity hash then
-// runs as soon as that piece is in the page cache, on whichever worker completed it, while the
-// others are still being copied (see Note [Integrity hashing] in src/core/integrity/integrity.cc).
+// runs several at once. Buffered writes are cut the same way, and their integrity hash runs on
+// a queue thread while the pieces are copied (see Note [Hashing beside the kernel's copy] in
+// src/core/integrity/integrity.cc).
 Pending IoEngine::read(std::uint64_t offset, void* dst, std::uint64_t bytes, Hooks hooks) {
   return queue_pieces(IoOp::read, offset, static_cast<char*>(dst), bytes, std::move(hooks));
 }
 
 // One write or read: through staging slots (direct), or cut into kPieceBytes pieces queued
 // together (buffered; see Note [Parallel reads from disk]), each written piece then handed to
-// written() for writeback and the page-cache limit.
+// written() for writeback and the page-cache limit. A buffered write's `beside` hook is queued
+// with its pieces.
 Pending IoEngine::queue_pieces(IoOp op, std::uint64_t offset, char* memory, std::uint64_t bytes,
                                Hooks hooks) {
   Hooks staged;
   staged.staged = std::move(hooks.staged);
   staged.copy_staged = std::move(hooks.copy_staged);
+  std::function<void()> beside = std::move(hooks.beside);
   const auto t = transfer(op, offset, bytes, std::move(hooks));
   std::vector<Ticket> parts;
   if (mode_ == IoMode::direct && op == IoOp::write) {
@@ -346,6 +357,13 @@ Pending IoEngine::queue_pieces(IoOp op, std::uint64_t offset, char* memory, std:
   if (mode_ == IoMode::direct && op == IoOp::read) read_direct(offset, memory, bytes, t, &parts);
   if (mode_ == IoMode::direct) return submitted(std::move(parts), t);
   std::vector<IoRequest> pieces;
+  // The hash beside the pieces' copies (Note [Hashing beside the kernel's copy] in
+  // src/core/integrity/integrity.cc): a pool's workers take requests in order, so it goes first,
+  // before the pieces occupy them; io_uring completes the no-op at once, and it goes last, so
+  // that the kernel's workers start on the pieces before the reaper wakes to hash.
+  const bool work_first = queue_->backend() != IoBackend::io_uring;
+  if (!t || op != IoOp::write) beside = nullptr;
+  if (beside && work_first) pieces.push_back(work_request(std::move(beside), t));
   for (std::uint64_t at = 0; at < bytes; at += kPieceBytes) {
     const std::uint64_t n = std::min(kPieceBytes, bytes - at);
     IoRequest r{op, storage_.fd(), memory + at, n, offset + at, {}};
@@ -356,7 +374,23 @@ Pending IoEngine::queue_pieces(IoOp op, std::uint64_t offset, char* memory, std:
     }
     pieces.push_back(tracked(std::move(r), t, memory + at, n));
   }
+  if (beside && !work_first) pieces.push_back(work_request(std::move(beside), t));
   for (Ticket& ticket : queue_->submit_all(std::move(pieces))) parts.push_back(std::move(ticket));
+  return submitted(std::move(parts), t);
+}
+
+IoRequest IoEngine::work_request(std::function<void()> work, const TransferPtr& t) {
+  t->add_work();
+  IoRequest r;
+  r.work_only = true;
+  r.on_complete = [t, work = std::move(work)](const IoStatus&) { t->run_work(work); };
+  return r;
+}
+
+Pending IoEngine::beside(std::function<void()> work) {
+  const auto t = std::make_shared<Transfer>(IoStatus{0, IoOp::write, 0, 0}, Hooks{});
+  std::vector<Ticket> parts;
+  parts.push_back(queue_->submit(work_request(std::move(work), t)));
   return submitted(std::move(parts), t);
 }
 

@@ -55,6 +55,11 @@ class IoEngine {
   // src/core/io/io_engine.cc); `copy_staged`, where set, makes each staging slot's copy itself (a
   // hook that hashes in the pass that copies: Note [Copying and hashing in one pass]). Other
   // transfers ignore both.
+  //
+  // Buffered writes only: `beside` runs once, on one of the queue's threads, queued with the
+  // pieces so that it runs while they are copied into the page cache (a hash of the source:
+  // Note [Hashing beside the kernel's copy] in src/core/integrity/integrity.cc); `after` waits
+  // for it. What it throws is what Pending::wait throws.
   using Piece = std::pair<std::uint64_t, std::uint64_t>;  // file offset, bytes
   struct Hooks {
     std::function<std::exception_ptr(std::uint64_t offset, const char* memory, std::uint64_t bytes)>
@@ -62,6 +67,7 @@ class IoEngine {
     std::function<std::exception_ptr(bool all_succeeded, const std::vector<Piece>& pieces)> after;
     std::function<void(const char* memory, std::uint64_t bytes)> staged;
     std::function<void(char* slot, const char* src, std::uint64_t bytes)> copy_staged;
+    std::function<void()> beside;
   };
   static constexpr std::uint64_t kStagedSliceBytes = 512ull << 10;
 
@@ -69,6 +75,11 @@ class IoEngine {
   // throw_if_failed() first (ArenaCore does, once per operation).
   Pending write(std::uint64_t offset, const void* src, std::uint64_t bytes, Hooks hooks = {});
   Pending read(std::uint64_t offset, void* dst, std::uint64_t bytes, Hooks hooks = {});
+  // `work` run once on one of the queue's threads, beside the caller's own (the hash of a
+  // synchronous write while the caller's pwrite copies it: Note [Hashing beside the kernel's
+  // copy] in src/core/integrity/integrity.cc). The Pending is ready when it has run; wait
+  // throws what it threw.
+  Pending beside(std::function<void()> work);
   // After a write that did not go through the queue: starts its writeback, bounds the cache.
   void written(std::uint64_t offset, std::uint64_t bytes);
   void drain() { queue_->drain(); }
@@ -102,6 +113,8 @@ class IoEngine {
   void read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes, const TransferPtr& t,
                    std::vector<Ticket>* parts);
   Ticket read_staged(std::uint64_t offset, char* dst, std::uint64_t bytes, const TransferPtr& t);
+  // The request that runs `work` on a queue thread as part of transfer `t`.
+  static IoRequest work_request(std::function<void()> work, const TransferPtr& t);
   // One piece of transfer `t` (may be null): `bytes` of its data are at `memory` for the hooks
   // (the request may move more: alignment padding).
   Ticket submit(IoRequest request, const TransferPtr& t, const char* memory, std::uint64_t bytes);

@@ -56,6 +56,10 @@ struct IoRequest {
   std::uint64_t offset = 0;
   // Runs on the completing thread before waiters wake (releases staging slots, copies out).
   std::function<void(const IoStatus&)> on_complete;
+  // Nothing to move: only on_complete runs, on one of the queue's threads (work beside the
+  // caller's, see IoEngine::beside); fd, buffer, bytes and offset are unused, no fault or test
+  // hook sees it, and it completes without an error.
+  bool work_only = false;
 };
 
 class IoQueue {

@@ -80,7 +80,7 @@ class IoUringQueue final : public IoQueue {
     std::vector<Ticket> tickets;
     std::vector<Operation*> ops;
     for (IoRequest& request : requests) {
-      if (request.op != IoOp::write && request.op != IoOp::read) {
+      if (!request.work_only && request.op != IoOp::write && request.op != IoOp::read) {
         tickets.push_back(hints_->submit(std::move(request)));
         continue;
       }
@@ -121,6 +121,7 @@ class IoUringQueue final : public IoQueue {
   // src/core/os/fault_injection.cc).
   static void plan_piece(Operation* op) {
     const IoRequest& r = op->request;
+    if (r.work_only) return;  // a nop: nothing to size, nothing to fail
     const std::uint64_t at = op->done_bytes;
     const auto site =
         r.op == IoOp::write ? testing::FaultSite::ring_write : testing::FaultSite::ring_read;
@@ -135,7 +136,7 @@ class IoUringQueue final : public IoQueue {
     const std::uint64_t at = op->done_bytes;
     char* buffer = static_cast<char*>(r.buffer) + at;
     io_uring_sqe* sqe = next_sqe();
-    if (op->injected_error != 0) {
+    if (op->injected_error != 0 || r.work_only) {  // work only: the reaper runs it on completion
       io_uring_prep_nop(sqe);
     } else if (r.op == IoOp::write) {
       io_uring_prep_write(sqe, r.fd, buffer, op->piece, r.offset + at);
@@ -192,6 +193,8 @@ class IoUringQueue final : public IoQueue {
 
   // A completion: resubmit the rest after a short transfer or an interruption, else finish.
   void advance(Operation* op, int res) {
+    const IoRequest& r = op->request;
+    if (r.work_only) return finish(op, IoStatus{0, r.op, r.offset, r.bytes});
     if (res == -EINTR || res == -EAGAIN) return enqueue({op});
     int error = res < 0 ? -res : 0;
     if (res == 0 && op->request.bytes > op->done_bytes) error = EIO;  // no progress
@@ -203,7 +206,8 @@ class IoUringQueue final : public IoQueue {
   }
 
   void finish(Operation* op, IoStatus status) {
-    if (int injected = test_hook(status.op); injected != 0 && status.error_number == 0) {
+    const int injected = op->request.work_only ? 0 : test_hook(status.op);
+    if (injected != 0 && status.error_number == 0) {
       status.error_number = injected;
     }
     if (op->request.on_complete) op->request.on_complete(status);

@@ -72,10 +72,12 @@ class ThreadPoolQueue final : public IoQueue {
 
   void execute(Job& job) {
     const IoRequest& r = job.request;
-    const bool data = r.op == IoOp::write || r.op == IoOp::read;
-    const int injected = data ? test_hook(r.op) : 0;
-    const IoStatus status =
-        injected != 0 ? IoStatus{injected, r.op, r.offset, r.bytes} : run_request(r);
+    IoStatus status{0, r.op, r.offset, r.bytes};
+    if (!r.work_only) {
+      const bool data = r.op == IoOp::write || r.op == IoOp::read;
+      const int injected = data ? test_hook(r.op) : 0;
+      status = injected != 0 ? IoStatus{injected, r.op, r.offset, r.bytes} : run_request(r);
+    }
     if (job.request.on_complete) job.request.on_complete(status);
     job.ticket->finish(status);
   }
