@@ -185,6 +185,18 @@ void check_error(const spill::IoError& e, spill::IoOp op, int error, const spill
 // a pool thread, one per 4 MiB piece.
 constexpr Setup kSynchronous{spill::IoMode::buffered, spill::IoBackend::thread_pool};
 
+// Drops `r`'s pages from the page cache, so that a read of it reaches pread (a buffered read of
+// resident pages, Region::read or read_async, copies them from the mapping: no hook sees it).
+// Pages still dirty or under writeback (a loaded machine) stay resident: drop until none is left.
+void evict(spill::Region& r) {
+  for (int tries = 0;
+       tries < 100 && (spill::detail::drop_cached_pages(r), spill::detail::resident_bytes(r) > 0);
+       ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE(spill::detail::resident_bytes(r) == 0);
+}
+
 // Writes `src` into `r`, drops its pages from the page cache, and reads them back from the disk.
 std::vector<unsigned char> round_trip(spill::Region& r, const std::vector<unsigned char>& src) {
   r.write(src.data(), src.size());
@@ -242,6 +254,7 @@ TEST_CASE("faults: short counts in both backends and modes are completed and rou
           bytes < spill::MiB ? spill_test::unit_counts(unit) : spill_test::half_counts(unit);
       FaultScope faults(counting(shape, r.offset(), r.offset() + r.size(), &writes, &reads));
       r.write_async(src.data(), bytes).wait();
+      if (s.mode == spill::IoMode::buffered) evict(r);
       AlignedBuffer dst(bytes);
       r.read_async(dst.data, bytes).wait();
       CHECK(dst.equals(src));
@@ -259,6 +272,30 @@ TEST_CASE("faults: short counts in both backends and modes are completed and rou
   });
 }
 
+TEST_CASE("faults: a buffered read_async of resident pages is copied here, past every read hook") {
+  ScratchDir dir;
+  Deadline deadline("resident read_async", kDeadlineSeconds);
+  for_each_setup(dir.path(), setup_options, [&](const Setup& s, spill::SpillArena& arena) {
+    const auto src = pattern(9 * spill::MiB + 13, 8);
+    spill::Region r = arena.allocate(src.size());
+    r.write_async(src.data(), src.size()).wait();
+    Granted writes, reads;
+    FaultScope count(counting(spill_test::unit_counts(src.size()), r.offset(),
+                              r.offset() + r.size(), &writes, &reads));  // every call whole
+    AlignedBuffer dst(src.size());
+    // Written pages stay in the cache unless memory is short; then the read is queued.
+    const bool copied =
+        s.mode == spill::IoMode::buffered && spill::detail::resident_bytes(r) >= src.size();
+    spill::Pending p = r.read_async(dst.data, src.size());
+    if (copied) CHECK(p.ready());  // nothing queued: read_async made the copy
+    p.wait();
+    CHECK(dst.equals(src));
+    const std::uint64_t queued =
+        s.mode == spill::IoMode::direct ? round_up(src.size(), arena.io_alignment()) : src.size();
+    CHECK(reads.bytes == (copied ? 0 : queued));
+  });
+}
+
 TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endless loop") {
   ScratchDir dir;
   Deadline deadline("end of file", kDeadlineSeconds);
@@ -272,14 +309,7 @@ TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endl
     REQUIRE(arena);
     spill::Region r = arena->allocate(src.size());
     r.write(src.data(), src.size());
-    // Pages still dirty or under writeback (a loaded machine) stay resident, and a resident read
-    // is a memcpy the hook never sees: drop until none is left, so the read reaches pread.
-    for (int tries = 0;
-         tries < 100 && (spill::detail::drop_cached_pages(r), spill::detail::resident_bytes(r) > 0);
-         ++tries) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    REQUIRE(spill::detail::resident_bytes(r) == 0);
+    evict(r);
     FaultScope eof(zero);
     std::vector<unsigned char> dst(src.size());
     CHECK_THROWS_WITH_AS(r.write(src.data(), src.size()), doctest::Contains("write of 8192"),
@@ -287,9 +317,10 @@ TEST_CASE("faults: a call that moves nothing (end of file) is EIO, never an endl
     CHECK_THROWS_WITH_AS(r.read(dst.data(), dst.size()), doctest::Contains("read of 8192"),
                          spill::IoError);
   }
-  for_each_setup(dir.path(), setup_options, [&](const Setup&, spill::SpillArena& arena) {
+  for_each_setup(dir.path(), setup_options, [&](const Setup& s, spill::SpillArena& arena) {
     spill::Region r = arena.allocate(src.size());
     r.write_async(src.data(), src.size()).wait();
+    if (s.mode == spill::IoMode::buffered) evict(r);
     {
       FaultScope eof(zero);
       AlignedBuffer dst(src.size());

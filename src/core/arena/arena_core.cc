@@ -97,17 +97,10 @@ void ArenaCore::write(std::uint64_t start, std::uint64_t at, const void* src, st
   if (engine_) engine_->written(start + at, bytes);
 }
 
-// The one place a read is decided: resident pages of a buffered file (and host memory) are
-// copied from the mapping — read faults on resident page-cache pages are cheap and mapped 16 at a
-// time (fault-around), which skips pread's per-page lookups; anything else goes through the I/O
-// engine in parallel pieces (Note [Parallel reads from disk] in src/core/io/io_engine.cc).
+// Host memory is copied here; a file's reads are decided in read_async, which this waits for.
 void ArenaCore::read(std::uint64_t start, std::uint64_t at, void* dst, std::uint64_t bytes) {
   owner_.check("a read of a region");
-  if (engine_ && (options_.io != IoMode::buffered || !storage_->resident(start + at, bytes))) {
-    read_async(start, at, dst, bytes).wait();
-    return;
-  }
-  if (engine_) engine_->throw_if_failed();
+  if (engine_) return read_async(start, at, dst, bytes).wait();
   read_resident(start, at, static_cast<char*>(dst), bytes);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
@@ -294,6 +287,15 @@ Pending ArenaCore::write_async(std::uint64_t start, std::uint64_t at, const void
   return p;
 }
 
+// The one place a read of a file is decided: resident pages of a buffered file are copied from
+// the mapping on this thread — read faults on resident page-cache pages are cheap and mapped 16
+// at a time (fault-around), which skips pread's per-page lookups; io_uring would make that copy
+// on this thread too (it completes a read of cached pages inline, in the submitting call); and a
+// copy of the arena's own checks each chunk in the pass that makes it (Note [Hashing beside the
+// kernel's copy] in src/core/integrity/integrity.cc). Its failures (an IntegrityError, a file
+// shrunk under the mapping) wait in the Pending, as a queued read's do. Anything else goes
+// through the I/O engine in parallel pieces (Note [Parallel reads from disk] in
+// src/core/io/io_engine.cc).
 Pending ArenaCore::read_async(std::uint64_t start, std::uint64_t at, void* dst,
                               std::uint64_t bytes) {
   owner_.check("an asynchronous read of a region");
@@ -302,6 +304,16 @@ Pending ArenaCore::read_async(std::uint64_t start, std::uint64_t at, void* dst,
     return Pending();
   }
   engine_->throw_if_failed();
+  if (options_.io == IoMode::buffered && storage_->resident(start + at, bytes)) {
+    std::exception_ptr error;
+    try {
+      read_resident(start, at, static_cast<char*>(dst), bytes);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+    return IoEngine::finished(IoOp::read, start + at, bytes, std::move(error));
+  }
   IoEngine::Hooks hooks = ledger_ ? check_read(start, at, dst, bytes) : IoEngine::Hooks{};
   Pending p = engine_->read(start + at, dst, bytes, std::move(hooks));
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);

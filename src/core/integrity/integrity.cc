@@ -70,11 +70,12 @@ namespace spill::detail {
 //  - a direct-mode write hashes its staging copy on the caller's thread as it copies it into the
 //    slot (an aligned source, written from where it is: each slice of the source before it is
 //    queued), and keeps the hashes once every piece is on the file;
-//  - a synchronous read of resident pages copies and hashes each chunk in one pass on the
-//    caller's thread, and compares it as it lands (Note [Copying and hashing in one pass]);
-//    read_async (and a synchronous read from the disk) checks each piece's destination when it
-//    landed, after a staging slot's copy, before the Pending is ready, and hands the
-//    IntegrityError to Pending::wait, which throws it on the waiting (training) thread.
+//  - a read of resident pages of a buffered file, synchronous or read_async, copies and hashes
+//    each chunk in one pass on the caller's thread, and compares it as it lands (Note [Copying
+//    and hashing in one pass]); a read from the disk (and any read in direct mode) checks each
+//    piece's destination when it landed, after a staging slot's copy, before the Pending is
+//    ready. read_async hands the IntegrityError to Pending::wait, which throws it on the
+//    waiting (training) thread.
 // The checked bytes are those the caller gets, never a copy of them. A mismatch does not poison
 // the arena: other regions stay readable, and rewriting the region replaces its hashes.
 
@@ -222,8 +223,8 @@ std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes) {
 // `rep movsb`, which ran at 2.4-2.7 GB/s on the test VM's AMD EPYC against 7 GB/s for larger
 // copies, so 256 KiB slices made the copy itself 2.5x slower. The extra pwrite calls cost about a
 // microsecond each.
-// Queued reads still check per 4 MiB piece, on the completing thread, right after the piece's
-// pread (the backends move a piece in one call; the piece is still in L2 or L3).
+// Queued reads from the disk still check per 4 MiB piece, on the completing thread, right after
+// the piece's pread (the backends move a piece in one call; the piece is still in L2 or L3).
 // For every path the hash itself is XXH3's AVX2 loop where the CPU has it, 2-3x the baseline
 // SSE2 build from the cache. On one core this reached 0.7-0.8 of the unhashed round trip, not
 // 0.9: a hash that follows its copy on the same core still adds a quarter to a third of the
@@ -265,6 +266,16 @@ std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes) {
 // at 16 MiB), with a tighter tail, but puts the hash on the training thread. A pool's workers take
 // requests in order, so the hash goes ahead of the pieces there; with io_uring it goes after them
 // (the kernel's worker starts first: fewer slow outliers).
+//
+// Reads: io_uring completes a read of cached pages inline, in the submitting call, so a
+// read_async of resident pages was a copy on the calling thread already, and its check ran on
+// the reaper after the last piece, one more pass over the bytes: BM_Integrity's `async` round
+// trip (write_async + read_async) measured 0.69-0.74 of unhashed. A buffered read_async of
+// resident pages is now copied from the mapping on the calling thread, as read() copies them,
+// with the check fused into the copy (Note [Copying and hashing in one pass]); the Pending it
+// returns is ready, holding any IntegrityError (or IoError: a file shrunk under the mapping) for
+// wait() to throw. With a thread pool, such a read_async is then no longer queued either. The
+// `async` round trip went to 0.84-0.95 of unhashed (16-256 MiB).
 
 struct SpanHasher::State {
   XXH3_state_t xxh3;

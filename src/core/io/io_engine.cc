@@ -394,6 +394,13 @@ Pending IoEngine::beside(std::function<void()> work) {
   return submitted(std::move(parts), t);
 }
 
+Pending IoEngine::finished(IoOp op, std::uint64_t offset, std::uint64_t bytes,
+                           std::exception_ptr error) {
+  auto done = std::make_shared<Completion>();
+  done->fail(IoStatus{0, op, offset, bytes}, std::move(error));
+  return Pending({std::move(done)});
+}
+
 void IoEngine::read_direct(std::uint64_t offset, char* dst, std::uint64_t bytes,
                            const TransferPtr& t, std::vector<Ticket>* parts) {
   const bool aligned = reinterpret_cast<std::uintptr_t>(dst) % alignment_ == 0;

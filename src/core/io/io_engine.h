@@ -80,6 +80,10 @@ class IoEngine {
   // copy] in src/core/integrity/integrity.cc). The Pending is ready when it has run; wait
   // throws what it threw.
   Pending beside(std::function<void()> work);
+  // A transfer made without the queue (a copy of resident pages on the caller's thread), as a
+  // Pending that is ready at once: with `error` (thrown by wait), or without.
+  static Pending finished(IoOp op, std::uint64_t offset, std::uint64_t bytes,
+                          std::exception_ptr error);
   // After a write that did not go through the queue: starts its writeback, bounds the cache.
   void written(std::uint64_t offset, std::uint64_t bytes);
   void drain() { queue_->drain(); }
