@@ -4,6 +4,13 @@
 //                  src/torch_layer/arena_stash.cc)
 //   arena_evicted  the disk arena, its pages dropped from the page cache before the read
 //   arena_ram      the RAM arena through the same stash
+//   arena_vs_unhashed, arena_ram_vs_unhashed
+//                  the round trip of arena (arena_ram) through two arenas, one with
+//                  verify_integrity and one without, alternating in every iteration as
+//                  BM_Integrity does; counters ratio = hashed ÷ unhashed round-trip throughput
+//                  (1 = free; the goal is ≥ 0.9), median_ratio = the median of that ratio per
+//                  iteration (steadier on a busy machine), hashed_Bps and unhashed_Bps = bytes
+//                  stored + restored per second
 //   arena_direct   the disk arena with IoMode::direct: staged O_DIRECT write, O_DIRECT read into
 //                  an aligned buffer; counter page_cache_bytes = the region's bytes still in the
 //                  page cache afterwards (mincore), which direct I/O keeps at 0
@@ -18,6 +25,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -84,17 +92,67 @@ void time_stash_round_trip(benchmark::State& state, spill::TensorStash& stash) {
   report(state, bytes, t);
 }
 
-void round_trip_stash(benchmark::State& state, spill::Backing backing) {
+// A buffered arena of one region of `bytes`, reused by every iteration.
+spill::SpillArena stash_arena(std::uint64_t bytes, spill::Backing backing, bool verify_integrity) {
   spill::ArenaOptions o;
-  o.capacity_bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;  // one region, reused
+  o.capacity_bytes = bytes;
   o.backing = backing;
   o.directory = backing == spill::Backing::disk ? spill_dir() : "";
   o.io = spill::IoMode::buffered;
-  spill::SpillArena arena(o);
+  o.verify_integrity = verify_integrity;
+  return spill::SpillArena(o);
+}
+
+spill::StashOptions round_trip_stash_options() {
   spill::StashOptions s;
   s.asynchronous = false;  // a round trip waits for both halves anyway
   s.keep_last = 0;         // every store goes to the arena
-  time_stash_round_trip(state, *spill::make_arena_stash(arena, s));
+  return s;
+}
+
+void round_trip_stash(benchmark::State& state, spill::Backing backing) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
+  spill::SpillArena arena = stash_arena(bytes, backing, true);
+  time_stash_round_trip(state, *spill::make_arena_stash(arena, round_trip_stash_options()));
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+// The unhashed twin of round_trip_stash, measured in the same loop (see the file's comment).
+void round_trip_vs_unhashed(benchmark::State& state, spill::Backing backing) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(state.range(0)) * kMiB;
+  spill::SpillArena hashed = stash_arena(bytes, backing, true);
+  spill::SpillArena plain = stash_arena(bytes, backing, false);
+  const auto with = spill::make_arena_stash(hashed, round_trip_stash_options());
+  const auto without = spill::make_arena_stash(plain, round_trip_stash_options());
+  const torch::Tensor src = payload(bytes);
+  torch::Tensor back;
+  const auto round_trip = [&](spill::TensorStash& stash) {
+    back = torch::Tensor();  // as in training: a restored input dies before the next store
+    Stopwatch w;
+    back = stash.store(src)->restore();
+    touch_pages(back.data_ptr(), bytes);
+    return w.seconds();
+  };
+  round_trip(*with);  // warm-up: both files' pages and the restore buffers touched
+  round_trip(*without);
+  std::vector<double> on, off, ratios;
+  for (auto _ : state) {
+    on.push_back(round_trip(*with));
+    off.push_back(round_trip(*without));
+    ratios.push_back(off.back() / on.back());
+  }
+  check_equal(state, src, back);
+  const double on_s = std::accumulate(on.begin(), on.end(), 0.0);
+  const double off_s = std::accumulate(off.begin(), off.end(), 0.0);
+  const double moved = 2.0 * static_cast<double>(bytes) * static_cast<double>(on.size());
+  state.counters["ratio"] = off_s / on_s;
+  state.counters["median_ratio"] = median(ratios);
+  state.counters["hashed_Bps"] = moved / on_s;
+  state.counters["unhashed_Bps"] = moved / off_s;
 }
 
 // A disk arena of exactly `bytes` in the spill directory, with the given I/O mode.
@@ -232,6 +290,10 @@ void register_round_trip_benchmarks() {
   add("arena", [](benchmark::State& s) { round_trip_stash(s, spill::Backing::disk); });
   add("arena_evicted", round_trip_arena_evicted);
   add("arena_ram", [](benchmark::State& s) { round_trip_stash(s, spill::Backing::ram); });
+  add("arena_vs_unhashed",
+      [](benchmark::State& s) { round_trip_vs_unhashed(s, spill::Backing::disk); });
+  add("arena_ram_vs_unhashed",
+      [](benchmark::State& s) { round_trip_vs_unhashed(s, spill::Backing::ram); });
   add("arena_direct", round_trip_arena_direct);
   add("per_file", round_trip_per_file);
   add("memcpy", round_trip_memcpy);
