@@ -404,3 +404,56 @@ TEST_CASE("staging pool: resizes only with every slot free, and keeps its counte
   for (auto& s : slots) std::memset(s.data, 0xab, pool.slot_bytes());  // all of them writable
   for (auto& s : slots) pool.release(s.index);
 }
+
+// Note [Writeback of what stays] in src/core/io/io_engine.cc: a region written and freed while
+// the arena holds less than kWritebackAfterBytes never goes to the disk (its pages stay dirty
+// until the kernel's own writeback), while the oldest held region beyond that budget is written
+// back. cachestat(2) tells the pages apart.
+TEST_CASE("io engine: writeback starts for what stays beyond the budget, not for what was freed") {
+  constexpr std::uint64_t kSmall = spill::MiB;
+  constexpr std::uint64_t kLarge = 8 * spill::MiB;
+  constexpr std::uint64_t kBudget = spill::detail::IoEngine::kWritebackAfterBytes;
+  ScratchDir dir;
+  for (auto backend : backends()) {
+    SUBCASE(subcase_name(backend).c_str()) {
+      auto o = options_in(dir.path(), 2 * kBudget + 8 * kLarge, spill::IoMode::buffered, backend);
+      const auto small = pattern(kSmall, 3);
+      const auto large = pattern(kLarge, 4);
+      int file = -1;
+      std::uint64_t held_offset = 0, freed_offset = 0;
+      {
+        spill::SpillArena arena(o);
+        file = spill_test::reopen_spill_file(dir.path());
+        REQUIRE(file >= 0);
+        spill::Region held = arena.allocate(kSmall);
+        held.write(small.data(), kSmall);
+        held_offset = held.offset();
+        spill::Region freed = arena.allocate(kSmall);
+        freed.write(small.data(), kSmall);
+        freed_offset = freed.offset();
+        spill::Region guard = arena.allocate(kSmall);  // keeps the hole from the 8 MiB regions
+        freed.free();                                  // within the budget
+        std::vector<spill::Region> more;  // held: beyond the budget, `held` is the oldest
+        for (std::uint64_t n = 0; n <= kBudget; n += kLarge) {
+          more.push_back(arena.allocate(kLarge));
+          more.back().write(large.data(), kLarge);
+        }
+      }  // the arena drains its queued writebacks
+      const std::optional<CacheState> freed = cache_state(file, freed_offset, kSmall);
+      if (!freed) {
+        MESSAGE("skipped: this kernel has no cachestat(2) to tell dirty pages");
+        ::close(file);
+        return;
+      }
+      CHECK(freed->dirty == kSmall / spill::page_size_bytes());  // never written back
+      std::optional<CacheState> held = cache_state(file, held_offset, kSmall);
+      for (int i = 0; i < 200 && held && held->dirty + held->writeback > 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // its writeback completes
+        held = cache_state(file, held_offset, kSmall);
+      }
+      REQUIRE(held);
+      CHECK(held->dirty == 0);
+      ::close(file);
+    }
+  }
+}

@@ -83,8 +83,9 @@ struct ArenaOptions {
   double growth_margin = 1.25;  // 1 to 16
   Backing backing = Backing::disk;
   bool allow_memory_backed_directory = false;  // permit tmpfs/ramfs/hugetlbfs (saves no memory)
-  // Start writeback of each region as soon as it is written, so dirty pages do not pile up
-  // against a container's memory limit.
+  // Start writeback of written regions still held once they pass 64 MiB, oldest first, so dirty
+  // pages do not pile up against a container's memory limit; a region freed before that never
+  // goes to the disk. See Note [Writeback of what stays] in src/core/io/io_engine.cc.
   bool start_writeback_after_write = true;
   // When > 0, the arena keeps at most this many bytes of written regions in the page cache:
   // older ones are written back and dropped (POSIX_FADV_DONTNEED), oldest first. 0: the kernel

@@ -70,7 +70,7 @@ ArenaCore::~ArenaCore() {
 void ArenaCore::free(const Block& block) noexcept {
   if (owner_.forked()) return;  // the child's copy of the allocator is never used again
   if (ledger_) ledger_->drop(block.offset);
-  if (engine_) engine_->forget_failures(block.offset, block.size);
+  if (engine_) engine_->released(block.offset, block.size);
   try {
     allocator_.free(block);
   } catch (...) {

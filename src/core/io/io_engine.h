@@ -9,6 +9,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,9 +89,11 @@ class IoEngine {
   void written(std::uint64_t offset, std::uint64_t bytes);
   void drain() { queue_->drain(); }
   // The block [offset, offset + bytes) was freed: failures inside it are no longer reported,
-  // since nothing can read the bytes they left wrong. See Note [Failures last until freed] in
-  // src/core/io/io_engine.cc.
-  void forget_failures(std::uint64_t offset, std::uint64_t bytes);
+  // since nothing can read the bytes they left wrong (Note [Failures last until freed] in
+  // src/core/io/io_engine.cc), and its writes need no writeback (Note [Writeback of what stays]).
+  void released(std::uint64_t offset, std::uint64_t bytes);
+  // Bytes written and held (not freed) before writeback starts for the oldest of them.
+  static constexpr std::uint64_t kWritebackAfterBytes = 64ull << 20;
   // Throws the first failure still reported (spill::IoError). Every write and read of the
   // arena asks once, before anything is queued: ArenaCore's entry points, the synchronous and
   // device ones too.
@@ -148,6 +151,14 @@ class IoEngine {
   // Written ranges, oldest first.
   std::deque<std::pair<std::uint64_t, std::uint64_t>> cached_ GUARDED_BY(mutex_);
   std::uint64_t cached_bytes_ GUARDED_BY(mutex_) = 0;
+  // Written ranges without writeback yet: offset -> (bytes, order written). held_ is the same,
+  // keyed by order; held_bytes_ their sum.
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> unsynced_ GUARDED_BY(mutex_);
+  std::map<std::uint64_t, std::uint64_t> held_ GUARDED_BY(mutex_);  // order -> offset
+  std::uint64_t held_bytes_ GUARDED_BY(mutex_) = 0;
+  std::uint64_t writes_ GUARDED_BY(mutex_) = 0;
+  void start_writeback_beyond_budget(std::uint64_t offset, std::uint64_t bytes) EXCLUDES(mutex_);
+  void forget_unsynced(std::uint64_t offset, std::uint64_t bytes) REQUIRES(mutex_);
   std::unique_ptr<IoQueue> queue_;  // last: destroyed (drained) first
 };
 
