@@ -68,7 +68,6 @@ from .stash import (  # noqa: E402
     make_arena_stash,
     make_in_memory_stash,
     make_per_file_stash,
-    shared_arena_stash,
 )
 
 __all__ = [
@@ -96,6 +95,5 @@ __all__ = [
     "make_per_file_stash",
     "malloc",
     "memory_limits",
-    "shared_arena_stash",
     *errors.__all__,
 ]

@@ -44,7 +44,4 @@ class SpillArenaWarning(UserWarning):
     makes them errors."""
 
 
-# The name before 0.2 ("RAM-backed" read like the RAM arena); kept as an alias for now.
-RamBackedDirectoryError = _classes["MemoryBackedDirectoryError"]
-
-__all__ = [*_classes, "RamBackedDirectoryError", "SpillArenaWarning"]
+__all__ = [*_classes, "SpillArenaWarning"]

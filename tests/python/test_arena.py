@@ -114,7 +114,6 @@ def test_the_old_spelling_of_allow_memory_backed_directory_still_works_with_a_wa
     with pytest.warns(DeprecationWarning, match="allow_memory_backed_directory"):
         arena = spillarena.SpillArena(1 << 20, directory, allow_ram_backed_directory=True)
     assert arena.options()["allow_memory_backed_directory"] is True
-    assert spillarena.RamBackedDirectoryError is spillarena.MemoryBackedDirectoryError
 
 
 def test_too_large_a_capacity_is_insufficient_space_and_leaks_nothing(spill_dir):
@@ -301,11 +300,11 @@ def test_the_staging_pool_never_exceeds_the_arena(spill_dir):
 ])
 def test_tensors_without_dense_data_are_an_invalid_argument(make, arena):
     with pytest.raises(spillarena.InvalidArgumentError, match="dense"):
-        spillarena.shared_arena_stash(arena).store(make())
+        spillarena.stash.shared_arena_stash(arena).store(make())
 
 
 def test_one_handle_restored_and_freed_from_two_threads_never_crashes(arena):
-    stash = spillarena.shared_arena_stash(arena)
+    stash = spillarena.stash.shared_arena_stash(arena)
     source = torch.randn(1 << 20)
     for i in range(20):
         handle = stash.store(source)
@@ -396,7 +395,7 @@ def test_the_extension_is_one_file_for_every_cpython():
     lambda: spillarena._C._chain_stats(spillarena._C._arena_new(4096, None, {"backing": "ram"})),
     lambda: spillarena._C._stored_restore(None),
     lambda: spillarena.make_arena_stash("not an arena"),
-    lambda: spillarena.shared_arena_stash(spillarena.make_in_memory_stash()),
+    lambda: spillarena.stash.shared_arena_stash(spillarena.make_in_memory_stash()),
 ])
 def test_a_wrong_handle_is_a_typed_error_not_a_crash(call):
     with pytest.raises(spillarena.InvalidArgumentError):

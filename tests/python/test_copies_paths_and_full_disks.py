@@ -44,7 +44,8 @@ def test_pickling_an_arena_a_stash_or_an_enabled_model_is_a_typed_error(spill_di
     from test_transformers import tiny_llama
 
     arena = spillarena.SpillArena(1 << 20, spill_dir)
-    for thing in (arena, spillarena.make_in_memory_stash(), spillarena.shared_arena_stash(arena)):
+    shared = spillarena.stash.shared_arena_stash(arena)
+    for thing in (arena, spillarena.make_in_memory_stash(), shared):
         with pytest.raises(spillarena.InvalidArgumentError, match="cannot be pickled"):
             pickle.dumps(thing)
     model = spillarena.enable(tiny_llama(), arena)

@@ -57,7 +57,7 @@ def leave_freed_heap_memory(blocks=160, block_bytes=1 << 20):
 def test_a_disk_arena_turns_the_policy_on_once(fresh, arena):
     assert malloc.use_for_spilling(arena) is True
     assert malloc.use_for_spilling(arena) is True
-    assert malloc.use_for_spilling(spillarena.shared_arena_stash(arena)) is True
+    assert malloc.use_for_spilling(spillarena.stash.shared_arena_stash(arena)) is True
     state = malloc.state()
     assert (state["policy"], state["active"], state["applications"]) == ("pressure", True, 1)
     assert state["reason"].startswith("glibc ")
@@ -75,8 +75,9 @@ def test_keep_in_the_environment_leaves_malloc_alone(fresh, arena):
 
 
 def test_stashes_that_keep_inputs_in_the_process_do_not_turn_it_on(fresh):
+    in_memory = spillarena.SpillArena(1 << 20, backing="ram")
     for stash in (spillarena.make_in_memory_stash(), spillarena.SpillArena(1 << 20, backing="ram"),
-                  spillarena.shared_arena_stash(spillarena.SpillArena(1 << 20, backing="ram"))):
+                  spillarena.stash.shared_arena_stash(in_memory)):
         assert malloc.use_for_spilling(stash) is False
     assert malloc.state()["policy"] is None
     malloc.layer_done()
