@@ -10,6 +10,12 @@ r"""Head-to-head of activation-memory strategies on a Hugging Face Llama-like mo
 Modes (each run is a fresh process in its own memory cgroup):
   none                 no checkpointing (the reference gradients)
   torch                transformers' gradient checkpointing (torch.utils.checkpoint, non-reentrant)
+  torch_trimmed        the same under an allocator policy that returns freed memory: the child
+                       starts with GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072:
+                       glibc.malloc.trim_threshold=131072 (what spill::return_freed_memory_promptly
+                       sets), so a comparison does not give only spillarena a tuned allocator;
+                       every child reports whether the tunables took effect (malloc_probe)
+  spillarena_trimmed   spillarena_buffered under the same tunables: both sides with one allocator
   disco                the seed: axolotl 0.21.0's disk offload ("Disco") driven directly,
                        Disco.get_instance(prefetch_size=1, prefetch_to_gpu=False, save_workers=4)
                        and model._set_gradient_checkpointing(True,
@@ -47,7 +53,13 @@ Parts:
            is 2 x --start-seq — the question being whether a mode trains twice the length.
   batch    the same search over the micro-batch at --batch-seq tokens, under --batch-limit-mib:
            the "saving reaches a user who changes nothing" check (transformers' checkpointing in
-           the default environment against spillarena with the package's malloc policy).
+           the default environment against spillarena with the package's malloc policy), and,
+           with torch_trimmed, what spilling buys beyond the allocator.
+
+Both searches confirm their boundary: once the largest value that trained and the smallest that
+was killed are found, each is tried once more (a fresh process in a fresh cgroup). The boundary
+is "confirmed" when both repeats agree with the first trials, "unstable" otherwise (glibc's
+dynamic mmap threshold can make a killed batch sit below one that trains), with the trials.
 
 Disco is not installed anywhere: the axolotl 0.21.0 wheel is downloaded once with
 `pip download --no-deps --python-version 3.12 --only-binary=:all: axolotl==0.21.0` into
@@ -74,17 +86,22 @@ import time
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import boundary_search
 import h2h_support
 
-MODES = ("none", "torch", "disco", "spillarena_buffered", "spillarena_direct",
-         "spillarena_reentrant")
-SPILLING = ("spillarena_buffered", "spillarena_direct", "spillarena_reentrant")
+MODES = ("none", "torch", "torch_trimmed", "disco", "spillarena_buffered", "spillarena_direct",
+         "spillarena_reentrant", "spillarena_trimmed")
+SPILLING = ("spillarena_buffered", "spillarena_direct", "spillarena_reentrant",
+            "spillarena_trimmed")
+TRIMMED = ("torch_trimmed", "spillarena_trimmed")  # started with GLIBC_TUNABLES below
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AXOLOTL_VERSION = "0.21.0"
 AXOLOTL_DIR = os.path.join(REPO, ".deps", "axolotl-wheel", "axolotl-" + AXOLOTL_VERSION)
 GOAL_SEQ_RATIO = 2.0
 GOAL_BATCH_RATIO = 2.0
 GOAL_STEP_RATIO = 1.1
+# spill::return_freed_memory_promptly's thresholds, set at process start through glibc's tunables.
+TRIMMED_TUNABLES = "glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072"
 SHAPE = ("arch", "layers", "hidden", "heads", "intermediate", "vocab", "dropout", "steps", "malloc")
 
 
@@ -102,7 +119,8 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=2, help="table: micro-batch")
     p.add_argument("--steps", type=int, default=2, help="timed steps (after one warm-up step)")
     p.add_argument("--repeats", type=int, default=2, help="table: rounds, mode order rotated")
-    p.add_argument("--modes", default=",".join(m for m in MODES if m != "spillarena_reentrant"))
+    p.add_argument("--modes", default=",".join(
+        m for m in MODES if m != "spillarena_reentrant" and m not in TRIMMED))
     p.add_argument("--limit-mib", type=int, default=0,
                    help="longest: the memory cgroup limit; 0: transformers' checkpointing's peak "
                         "at --start-seq + --calibration-margin-mib")
@@ -220,7 +238,7 @@ def disco_call(disco, wrapper):
 
 def prepare(args, mode, shape, model, torch):
     """Turns the mode on; returns the arena (or None)."""
-    if mode == "torch":
+    if mode in ("torch", "torch_trimmed"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     elif mode == "disco":
         disco, wrapper = load_disco(args.axolotl_dir)
@@ -273,6 +291,35 @@ def apply_malloc_policy_here(model, arena, spillarena, torch):
         model._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=checkpoint)
 
 
+def malloc_probe():
+    """Whether glibc's mmap threshold is fixed (GLIBC_TUNABLES took effect), seen in behaviour:
+    malloc 1 MiB, free it, malloc 1 MiB again and count mmapped chunks (mallinfo2's hblks) while
+    it is held. glibc's default raises its dynamic threshold above a freed mmapped chunk, so the
+    second block comes from the heap; a threshold fixed at 128 KiB maps it again."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                   "usmblks", "fsmblks", "uordblks", "fordblks",
+                                                   "keepcost")]
+
+    probe = {"GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES")}
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+        libc.free.argtypes = [ctypes.c_void_p]
+        libc.mallinfo2.restype = MallInfo2
+    except (OSError, AttributeError) as error:
+        probe["mmap_after_free"] = f"not measured: {error}"
+        return probe
+    libc.free(libc.malloc(1 << 20))
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(1 << 20)
+    probe["mmap_after_free"] = libc.mallinfo2().hblks > before  # True: threshold fixed
+    libc.free(block)
+    return probe
+
+
 def gradient_comparison(model, reference_path, torch):
     """The first step's gradients against no checkpointing's, every parameter, bit for bit."""
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -300,7 +347,8 @@ def run_child(args, mode, seq, batch):
     torch.manual_seed(1)
     ids = torch.randint(0, args.vocab, (batch, seq))
     times, losses, result = [], [], {
-        "mode": mode, "seq": seq, "batch": batch, "threads": torch.get_num_threads()
+        "mode": mode, "seq": seq, "batch": batch, "threads": torch.get_num_threads(),
+        "malloc_probe": malloc_probe()
     }
     io_before = h2h_support.io_counters()
     with h2h_support.RssAnonSampler() as rss:
@@ -360,15 +408,12 @@ def fetch_axolotl(axolotl_dir):
     return None
 
 
-class Runner:
+class Runner(boundary_search.TrialClock):
     def __init__(self, args, spill_parent):
+        super().__init__(args.deadline_s)
         self.args, self.spill_parent, self.count = args, spill_parent, 0
         self.lock = threading.Lock()
-        self.started = time.monotonic()
         self.cgroup_reason = h2h_support.MemoryCgroup.available()
-
-    def time_left(self):
-        return self.args.deadline_s - (time.monotonic() - self.started)
 
     def run(self, mode, seq, batch, limit_bytes=None, overrides=(), reference=None):
         """One child in its own cgroup and temp directory; its result with the cgroup's view."""
@@ -384,18 +429,17 @@ class Runner:
         if reference:
             cmd += ["--reference", reference]
         env = dict(os.environ, TMPDIR=workdir)  # where Disco's mkdtemp puts its files
+        env.pop("GLIBC_TUNABLES", None)
+        if mode in TRIMMED:
+            env["GLIBC_TUNABLES"] = TRIMMED_TUNABLES
         cg = None
         if self.cgroup_reason is None:
             cg = h2h_support.MemoryCgroup.create(f"spillarena-h2h-{os.getpid()}-{number}",
                                                  limit_bytes)
         start = time.monotonic()
-        try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, env=env, preexec_fn=cg.enter if cg else None,
-                timeout=max(1.0, min(self.args.trial_timeout_s, self.time_left())))
-            result = parse_child(done)
-        except subprocess.TimeoutExpired:
-            result = {"status": "timeout"}
+        done, cause = self.run_process(cmd, self.args.trial_timeout_s, env=env,
+                                       preexec_fn=cg.enter if cg else None)
+        result = parse_child(done) if done else {"status": "timeout", "message": cause}
         result.update(mode=mode, seq=seq, batch=batch, wall_s=round(time.monotonic() - start, 1))
         if cg:
             result["cgroup_peak_bytes"] = cg.peak_bytes()
@@ -520,10 +564,12 @@ def run_lengths(args, runner, progress=lambda partial: None):
 
 
 def search(runner, mode, axis, start, granularity, cap, limit_bytes, fixed, overrides, log):
-    """Doubling then bisection on `axis` ('seq' or 'batch'); each trial a fresh cgroup."""
-    trials, good, bad = [], None, None
+    """Doubling then bisection on `axis` ('seq' or 'batch'); each trial a fresh cgroup. Then
+    the boundary is confirmed: the largest value that trained and the smallest that failed are
+    each tried once more (boundary_search)."""
+    trials = []
 
-    def attempt(value):
+    def attempt(value, repeat=False):
         if runner.time_left() <= 0:
             return None
         seq, batch = (value, fixed) if axis == "seq" else (fixed, value)
@@ -531,34 +577,19 @@ def search(runner, mode, axis, start, granularity, cap, limit_bytes, fixed, over
         slim = {k: r.get(k) for k in ("seq", "batch", "status", "message", "cgroup_peak_bytes",
                                       "peak_rss_anon_bytes", "wall_s")}
         slim["step_s_median"] = statistics.median(r["step_s"]) if r.get("step_s") else None
+        slim["mmap_after_free"] = (r.get("malloc_probe") or {}).get("mmap_after_free")
+        slim["repeat"] = repeat
         trials.append(slim)
         log(f"  {axis} search {mode:20s} {axis} {value:6d} {r['status']:6s} "
-            f"peak {(r.get('cgroup_peak_bytes') or 0) / 2**20:7.0f} MiB  {r['wall_s']} s")
+            f"peak {(r.get('cgroup_peak_bytes') or 0) / 2**20:7.0f} MiB  {r['wall_s']} s"
+            + ("  (repeat)" if repeat else ""))
         return r["status"] == "ok"
 
-    value = start
-    while value <= cap:
-        ok = attempt(value)
-        if ok is None:
-            break
-        if not ok:
-            bad = value
-            break
-        good = value
-        value *= 2
-    lo, hi = good, bad
-    while lo is not None and hi is not None and hi - lo > granularity:
-        mid = (lo + hi) // 2 // granularity * granularity or lo + granularity
-        if mid <= lo:
-            break
-        ok = attempt(mid)
-        if ok is None:
-            break
-        lo, hi = (mid, hi) if ok else (lo, mid)
-    if good is None and bad == start:
-        lo = 0  # not even the start trains
-    return {"largest_ok": lo, "first_failed": hi,
-            "capped": bad is None and good is not None and value > cap, "trials": trials}
+    found = boundary_search.bisect_boundary(attempt, start, granularity, cap)
+    found["trials"] = trials
+    found["boundary"] = boundary_search.confirm_boundary(attempt, found["largest_ok"],
+                                                         found["first_failed"])
+    return found
 
 
 def run_search(args, runner, part):
@@ -699,8 +730,15 @@ def text_table(report):
                         f" under {report[part]['limit_bytes'] >> 20} MiB")
             for mode, r in report[part]["results"].items():
                 ratio = f"{r['ratio_vs_torch']:.2f}x" if r.get("ratio_vs_torch") else "-"
+                axis, boundary = report[part]["axis"], r.get("boundary", {})
+                peak = max((t["cgroup_peak_bytes"] or 0 for t in r["trials"]
+                            if t["status"] == "ok" and t[axis] == r["largest_ok"]), default=0)
                 rows.append(f"  {mode:20s} {r['largest_ok']!s:>6s} {ratio:>7s}"
-                            f"  (first failure {r['first_failed']})")
+                            f"  (first failure {r['first_failed'] or 'none: the cap'};"
+                            f" peak at largest {peak / 2**20:.0f} MiB;"
+                            f" boundary {boundary.get('status')}: "
+                            + ", ".join(f"{b['value']} {'agrees' if b['agrees'] else 'differs'}"
+                                        for b in boundary.get("repeats", [])) + ")")
         elif part in report:
             rows.append(f"{part}: skipped: {report[part].get('skipped')}")
     return "\n".join(rows)

@@ -41,12 +41,12 @@ memory behaviour.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import boundary_search
 import h2h_support  # write_report
 
 MODES = ("none", "recompute", "spillarena_direct", "spillarena_gds")
@@ -274,28 +274,21 @@ def record_peaks(args, result, baseline, torch):
 # The search (parent process).
 
 
-class Runner:
+class Runner(boundary_search.TrialClock):
     """Starts trials as fresh processes and keeps the clock for --deadline-s."""
 
     def __init__(self, args, spill_dir):
+        super().__init__(args.deadline_s)
         self.args, self.spill_dir = args, spill_dir
-        self.started = time.monotonic()
         self.env = None
-
-    def time_left(self):
-        return self.args.deadline_s - (time.monotonic() - self.started)
 
     def trial(self, mode, seq):
         argv = [f"--{name.replace('_', '-')}={getattr(self.args, name)}" for name in CHILD_SETTINGS]
         cmd = [sys.executable, os.path.abspath(__file__), *argv, "--spill-dir", self.spill_dir,
                "--child", mode, "--seq", str(seq)] + (["--smoke"] if self.args.smoke else [])
-        timeout = max(1.0, min(self.args.trial_timeout_s, self.time_left()))
+        timeout = self.timeout(self.args.trial_timeout_s)
         start = time.monotonic()
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            cause = "--deadline-s" if self.time_left() <= 0 else "--trial-timeout-s"
-            done = None
+        done, cause = self.run_process(cmd, timeout)
         result = parse_child(done, seq) if done else \
             {"seq": seq, "status": "timeout",
              "message": f"no result within {timeout:.0f} s ({cause})"}
@@ -336,11 +329,12 @@ def gds_unavailable(spill_dir):
 
 
 def search(mode, runner, on_trial):
-    """Doubling from --start-seq to the first failure, then bisection to --granularity."""
+    """Doubling from --start-seq to the first failure, then bisection to --granularity
+    (boundary_search.bisect_boundary, below --start-seq too)."""
     args = runner.args
     state = new_state()
 
-    def attempt(seq):
+    def attempt(seq, repeat=False):
         if runner.time_left() <= 0:
             state["incomplete"] = True
             return None
@@ -359,26 +353,9 @@ def search(mode, runner, on_trial):
             return None
         return result["status"] == "ok"
 
-    low, high, seq = 0, None, args.start_seq
-    while high is None:
-        ok = attempt(seq)
-        if ok is None:
-            return state
-        if not ok:
-            high = seq
-        elif seq >= args.max_seq:
-            state["capped"] = True
-            return state
-        else:
-            low, seq = seq, min(2 * seq, args.max_seq)
-    while high - low > args.granularity:
-        mid = low + (high - low) // 2 // args.granularity * args.granularity
-        if mid <= low:
-            break
-        ok = attempt(mid)
-        if ok is None:
-            break
-        low, high = (mid, high) if ok else (low, mid)
+    found = boundary_search.bisect_boundary(attempt, args.start_seq, args.granularity,
+                                            args.max_seq, below_start=True)
+    state["capped"] = found["capped"]
     return state
 
 
