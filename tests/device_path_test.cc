@@ -138,7 +138,7 @@ TEST_CASE("device path: a full pool makes store() wait for the oldest write, nev
   ScratchDir dir;
   GptReference g(8, 11, {2, 32, 64});
   Emulation emulation(0);
-  HookScope slow(slow_writes(20));
+  HookScope slow(slow_writes(100));  // long enough that a loaded machine still fills the pool
   auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::thread_pool);
   o.host_pool_bytes = 2 * kInputBytes;
   spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
