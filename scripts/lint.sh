@@ -77,16 +77,23 @@ else
   status=1
 fi
 
+# findings TOOL OUTPUT COUNT NOUN HINT: the files named in OUTPUT's "file:line:col: ..." lines
+# out of COUNT, then OUTPUT indented.
+findings() {
+  local bad
+  mapfile -t bad < <(printf '%s\n' "$2" | sed -nE 's/^([^:]+):[0-9]+:[0-9]+: .*/\1/p' | sort -u)
+  echo "lint: $1: findings in ${#bad[@]} of $3 $4 ($5):"
+  printf '%s\n' "$2" | sed 's/^/  /'
+  status=1
+}
+
 # --no-cache: a check leaves nothing behind in the tree.
 if out=$("$bin/ruff" check --no-cache --quiet --output-format concise -- "${py_files[@]}" 2>&1)
 then
   echo "lint: ruff $RUFF_VERSION: clean"
 else
-  mapfile -t bad < <(printf '%s\n' "$out" | sed -nE 's/^([^:]+):[0-9]+:[0-9]+: .*/\1/p' | sort -u)
-  echo "lint: ruff $RUFF_VERSION: findings in ${#bad[@]} of ${#py_files[@]} files" \
-    "(safe fixes: $bin/ruff check --fix FILE...):"
-  printf '%s\n' "$out" | sed 's/^/  /'
-  status=1
+  findings "ruff $RUFF_VERSION" "$out" "${#py_files[@]}" files \
+    "safe fixes: $bin/ruff check --fix FILE..."
 fi
 
 # A finding not worth fixing takes "# shellcheck disable=SCnnnn  # why" on the line above.
@@ -94,10 +101,7 @@ shellcheck_version=$(shellcheck --version | sed -n 's/^version: //p')
 if out=$(shellcheck -f gcc -- "${sh_files[@]}" 2>&1); then
   echo "lint: shellcheck $shellcheck_version: ${#sh_files[@]} scripts clean"
 else
-  mapfile -t bad < <(printf '%s\n' "$out" | sed -nE 's/^([^:]+):[0-9]+:[0-9]+: .*/\1/p' | sort -u)
-  echo "lint: shellcheck $shellcheck_version: findings in ${#bad[@]} of ${#sh_files[@]} scripts" \
-    "(see https://www.shellcheck.net/wiki/SCnnnn):"
-  printf '%s\n' "$out" | sed 's/^/  /'
-  status=1
+  findings "shellcheck $shellcheck_version" "$out" "${#sh_files[@]}" scripts \
+    "see https://www.shellcheck.net/wiki/SCnnnn"
 fi
 exit "$status"
