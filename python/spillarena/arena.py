@@ -25,6 +25,8 @@ class SpillArena(SharedOnCopy):
 
     def __init__(self, capacity_bytes, directory=None, **options):
         self._handle = _C._arena_new(capacity_bytes, directory, options)
+        # What never changes once it is made (backing, directory, file system, unnamed file).
+        self._made = _C._arena_describe(self._handle)
 
     def stats(self) -> dict:
         """A dict keyed by spill::ArenaStats field names."""
@@ -46,19 +48,19 @@ class SpillArena(SharedOnCopy):
 
     @property
     def backing(self) -> str:
-        return _C._arena_describe(self._handle)["backing"]
+        return self._made["backing"]
 
     @property
     def directory(self) -> str:
-        return _C._arena_describe(self._handle)["directory"]
+        return self._made["directory"]
 
     @property
     def file_system_type(self) -> str:
-        return _C._arena_describe(self._handle)["file_system_type"]
+        return self._made["file_system_type"]
 
     @property
     def opened_without_name(self) -> bool:
-        return _C._arena_describe(self._handle)["opened_without_name"]
+        return self._made["opened_without_name"]
 
     def __repr__(self) -> str:
         d = _C._arena_describe(self._handle)
