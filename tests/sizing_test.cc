@@ -2,9 +2,14 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <cstdint>
 #include <vector>
 
 #include "core/alloc/slab_allocator.h"
+#include "core/os/platform.h"
+#include "core/os/recent_reading.h"
+#include "core/stash/host_pool.h"
 #include "spill/core.h"
 
 TEST_CASE("sizing: a layer input is rounded as the arena rounds it") {
@@ -32,4 +37,28 @@ TEST_CASE("sizing: zero dimensions and overflow are refused") {
   CHECK_THROWS_AS(spill::bytes_for_layer_inputs(1, {1, 1, 1}, 0), spill::InvalidArgumentError);
   CHECK_THROWS_AS(spill::bytes_for_layer_inputs(1ull << 40, {1ull << 20, 1ull << 20, 1}, 2),
                   spill::InvalidArgumentError);
+}
+
+// Note [Reading memory once in a while] in src/core/stash/host_pool.cc
+TEST_CASE("sizing: a costly reading is taken again only once it is old") {
+  static std::uint64_t taken = 0;
+  const auto read = []() -> std::uint64_t { return ++taken; };
+  spill::detail::RecentReading kept(std::chrono::hours(1), read);
+  CHECK(kept.get() == 1);
+  CHECK(kept.get() == 1);
+  CHECK(kept.reads() == 1);
+  spill::detail::RecentReading fresh(std::chrono::nanoseconds(0), read);
+  CHECK(fresh.get() == 2);
+  CHECK(fresh.get() == 3);
+  CHECK(fresh.reads() == 2);
+}
+
+TEST_CASE("sizing: the automatic host budget saturates instead of overflowing") {
+  using spill::detail::automatic_host_pool_bytes;
+  const std::uint64_t ceiling = automatic_host_pool_bytes(UINT64_MAX, 1);  // usable / 2, memlock
+  CHECK(ceiling % spill::platform::capabilities().page_size_bytes == 0);
+  CHECK(automatic_host_pool_bytes(1, 1) <= 64 * spill::MiB);
+  // 2^62 x 4 wraps to 0 in 64 bits: the budget would fall to its 64 MiB floor.
+  CHECK(automatic_host_pool_bytes(std::uint64_t{1} << 62, 4) == ceiling);
+  CHECK(automatic_host_pool_bytes(UINT64_MAX, 0) == automatic_host_pool_bytes(1, 1));
 }

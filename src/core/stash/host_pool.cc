@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "core/os/counted_wait.h"
 #include "core/os/platform.h"
+#include "core/os/recent_reading.h"
 #include "spill/error.h"
 #include "spill/process_memory.h"
 #include "spill/units.h"
@@ -106,11 +110,33 @@ std::string pageable_notice() {
          "(device copies are then synchronous)";
 }
 
-std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t inputs) {
-  std::uint64_t bytes = std::max(kMinAutomaticBytes, input_bytes * inputs);
+// Note [Reading memory once in a while]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The automatic budget is asked at every spill, and what bounds it — half the memory this
+// process may still use (the memory cgroup's files and /proc/meminfo) — took 30-300 us to read:
+// most of a 1 MiB input's store on this machine (issue 40). A reading is reused for 50 ms, the
+// pause the Python front end also reuses its pressure reading for (Note [Reading the pressure
+// once in a while] in python/spillarena/malloc.py): pages are faulted in at about 2.3 GB/s here,
+// so a reading misses at most a tenth of a 1 GiB container's memory, and the budget it bounds is
+// chosen again at the next reading: for CPU inputs it is when store() waits (no memory is
+// allocated for it), for accelerator inputs the pool's size, taken once at the first input.
+namespace {
+
+std::uint64_t budget_ceiling() {
+  std::uint64_t ceiling = platform::locked_memory_limit_bytes();
   const std::uint64_t usable = memory_limits().usable_bytes();
-  if (usable > 0) bytes = std::min(bytes, usable / 2);
-  bytes = std::min(bytes, platform::locked_memory_limit_bytes());
+  if (usable > 0) ceiling = std::min(ceiling, usable / 2);
+  return ceiling;
+}
+
+}  // namespace
+
+std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t inputs) {
+  static RecentReading ceiling(std::chrono::milliseconds(50), budget_ceiling);
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  const std::uint64_t wanted =
+      inputs != 0 && input_bytes > kMax / inputs ? kMax : input_bytes * inputs;
+  const std::uint64_t bytes = std::min(std::max(kMinAutomaticBytes, wanted), ceiling.get());
   return std::max(bytes / page_bytes() * page_bytes(), page_bytes());
 }
 
