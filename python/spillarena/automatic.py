@@ -28,7 +28,7 @@ from .errors import InsufficientSpaceError, InvalidArgumentError, SpillArenaWarn
 # and grows after the first step that needed more.
 DEFAULT_LAYERS = 16
 MIN_FIRST_BYTES = 64 << 20
-_PAGE = 4096
+_PAGE = _C.PAGE_SIZE_BYTES  # the smallest arena: one region of one page
 
 # Note [No room for the first arena]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -47,10 +47,6 @@ _PAGE = 4096
 # Making the AutomaticArena on a full disk is no error either: the page-sized probe that checks
 # its settings finds no room, after every check but the room has passed, and one in memory
 # stands in for it. With when_full="error" every refusal stays InsufficientSpaceError.
-
-
-def _round_to_pages(n):
-    return max(_PAGE, (int(n) + _PAGE - 1) // _PAGE * _PAGE)
 
 
 def _no_room_on_disk(error):
@@ -102,9 +98,11 @@ class _NoArenaYet:
     def __init__(self, owner):
         self._owner = owner
 
+    spills = False  # malloc's policy stays off
+
     @property
     def name(self):
-        return self._owner._in_memory.name  # spills nothing: malloc's policy stays off
+        return self._owner._in_memory.name
 
     def store(self, tensor):
         held = _HeldInMemory(self._owner._in_memory.store(tensor), self._owner)
@@ -178,11 +176,12 @@ class AutomaticArena(_stash.SharedOnCopy):
         return stats
 
     def first_capacity_bytes(self, tensor):
-        """The capacity the first arena gets for a first input like ``tensor``."""
-        bytes_ = tensor.numel() * tensor.element_size()
-        if self.layers is not None:
-            return _round_to_pages(bytes_ * self.layers * self._margin)
-        return _round_to_pages(max(bytes_ * DEFAULT_LAYERS * self._margin, MIN_FIRST_BYTES))
+        """The capacity the first arena gets for a first input like ``tensor``: that many
+        inputs as the arena reserves them (pages, size classes), with the growth margin, as a
+        grow sizes it (spill::capacity_with_margin)."""
+        one = _C._bytes_for_layer_inputs(1, (1, 1, max(1, tensor.numel())), tensor.element_size())
+        capacity = _C._capacity_with_margin(one * (self.layers or DEFAULT_LAYERS), self._margin)
+        return capacity if self.layers is not None else max(capacity, MIN_FIRST_BYTES)
 
     def arena_for(self, tensor):
         """Where ``tensor`` (a layer input) goes: the arena, made now when this is the first
@@ -213,7 +212,7 @@ class AutomaticArena(_stash.SharedOnCopy):
         try:
             return _arena.SpillArena(capacity, self.directory, **self.options)
         except InsufficientSpaceError as e:
-            fits = _round_to_pages(min(capacity, e.available_bytes * 9 // 10))
+            fits = max(_PAGE, min(capacity, e.available_bytes * 9 // 10) // _PAGE * _PAGE)
             if fits >= capacity:
                 raise
             try:

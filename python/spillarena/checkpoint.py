@@ -8,31 +8,31 @@
 Transformers calls it as ``fn(functools.partial(layer.forward, layer, **kwargs), *args)``;
 tensors may come positionally or inside the partial, and get their gradients either way.
 
-Forward stores the layer input (Note [Which argument spills]) through the C++ stash and runs
-the layer: through torch's own non-reentrant checkpoint (non_reentrant.py, the default) or
-without grad inside one autograd Function (use_reentrant=True). Backward restores the input
-with its layout (layout.py), replays the RNG and autocast state the forward saw, and recomputes
-the layer; gradients are those of torch's checkpoint of the same form. Under torch.compile the
+This module is the front door: it checks the arguments, picks the tensor that spills (Note
+[Which argument spills]) and the stash, and hands the call (a job.Job: stores the input,
+restores it, reruns the layer) to one of two forms, which differ only in how autograd reaches
+it: torch's own non-reentrant checkpoint (non_reentrant.py, the default) or one autograd
+Function per layer (reentrant.py, use_reentrant=True). Gradients are those of torch's checkpoint
+of the same form. Under torch.compile the
 checkpoint is a graph break: Note [The checkpoint under torch.compile].
 """
 
 import functools
 import sys
 import warnings
-import weakref
 
 import torch
 import torch.utils.checkpoint as torch_checkpoint
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten
 
 from . import arena as _arena
 from . import automatic as _automatic
-from . import forward_state as _forward_state
-from . import layout as _layout
+from . import job as _job
 from . import malloc as _malloc
 from . import non_reentrant as _non_reentrant
+from . import reentrant as _reentrant
 from . import stash as _stash
-from .errors import CheckpointError, InvalidArgumentError
+from .errors import InvalidArgumentError
 
 # torch.utils.checkpoint.checkpoint's own keyword arguments (what enable() passes on); one left
 # out stands at torch's default.
@@ -53,20 +53,7 @@ def _warn_ignored_by_the_reentrant_form(use_reentrant, early_stop, determinism_c
             stacklevel=3,
         )
 
-# Stands for a tensor in the output template (a layer may return None itself).
-_TENSOR = object()
-
-# What the reentrant form says when its input is gone at a second backward: the words of the C++
-# front end's spill::detail::kSecondBackwardMessage (src/torch_layer/forward_state.h), so that
-# both front ends say the same after their own name.
-_SECOND_BACKWARD_MESSAGE = (
-    "backward ran twice through the same checkpointed layer; its stashed input was consumed and "
-    "freed by the first backward. Run forward again for a new graph (retain_graph is not "
-    "supported with spilled inputs)"
-)
-
-
-def _check_arena(arena):
+def check_arena(arena):
     if arena is None or isinstance(
         arena, (_stash.TensorStash, _arena.SpillArena, _automatic.AutomaticArena)
     ):
@@ -78,7 +65,7 @@ def _check_arena(arena):
 
 
 def _stash_for(arena, tensor):
-    """The stash for a layer input like ``tensor`` (``arena`` passed _check_arena): an
+    """The stash for a layer input like ``tensor`` (``arena`` passed check_arena): an
     AutomaticArena (None: the default one) makes its arena now when this is its first input, or
     keeps the input in memory while a full disk leaves it none (Note [No room for the first
     arena] in automatic.py)."""
@@ -97,170 +84,6 @@ def _unwrap(function):
 
 def _describe(value) -> str:
     return type(value).__name__ if value is not None else "None"
-
-
-class _Job:
-    """One checkpointed call: how to rebuild the call from its tensors, and what forward saw.
-
-    Holds no tensor of the call itself (the input is in the stash, the others in ctx)."""
-
-    def __init__(self, func, leaves, spec, preserve_rng_state):
-        """``leaves`` and ``spec``: the call's arguments, flattened (tree_flatten)."""
-        self.func, self.spec = func, spec
-        self.positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-        self.template = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
-        self.stash = None
-        self.preserve_rng_state = preserve_rng_state
-        self.stashed = None
-        self.layout = None  # how the stored view becomes the input again (layout.py)
-        # the reentrant form's restored input: Note [A second backward through the reentrant form]
-        self.kept_input = None
-        self.spill_index = None  # among the tensors
-        self.needs_grad = []
-        self.state = None  # forward_state.ForwardState: RNG and autocast of forward
-        self.output_spec = None
-        self.output_template = None
-
-    @staticmethod
-    def tensors_in(structure):
-        return [leaf for leaf in tree_flatten(structure)[0] if isinstance(leaf, torch.Tensor)]
-
-    def run(self, tensors):
-        leaves = list(self.template)
-        for position, tensor in zip(self.positions, tensors):
-            leaves[position] = tensor
-        prefix, args, kwargs = tree_unflatten(leaves, self.spec)
-        return self.func(*prefix, *args, **kwargs)
-
-    def store(self, tensor):
-        """Stores the layer input: its smallest view that holds every value (Note [A restored
-        input keeps its layout] in layout.py)."""
-        # Note [The spill's own operations are not the layer's] (layout.py)
-        with _layout.outside_dispatch_modes():
-            stored, self.layout = _layout.compact(tensor)
-            self.stashed = self.stash.store(stored)
-
-    def free(self):
-        """Frees the stored input without restoring it (a forward that raised)."""
-        stashed, self.stashed = self.stashed, None
-        if stashed is not None:
-            stashed.free()
-
-    def restore(self):
-        """The layer input, with the forward's shape and strides; the stash's copy is freed."""
-        if self.stashed is None:
-            raise CheckpointError("spillarena.checkpoint: " + _SECOND_BACKWARD_MESSAGE)
-        # Note [The spill's own operations are not the layer's] (layout.py)
-        with _layout.outside_dispatch_modes():
-            restored = self.stashed.restore()  # queues the reads of the layers before it
-            stashed, self.stashed = self.stashed, None  # kept until here: a failed restore says why
-            stashed.free()
-            return _layout.restore(restored, self.layout)
-
-    # Note [A second backward through the reentrant form]
-    # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-    # Torch's reentrant checkpoint runs a second backward (retain_graph=True) by recomputing from
-    # the inputs it saved. Here the stash frees the input's region at the first restore, so the
-    # restored input must outlive the first backward exactly when the graph is retained, and a
-    # Function's backward is not told whether it is. The engine says it another way: without
-    # retain_graph it releases a node's saved tensors once the node ran. So forward saves, beside
-    # the others, a sentinel tensor nothing else refers to, and the first backward keeps the
-    # restored input until the sentinel dies (weakref.finalize): at once after this backward in
-    # the common case, with the graph under retain_graph. Where saved-tensor hooks repack the
-    # sentinel (an outer non-reentrant checkpoint, save_on_cpu), it may die early; a second
-    # backward then raises CheckpointError, as it did before.
-    def input_for_backward(self, sentinel):
-        """The layer input: restored at the first backward, kept while ``sentinel`` lives."""
-        if self.kept_input is None:
-            self.kept_input = self.restore()  # a second backward after release: CheckpointError
-            weakref.finalize(sentinel, self.forget_input)
-        return self.kept_input
-
-    def forget_input(self):
-        self.kept_input = None
-
-    def capture_state(self, tensors):
-        # CPU and device generators, autocast: what the C++ front end captures too
-        # (Note [The forward's state, replayed in Python] in forward_state.py).
-        self.state = _forward_state.capture(tensors, self.preserve_rng_state)
-
-    def replay(self):
-        """The RNG and autocast state of forward, for the recomputation; the RNG states found
-        are put back afterwards, so the rest of backward draws what it would have drawn."""
-        return _forward_state.replay(self.state)
-
-
-class _SpillCheckpoint(torch.autograd.Function):
-    # `anchor` is an empty tensor that requires grad, so the node joins the graph even when no
-    # tensor argument does (frozen embeddings under PEFT/LoRA): the layer's parameters still
-    # need their gradients. The C++ spill::checkpoint does the same.
-    @staticmethod
-    def forward(ctx, job, anchor, *tensors):
-        job.capture_state(tensors)
-        job.needs_grad = [t.requires_grad for t in tensors]
-        job.store(tensors[job.spill_index])
-        outputs = job.run(tensors)  # autograd.Function.forward runs without grad
-        # The forward's working set is free: give it back (Note [Returning freed memory from
-        # Python] in malloc.py).
-        _malloc.layer_done(tensors[job.spill_index].device.type)
-        leaves, job.output_spec = tree_flatten(outputs)
-        job.output_template = [
-            _TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves
-        ]
-        out_tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-        if not out_tensors:
-            job.stashed.free()
-            raise InvalidArgumentError(
-                "spillarena.checkpoint: the layer returned no tensor; a checkpointed layer must "
-                "return a tensor (or a tuple, list or dict holding tensors)"
-            )
-        ctx.job = job
-        # The last saved tensor is a sentinel nothing else refers to:
-        # Note [A second backward through the reentrant form]
-        ctx.save_for_backward(*[None if i == job.spill_index else t for i, t in enumerate(tensors)],
-                              anchor.new_empty(0))
-        return tuple(out_tensors)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        job = ctx.job
-        if not torch.autograd._is_checkpoint_valid():
-            raise CheckpointError(
-                "spillarena.checkpoint is not compatible with torch.autograd.grad() or with "
-                "backward(inputs=...): use loss.backward()"
-            )
-        *saved, sentinel = ctx.saved_tensors
-        restored = job.input_for_backward(sentinel)
-        del sentinel
-        inputs = []
-        for i, tensor in enumerate(saved):
-            source = restored if i == job.spill_index else tensor
-            inputs.append(source.detach().requires_grad_(job.needs_grad[i]))
-        del restored, saved
-        with job.replay(), torch.enable_grad():
-            outputs = job.run(inputs)
-        out_tensors = [leaf for leaf in tree_flatten(outputs)[0] if isinstance(leaf, torch.Tensor)]
-        if len(out_tensors) != len(grads):
-            raise CheckpointError(
-                f"spillarena.checkpoint: the recomputed layer returned {len(out_tensors)} tensors, "
-                f"forward returned {len(grads)}; a checkpointed layer must be deterministic in "
-                "what it returns"
-            )
-        if not any(o.requires_grad for o in out_tensors) and any(job.needs_grad):
-            # torch's reentrant form's words (its node exists only when an input needs grad):
-            # the anchor must not hide what a user would see
-            raise CheckpointError("none of output has requires_grad=True, this checkpoint() is "
-                                  "not necessary")
-        pairs = [(o, g) for o, g in zip(out_tensors, grads) if o.requires_grad and g is not None]
-        del outputs, out_tensors
-        if pairs:
-            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        del pairs
-        input_grads = tuple(t.grad if need else None for t, need in zip(inputs, job.needs_grad))
-        device_type = inputs[job.spill_index].device.type
-        del inputs  # the layer's working set is free now: give it back
-        _malloc.layer_done(device_type)
-        return (None, None) + input_grads
 
 
 # Note [Which argument spills]
@@ -283,8 +106,8 @@ def _pick_spilled(args, prefix, keywords, tensors):
     argument spills])."""
     if not prefix and args and _is_plain_activation(args[0]):
         return 0  # the common call, decided without flattening anything again
-    first_positional = len(_Job.tensors_in(prefix))
-    positional = range(first_positional, first_positional + len(_Job.tensors_in(args)))
+    first_positional = len(_job.Job.tensors_in(prefix))
+    positional = range(first_positional, first_positional + len(_job.Job.tensors_in(args)))
     others = [i for i in range(len(tensors)) if i not in positional]
     candidates = [i for i in (*positional, *others) if not _is_weight(tensors[i])]
     for i in candidates:
@@ -320,13 +143,13 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
             f"spillarena.checkpoint: use_reentrant must be None, True or False, got "
             f"{use_reentrant!r}"
         )
-    _check_arena(arena)
+    check_arena(arena)
     options = _torch_options(use_reentrant, _spillarena_torch_options or {})
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)
     leaves, spec = tree_flatten((prefix, args, keywords))
     tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-    job = _Job(func, leaves, spec, preserve_rng_state)
+    job = _job.Job(func, leaves, spec, preserve_rng_state)
     job.spill_index = _pick_spilled(args, prefix, keywords, tensors)
     if job.spill_index is None:  # nothing to spill: torch's own checkpoint, as the caller asked
         return torch_checkpoint.checkpoint(function, *args, use_reentrant=bool(use_reentrant),
@@ -336,25 +159,22 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
         return function(*args, **kwargs)  # no backward will come: nothing to keep
     job.stash = _stash_for(arena, tensors[job.spill_index])
     _malloc.use_for_spilling(job.stash)
-    if not use_reentrant:
-        return _non_reentrant.run(job, tensors, options)
-    anchor = torch.empty(0, requires_grad=True)
-    out_tensors = iter(_SpillCheckpoint.apply(job, anchor, *tensors))
-    leaves = [next(out_tensors) if leaf is _TENSOR else leaf for leaf in job.output_template]
-    return tree_unflatten(leaves, job.output_spec)
+    if use_reentrant:
+        return _reentrant.run(job, tensors)
+    return _non_reentrant.run(job, tensors, options)
 
 
 # Note [The checkpoint under torch.compile]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The spill cannot live inside a compiled graph: store() and restore() are C++ calls on an arena
 # that Dynamo cannot trace, and the Function's forward and backward must run the layer the same
-# way. Left to itself, Dynamo breaks the graph at _SpillCheckpoint.apply and compiles the frames
-# that run inside it (the layer's forward, under no_grad) but not the recomputation, which the
-# autograd engine runs later outside any compiled frame: the recomputed layer would be eager while
-# the forward was compiled, and its dropout masks (Inductor draws them its own way) would not be
-# the forward's (the non-reentrant form's recomputation, in a saved-tensor unpack hook, runs as
-# late and as eager). The gradients would be silently wrong. So the whole checkpoint, the layer
-# inside it included, runs eagerly under torch.compiler.disable: a graph break at each
+# way. Left to itself, Dynamo breaks the graph at the reentrant form's Function.apply and compiles
+# the frames that run inside it (the layer's forward, under no_grad) but not the recomputation,
+# which the autograd engine runs later outside any compiled frame: the recomputed layer would be
+# eager while the forward was compiled, and its dropout masks (Inductor draws them its own way)
+# would not be the forward's (the non-reentrant form's recomputation, in a saved-tensor unpack
+# hook, runs as late and as eager). The gradients would be silently wrong. So the whole checkpoint,
+# the layer inside it included, runs eagerly under torch.compiler.disable: a graph break at each
 # checkpointed layer, everything else compiled, forward and recomputation the same eager code,
 # gradients bit-identical to eager. Dynamo is imported lazily (seconds at import time); it is in
 # sys.modules before any torch.compile can be tracing, so the check below is enough.

@@ -24,7 +24,7 @@ import inspect
 import sys
 
 from . import automatic as _automatic
-from .checkpoint import TORCH_ARGUMENTS, _check_arena, checkpoint
+from .checkpoint import TORCH_ARGUMENTS, check_arena, checkpoint
 from .errors import InvalidArgumentError
 
 # Note [Who wins when both checkpointings are asked for]
@@ -278,7 +278,7 @@ def enable(model, arena=None, every_n_layers=1, **checkpoint_kwargs):
             f"spillarena.enable: every_n_layers must be an integer >= 1, got {every_n_layers!r}"
         )
     _check_checkpoint_kwargs(checkpoint_kwargs)
-    _check_arena(arena)  # a bad arena fails here, not in the first forward
+    check_arena(arena)  # a bad arena fails here, not in the first forward
     if arena is None:
         arena = _automatic.AutomaticArena()
     function = _ArenaCheckpointFunction(arena, checkpoint_kwargs)

@@ -95,8 +95,8 @@ def compact(tensor):
 # forward and looks each up again in the recomputation, and the restore's own allocation (an
 # aten::empty the forward never ran), or the permute and expand that rebuild the layout, made it
 # fail ("encountered during backward but not found in storage"). Storing, restoring and
-# rebuilding are the spill's bookkeeping, not the layer's work: _Job.store and _Job.restore
-# (checkpoint.py) run them with the modes set aside, as torch itself does for its own
+# rebuilding are the spill's bookkeeping, not the layer's work: Job.store and Job.restore
+# (job.py) run them with the modes set aside, as torch itself does for its own
 # bookkeeping, so no mode sees them, in forward or in recomputation. In Python, not in the C++
 # binding: one place for the stash's calls and the views around them, and no dispatch-key API of
 # torch's C++ ABI.

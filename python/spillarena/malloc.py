@@ -36,6 +36,7 @@ import threading
 import time
 
 from . import _C
+from . import arena as _arena
 from .errors import InvalidArgumentError
 
 ENVIRONMENT_VARIABLE = "SPILLARENA_MALLOC"
@@ -75,11 +76,10 @@ def _policy_from_environment():
 
 
 def _spills(arena) -> bool:
-    """Whether `arena` (a SpillArena or TensorStash) keeps layer inputs outside the process."""
-    backing = getattr(arena, "backing", None)
-    if backing is not None:
-        return backing == "disk"
-    return getattr(arena, "name", None) in ("disk", "per_file")
+    """Whether `arena` (a SpillArena or a stash) keeps layer inputs outside the process."""
+    if isinstance(arena, _arena.SpillArena):
+        return arena.backing == "disk"
+    return arena.spills
 
 
 def use_for_spilling(arena) -> bool:

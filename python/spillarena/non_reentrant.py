@@ -9,9 +9,6 @@ See Note [A non-reentrant checkpoint that spills].
 
 import torch.utils.checkpoint as _torch_checkpoint
 
-from . import layout as _layout
-from . import malloc as _malloc
-
 # Note [A non-reentrant checkpoint that spills]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The reentrant form (an autograd.Function per layer, recomputing and backpropagating inside its
@@ -47,48 +44,36 @@ class _SpilledInput:
     def __init__(self, job, live):
         self.job = job
         self.live = live
-        self.requires_grad = live.requires_grad
         self.restored = None
 
-    def get(self):
-        if self.live is not None:
-            return self.live
+    def restored_input(self):
         if self.restored is None:
-            self.restored = self.job.restore()  # queues the reads of the layers before it
-        # Note [The spill's own operations are not the layer's] (layout.py)
-        with _layout.outside_dispatch_modes():
-            return self.restored.detach().requires_grad_(self.requires_grad)
+            self.restored = self.job.restore()
+        return self.restored
 
 
 def _call(job, spilled, *tensors):
-    tensors = list(tensors)
-    tensors[job.spill_index] = spilled.get()
-    recomputing = spilled.live is None
-    try:
+    if spilled.live is not None:  # the forward
+        tensors = list(tensors)
+        tensors[job.spill_index] = spilled.live
         return job.run(tensors)
-    finally:
-        if recomputing:  # the recomputation's working set is free: give it back
-            _malloc.layer_done(tensors[job.spill_index].device.type)
+    return job.rerun(job.with_input(tensors, spilled.restored_input()))
 
 
 def run(job, tensors, options):
     """Runs the layer through torch's non-reentrant checkpoint with ``options`` (its keyword
     arguments); its input goes to the stash."""
     x = tensors[job.spill_index]
-    job.store(x)
     spilled = _SpilledInput(job, x)
     stand_ins = list(tensors)
     stand_ins[job.spill_index] = x.new_empty(0)  # the device and dtype, no bytes
-    try:
-        outputs = _torch_checkpoint.checkpoint(
-            _call, job, spilled, *stand_ins, use_reentrant=False,
-            preserve_rng_state=job.preserve_rng_state, **options)
-    except BaseException:
-        job.free()
-        raise
-    finally:
-        spilled.live = None
-    # The forward's working set is free: give it back (Note [Returning freed memory from
-    # Python] in malloc.py).
-    _malloc.layer_done(x.device.type)
-    return outputs
+
+    def through_torch():
+        try:
+            return _torch_checkpoint.checkpoint(
+                _call, job, spilled, *stand_ins, use_reentrant=False,
+                preserve_rng_state=job.preserve_rng_state, **options)
+        finally:
+            spilled.live = None
+
+    return job.first_run(tensors, through_torch)

@@ -13,7 +13,7 @@ import operator
 
 import torch
 
-from .checkpoint import TORCH_ARGUMENTS, _check_arena, checkpoint
+from .checkpoint import TORCH_ARGUMENTS, check_arena, checkpoint
 from .errors import InvalidArgumentError
 
 
@@ -47,7 +47,7 @@ def checkpoint_sequential(functions, segments, input, use_reentrant=None, *, are
     if isinstance(functions, torch.nn.Sequential):
         functions = list(functions.children())
     functions = list(functions)
-    _check_arena(arena)
+    check_arena(arena)
     unknown = sorted(set(kwargs) - set(TORCH_ARGUMENTS))
     if unknown:
         raise InvalidArgumentError(

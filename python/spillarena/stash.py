@@ -71,6 +71,7 @@ class TensorStash(SharedOnCopy):
     )
 
     name = "?"
+    spills = False  # whether it keeps layer inputs outside the process (malloc.py asks)
 
     def store(self, tensor: torch.Tensor) -> StashedTensor:
         raise NotImplementedError
@@ -212,6 +213,10 @@ class _ArenaStash(TensorStash):
     def name(self) -> str:
         return self._chain.name
 
+    @property
+    def spills(self) -> bool:
+        return self._chain.name == "disk"  # the arena's backing; "ram" keeps them in the process
+
     def stats(self) -> dict:
         return self._chain.stats()
 
@@ -277,6 +282,7 @@ class _PerFileStashed(StashedTensor):
 
 class _PerFileStash(TensorStash):
     name = "per_file"
+    spills = True
 
     def __init__(self, directory):
         self._files = _C._per_file_files(directory)

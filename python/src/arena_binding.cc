@@ -238,6 +238,15 @@ PyObject* empty_directory_refusal(PyObject*, PyObject* instead) {
       [&] { return message_to_python(spill::empty_directory_refusal(utf8(instead, "instead"))); });
 }
 
+PyObject* capacity_with_margin(PyObject*, PyObject* args) {
+  return guarded([&] {
+    const Args a(args, 2, "_capacity_with_margin");
+    return Convert<std::uint64_t>::to_python(spill::capacity_with_margin(
+        Convert<std::uint64_t>::from_python(a[0], "capacity_with_margin: needed_bytes"),
+        Convert<double>::from_python(a[1], "capacity_with_margin: growth_margin")));
+  });
+}
+
 PyObject* bytes_with_units(PyObject*, PyObject* bytes) {
   return guarded([&] {
     return message_to_python(
@@ -270,6 +279,9 @@ void add_arena() {
                "0 to 1)");
   add_function("_bytes_for_layer_inputs", layer_inputs_bytes, METH_VARARGS,
                "_bytes_for_layer_inputs(layers, (batch, seq, hidden), element_size_bytes)");
+  add_function("_capacity_with_margin", capacity_with_margin, METH_VARARGS,
+               "_capacity_with_margin(needed_bytes, growth_margin): needed x margin in whole "
+               "pages, as a grow aims at it (spill/sizing.h).");
   add_function("_bytes_with_units", bytes_with_units, METH_O,
                "\"16384 bytes (16.00 KiB)\": byte counts as every message gives them "
                "(spill/units.h).");
@@ -280,6 +292,7 @@ void add_arena() {
   add_constant("STASH_STATS", tuple_of(field_names<spill::StashStats>()));
   add_constant("MAX_CAPACITY_BYTES", Convert<std::uint64_t>::to_python(spill::kMaxCapacityBytes));
   add_constant("MAX_STAGING_BYTES", Convert<std::uint64_t>::to_python(spill::kMaxStagingBytes));
+  add_constant("PAGE_SIZE_BYTES", Convert<std::uint64_t>::to_python(spill::page_size_bytes()));
 }
 
 Ref tuple_of(const std::vector<std::string>& names) {

@@ -5,7 +5,7 @@ non-reentrant form; "python-reentrant" the same with use_reentrant=True. Both re
 forward's RNG and autocast state (the default form with torch's code, the reentrant one with
 python/spillarena/forward_state.py: Note [The forward's state, replayed in Python]), so every
 case expects the same of both, a second backward included (Note [A second backward through the
-reentrant form] in python/spillarena/checkpoint.py). The C++ front end, spill::checkpoint, runs
+reentrant form] in python/spillarena/reentrant.py). The C++ front end, spill::checkpoint, runs
 the same cases in tests/checkpoint_test.cc: the extension links no torch, so it cannot run a C++
 autograd node on a Python layer (Note [One wheel for every torch] in python/CMakeLists.txt). What
 only the Python front end has (tensors inside a functools.partial or in kwargs, pytrees of

@@ -523,7 +523,7 @@ def test_a_recomputation_that_differs_is_detected_as_torch_detects_it(default_fo
 
 # ---------------------------------------------------------------------------------------------
 # A second backward through the reentrant form (Note [A second backward through the reentrant
-# form] in python/spillarena/checkpoint.py)
+# form] in python/spillarena/reentrant.py)
 # ---------------------------------------------------------------------------------------------
 
 def _spill_node(output):
@@ -562,10 +562,23 @@ def test_the_reentrant_form_keeps_the_restored_input_only_for_a_retained_graph(a
     out = spillarena.checkpoint(layer, x * 1, arena=arena, use_reentrant=True).sum()
     node = _spill_node(out)
     out.backward(retain_graph=True)
-    assert node.job.kept_input is not None  # a second backward may come
+    assert node.kept.tensor is not None  # a second backward may come
     out.backward()
     out = spillarena.checkpoint(layer, x * 1, arena=arena, use_reentrant=True).sum()
     node = _spill_node(out)
     out.backward()
-    assert node.job.kept_input is None  # released with the node's saved tensors
+    assert node.kept.tensor is None  # released with the node's saved tensors
     assert_drained(arena)
+
+
+def test_a_forward_that_raises_frees_the_stored_input_in_both_forms(arena):
+    def failing(x):
+        raise ValueError("the layer failed")
+
+    for reentrant in (False, True):
+        x = torch.randn(4, 8, requires_grad=True)
+        with pytest.raises(ValueError, match="the layer failed") as raised:
+            spillarena.checkpoint(failing, x * 1, arena=arena, use_reentrant=reentrant)
+        # freed at once, not when the traceback (which holds the call's frames) goes
+        assert_drained(arena, wait_s=10)
+        del raised

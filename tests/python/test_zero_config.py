@@ -267,8 +267,10 @@ def test_enable_sizes_the_first_arena_from_the_first_input_and_the_layers(spill_
     assert isinstance(automatic, spillarena.AutomaticArena) and automatic.layers == 3
     ids = torch.randint(0, 256, (2, 40))
     model(input_ids=ids, labels=ids).loss.backward()
-    hidden_bytes = 2 * 40 * 64 * 4
-    expected = -(-int(hidden_bytes * 3 * 1.25) // 4096) * 4096
+    # Three inputs as the arena reserves them (its size class), with the growth margin: what a
+    # grow would aim at for that step.
+    one = spillarena.bytes_for_layer_input((2, 40, 64), torch.float32)
+    expected = -(-int(one * 3 * 1.25) // 4096) * 4096
     assert automatic.arena.stats()["initial_capacity_bytes"] == expected
     assert automatic.arena.stats()["overflows"] == 0
     spillarena.disable(model)
