@@ -9,6 +9,7 @@
 #include "core/file/storage.h"
 #include "core/io/gds.h"
 #include "core/os/platform.h"
+#include "core/os/usable_memory.h"
 #include "core/text/enum_names.h"
 #include "spill/process_memory.h"
 #include "spill/sizing.h"
@@ -56,8 +57,8 @@ void check_staging(std::uint64_t staging) {
 // InsufficientSpaceError's path; `option`: the ArenaOptions field asking for `bytes`.
 void check_fits_in_memory(const char* what, const char* option, std::uint64_t bytes,
                           const char* advice) {
-  const std::uint64_t usable = memory_limits().usable_bytes();
-  if (usable == 0 || bytes <= usable) return;
+  std::uint64_t usable = 0;
+  if (detail::fits_in_usable_memory(bytes, &usable)) return;
   throw InsufficientSpaceError(what, bytes, usable,
                                std::string("spill: ArenaOptions::") + option + " = " +
                                    bytes_with_units(bytes) + " exceeds the " +

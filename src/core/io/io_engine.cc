@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/os/platform.h"
+#include "core/os/usable_memory.h"
 #include "spill/error.h"
-#include "spill/process_memory.h"
 #include "spill/units.h"
 
 namespace spill::detail {
@@ -74,8 +74,8 @@ std::string IoEngine::fit_staging(std::uint64_t capacity_bytes) {
   const StagingShape shape = staging_shape(capacity_bytes);
   const std::uint64_t now = staging_->budget_bytes();
   if (shape.budget_bytes <= now) return "";
-  const std::uint64_t usable = memory_limits().usable_bytes();
-  if (usable != 0 && shape.budget_bytes - now > usable) {
+  std::uint64_t usable = 0;
+  if (!fits_in_usable_memory(shape.budget_bytes - now, &usable)) {
     return "the staging pool stays at " + human_bytes(now) + ": the " +
            human_bytes(shape.budget_bytes) + " this capacity would use exceed the " +
            human_bytes(usable) + " of memory this process may still use";

@@ -1,9 +1,9 @@
 #include "core/io/staging_pool.h"
 
-#include <chrono>
 #include <cstring>
 #include <string>
 
+#include "core/os/counted_wait.h"
 #include "core/os/platform.h"
 #include "spill/error.h"
 #include "spill/units.h"
@@ -65,12 +65,8 @@ bool StagingPool::resize(std::uint64_t budget_bytes, std::uint64_t slot_bytes) {
 StagingPool::Slot StagingPool::acquire() {
   MutexLock lock(mutex_);
   if (free_.empty()) {
-    const auto start = std::chrono::steady_clock::now();
+    const CountedWait counted(waits_, wait_ns_);
     slot_freed_.wait(lock, [this]() REQUIRES(mutex_) { return !free_.empty(); });
-    ++waits_;
-    wait_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                               std::chrono::steady_clock::now() - start)
-                                               .count());
   }
   const std::uint32_t index = free_.back();
   free_.pop_back();
@@ -85,14 +81,8 @@ void StagingPool::release(std::uint32_t index) noexcept {
   slot_freed_.notify_one();
 }
 
-std::uint64_t StagingPool::waits() const {
-  MutexLock lock(mutex_);
-  return waits_;
-}
+std::uint64_t StagingPool::waits() const { return waits_.load(); }
 
-std::uint64_t StagingPool::wait_ns() const {
-  MutexLock lock(mutex_);
-  return wait_ns_;
-}
+std::uint64_t StagingPool::wait_ns() const { return wait_ns_.load(); }
 
 }  // namespace spill::detail

@@ -53,8 +53,8 @@ class StagingPool {
   std::condition_variable slot_freed_;
   // Most recently released last: its pages are warm.
   std::vector<std::uint32_t> free_ GUARDED_BY(mutex_);
-  std::uint64_t waits_ GUARDED_BY(mutex_) = 0;
-  std::uint64_t wait_ns_ GUARDED_BY(mutex_) = 0;
+  std::atomic<std::uint64_t> waits_{0};  // atomics, as CountedWait keeps them
+  std::atomic<std::uint64_t> wait_ns_{0};
 };
 
 }  // namespace spill::detail
