@@ -1,12 +1,14 @@
 // Test helpers for the I/O engine's test hooks: install a queue hook or a platform fault hook
 // for a scope, a hook that sleeps a random time before each operation (to shuffle completion
-// orders), and a deadline that turns a hang into a failure.
+// orders), one that holds reads until others were queued (to see the order a restore queues
+// them in), and a deadline that turns a hang into a failure.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -18,6 +20,7 @@
 
 #include "core/io/io_queue.h"
 #include "core/os/fault_injection.h"
+#include "spill/arena.h"
 
 namespace spill_test {
 
@@ -29,6 +32,69 @@ struct HookScope {
   ~HookScope() { spill::testing::set_io_test_hook({}); }
   HookScope(const HookScope&) = delete;
   HookScope& operator=(const HookScope&) = delete;
+};
+
+// A queue hook (install it before the arena is made) that, while an arena is watched, holds each
+// read until `bytes` in all were queued for reading on that arena since watch() — the arena
+// counts a read in bytes_read when it is queued — or `timeout` passed, and keeps the fewest
+// bytes any read saw queued when it went on. A restore that queues its predecessors' reads before
+// it waits for its own lets its own read see them all (Note [Overlapped spilling] in
+// src/core/stash/chain.cc).
+//
+//   QueuedReads reads(std::chrono::seconds(10));
+//   HookScope hook(reads.hook());
+//   spill::SpillArena arena(options);
+//   reads.watch(&arena, 3 * bytes);  // ... restore ...
+//   reads.watch(nullptr, 0);         // before the arena dies
+class QueuedReads {
+ public:
+  explicit QueuedReads(std::chrono::milliseconds timeout) : state_(std::make_shared<State>()) {
+    state_->timeout = timeout;
+  }
+
+  std::function<int(spill::IoOp)> hook() const {
+    return [state = state_](spill::IoOp op) {
+      const spill::SpillArena* arena = state->arena.load();
+      if (op != spill::IoOp::read || arena == nullptr) return 0;
+      const std::uint64_t base = state->base.load();
+      const std::uint64_t bytes = state->bytes.load();
+      const auto queued = [&] { return arena->stats().bytes_read - base; };
+      const auto end = std::chrono::steady_clock::now() + state->timeout;
+      while (queued() < bytes && std::chrono::steady_clock::now() < end) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      const std::uint64_t seen = queued();
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->fewest_seen = std::min(state->fewest_seen, seen);
+      return 0;
+    };
+  }
+
+  // Reads of `arena` wait for `bytes` queued from now on; nullptr: reads go on at once.
+  void watch(const spill::SpillArena* arena, std::uint64_t bytes) {
+    state_->arena.store(nullptr);
+    if (arena == nullptr) return;
+    state_->base.store(arena->stats().bytes_read);
+    state_->bytes.store(bytes);
+    state_->arena.store(arena);
+  }
+
+  // The fewest bytes queued a read of the watched arena saw; UINT64_MAX where none ran.
+  std::uint64_t fewest_seen() const {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->fewest_seen;
+  }
+
+ private:
+  struct State {
+    std::chrono::milliseconds timeout{0};
+    std::atomic<const spill::SpillArena*> arena{nullptr};
+    std::atomic<std::uint64_t> base{0};
+    std::atomic<std::uint64_t> bytes{0};
+    std::mutex mutex;
+    std::uint64_t fewest_seen = UINT64_MAX;
+  };
+  std::shared_ptr<State> state_;  // shared with the hook, which the queues keep
 };
 
 // A hook that delays each operation by 0 to max_us microseconds, seeded deterministically.

@@ -7,8 +7,10 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <memory>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "core/stash/restore_pool.h"
 #include "core/stash/stash_path.h"
@@ -72,6 +74,37 @@ TEST_CASE("overlap: backward queues the reads of the stash's own predecessors") 
     CHECK(spill::stash_stats(other).prefetches == 0);
     side.sum().backward();
   }
+}
+
+// Note [Overlapped spilling]: every read is held in the I/O queue until the restore's own read
+// and its two predecessors' were all queued. A restore that waited for its own bytes before
+// queueing the others would leave its read to give up holding (10 s) having seen only itself.
+TEST_CASE("overlap: a restore queues its predecessors' reads before it waits for its own") {
+  ScratchDir dir;
+  spill_test::QueuedReads reads(std::chrono::seconds(10));
+  HookScope hook(reads.hook());
+  spill::SpillArena arena = stash_arena(
+      engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::thread_pool),
+      stash_settings(false, 0, 2));  // synchronous: each store() returns with its input written
+  auto stash = spill::make_arena_stash(arena);
+  std::vector<torch::Tensor> inputs;
+  std::vector<std::unique_ptr<spill::StashedTensor>> stored;
+  for (int i = 0; i < 4; ++i) {
+    inputs.push_back(torch::randn({16, 1024}));
+    stored.push_back(stash->store(inputs.back()));
+  }
+  REQUIRE(stash->stats().inputs_spilled == 4);
+  const std::uint64_t bytes = 16 * 1024 * sizeof(float);
+  reads.watch(&arena, 3 * bytes);
+  const torch::Tensor last = stored[3]->restore();
+  reads.watch(nullptr, 0);
+  CHECK(reads.fewest_seen() == 3 * bytes);
+  CHECK(torch::equal(last, inputs[3]));
+  const spill::StashStats s = stash->stats();
+  CHECK(s.prefetches == 2);
+  CHECK(s.restore_waits == 1);  // its bytes were on disk when it began
+  for (int i = 2; i >= 0; --i) CHECK(torch::equal(stored[i]->restore(), inputs[i]));
+  CHECK(arena.stats().bytes_in_use == 0);
 }
 
 TEST_CASE("overlap: keep_last keeps the last inputs where they are and spills the rest") {

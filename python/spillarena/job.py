@@ -103,8 +103,9 @@ class Job:
             stashed.free()
 
     def restore(self):
-        """The layer input, with the forward's shape and strides; the stash's copy is freed.
-        The read of the layers before it is queued (the stash's prefetch)."""
+        """The layer input, with the forward's shape and strides; the stash's copy is freed. The
+        stash queues its read, then those of the layers before it, then waits for its own (Note
+        [Overlapped spilling] in src/core/stash/chain.cc)."""
         if self.stashed is None:
             raise CheckpointError("spillarena.checkpoint: " + SECOND_BACKWARD_MESSAGE)
         # Note [The spill's own operations are not the layer's] (layout.py)

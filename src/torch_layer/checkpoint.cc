@@ -83,8 +83,9 @@ class SpillCheckpointFunction : public torch::autograd::Function<SpillCheckpoint
  private:
   static std::vector<torch::Tensor> restore_inputs(CheckpointState& state,
                                                    const variable_list& extras) {
-    torch::Tensor x = state.stashed->restore();  // queues its predecessors' reads first
-    state.stashed.reset();                       // the region is free for the next layer's forward
+    // Its read and its predecessors' are queued before it waits for its own bytes.
+    torch::Tensor x = state.stashed->restore();
+    state.stashed.reset();  // the region is free for the next layer's forward
     std::vector<torch::Tensor> inputs;
     inputs.push_back(x.detach().requires_grad_(state.needs_grad[0]));
     for (std::size_t i = 0; i < extras.size(); ++i) {

@@ -51,6 +51,10 @@ std::uint64_t resident_bytes(const Region& region) {
   return ArenaAccess::core(region).storage().resident_bytes(region.offset(), region.size());
 }
 
+bool resident(const Region& region, std::uint64_t bytes) {
+  return ArenaAccess::core(region).storage().resident(region.offset(), bytes);
+}
+
 void start_writeback(const Region& region) {
   ArenaAccess::core(region).start_writeback(region.offset(), region.size());
 }

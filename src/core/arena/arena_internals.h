@@ -61,10 +61,11 @@ bool uses_gds(const SpillArena& arena);
 // src/core/arena/arena_growth.cc), each once per arena: the stash warns with them.
 std::vector<std::string> take_notices(const SpillArena& arena);
 
-// Bytes of the region held in memory (page cache or host memory); resident(): all of them, so a
-// read will not wait for the disk.
+// Bytes of the region held in memory (page cache or host memory); resident(): all of them, or
+// all of its first `bytes` (what take_into reads), so a read will not wait for the disk.
 std::uint64_t resident_bytes(const Region& region);
 inline bool resident(const Region& region) { return resident_bytes(region) >= region.size(); }
+bool resident(const Region& region, std::uint64_t bytes);
 // Page-cache hints: writeback start; writeback, wait and drop (Region::read_ahead reads ahead).
 void start_writeback(const Region& region);
 void drop_cached_pages(const Region& region);

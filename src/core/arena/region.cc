@@ -137,8 +137,9 @@ namespace spill {
 // the write, read — through the mapping when the pages are resident, else the I/O engine —
 // check the hash, free). What a read involves (the I/O mode, residency, integrity, the order of
 // a write and a read of the same region) stays in the core, and the stash's restore is one line.
-// The one hint besides is read_ahead, which a restore gives its predecessors (prefetch_depth):
-// a direct arena reads them into the tensors they will become, take_into then only waits.
+// The one hint besides is read_ahead, which a restore gives its own region and then its
+// predecessors' (prefetch_depth) before it waits: a direct arena reads them into the tensors
+// they will become, take_into then only waits.
 
 Pending Region::pending() const {
   core_or_throw();

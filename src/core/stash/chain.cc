@@ -29,11 +29,16 @@ namespace detail {
 // released when its copy finished, the CPU input and the pool block when the write did. So memory
 // follows the I/O, not the next store(). The bytes in flight are bounded: the pool's size on an
 // accelerator, host_pool_bytes of CPU inputs otherwise; store() waits for the oldest write when
-// they would exceed it. restore() of layer i first secures its own bytes (a read into the pool
-// may wait for room), then queues the reads of its prefetch_depth predecessors — this stash's own
-// chain of stored tensors — without waiting, keeping room for the next restore, and only then
-// waits for its own. The lifecycle is one State: Note [Lifecycle of a stashed tensor] in
-// stash_entry.cc.
+// they would exceed it. restore() of layer i comes in two halves, liburing's submit and complete
+// (SpillPath::begin_restore and finish_restore in stash_path.h). The first secures its own
+// bytes: it queues their read where no prefetch did (a read into the pool may wait for room; on
+// a buffered CPU arena the read is the page cache's readahead, and the copy out of the mapping
+// is the second half's) and notes whether they were in memory already. Then the reads of its
+// prefetch_depth predecessors — this stash's own chain of stored tensors — are queued without
+// waiting, keeping room in the pool for the next restore, and only then does the second half
+// wait for its own bytes. Waiting first would leave the disk with one read while backward stalls
+// on it, and the predecessors' reads would start only as the recomputation does. The lifecycle
+// is one State: Note [Lifecycle of a stashed tensor] in stash_entry.cc.
 //
 // An input changed in place while the stash references it — before it is spilled, during its
 // copy or write, or while kept — is refused in backward with autograd's own words: the bytes on
@@ -213,44 +218,64 @@ void Chain::spill(const EntryPtr& e) {
   path_for(*e).spill(e);
 }
 
+namespace {
+
+// held, kept, copying, and a CPU input in writing (an accelerator's was released when its copy
+// completed): the input itself is still here.
+bool input_still_here(const Entry& e) REQUIRES(e.mutex) {
+  switch (e.state) {
+    case State::held:
+    case State::kept:
+    case State::copying:
+      return true;
+    case State::writing:
+      return e.input.defined();
+    case State::failed:
+    case State::spilled:
+    case State::reading:
+    case State::uploading:
+    case State::restored:
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
 // One switch on the state (Note [Lifecycle of a stashed tensor] in stash_entry.cc): an input
-// still in memory goes back as it is; its path reads back the others. Then the predecessors'
-// reads are queued, so they overlap this layer's recomputation.
+// still in memory goes back as it is; its path reads back the others, in two halves with the
+// predecessors' reads queued between them, so that they overlap this read and then this layer's
+// recomputation (Note [Overlapped spilling]). Never two entries' mutexes at once.
 Buffer Chain::restore(const EntryPtr& e) {
   rethrow_failure();
   Entry& entry = *e;
   MutexLock lock(entry.mutex);
   if (entry.state == State::restored) return Buffer();
   if (entry.changed_in_place()) throw_modified(entry, "after it was stored");
+  if (entry.state == State::failed) std::rethrow_exception(entry.failure);
   const bool was_prefetched = entry.prefetched;
   const auto start = std::chrono::steady_clock::now();
   bool ready = true;
   Buffer result;
-  switch (entry.state) {
-    case State::failed:
-      std::rethrow_exception(entry.failure);
-    case State::held:
-    case State::kept:
-    case State::copying:
-      result = give_back_input(entry);
-      break;
-    case State::writing:
-    case State::spilled:
-    case State::reading:
-    case State::uploading:
-      result = path_for(entry).restore(entry, ready);
-      break;
-    case State::restored:
-      break;
+  if (input_still_here(entry)) {
+    result = give_back_input(entry);
+    lock.unlock();
+    prefetch_predecessors(entry);
+  } else {
+    SpillPath& path = path_for(entry);
+    ready = path.begin_restore(entry);  // its own read first, so it is queued before theirs
+    lock.unlock();
+    prefetch_predecessors(entry);
+    lock.lock();
+    result = path.finish_restore(entry);  // only now the wait for its own bytes
+    lock.unlock();
   }
   context_.counters->record_restore(was_prefetched, ready, elapsed_ns(start));
-  lock.unlock();
   if (!entry.previous.lock()) {
     // The oldest input still stashed: the backward is over, so is reuse until the next one
     // (Note [Restoring into reused memory] in restore_pool.cc).
     context_.shared->restore_pool->release_idle();
   }
-  prefetch_predecessors(entry);
   return result;
 }
 

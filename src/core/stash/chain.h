@@ -31,7 +31,8 @@ class Chain {
 
   // store(): links `e` after the last stored entry and spills those keep_last no longer keeps.
   void stored(const EntryPtr& e) EXCLUDES(mutex_);
-  // restore(): `e` back where it was stored; queues its predecessors' reads first.
+  // restore(): `e` back where it was stored. Queues its own read, then its predecessors', and
+  // only then waits for its own bytes.
   Buffer restore(const EntryPtr& e);
   // Starts bringing `e` back without waiting (a no-op where there is nothing to move).
   void prefetch(Entry& e) REQUIRES(e.mutex);

@@ -23,19 +23,22 @@ namespace {
 // handler can turn the fault into an error (found by the red-team pass: 5 of 6 runs).
 // take_into faults, if at all, in spillarena's own guarded copy: a spill::IoError (Note [SIGBUS
 // on the mapping] in src/core/os/platform_posix.cc). Direct mode reads into an aligned host
-// buffer (the read skips the staging pool), queued ahead by prefetch; buffered mode reads ahead
-// in the page cache and copies at restore. A RAM arena has no file to shrink: its restore is a
-// view of the region (Note [A RAM restore is a view] in src/core/arena/arena_internals.cc).
+// buffer (the read skips the staging pool), queued ahead by prefetch or by the restore's first
+// half; buffered mode reads ahead in the page cache then, and the second half copies. A RAM
+// arena has no file to shrink: its restore is a view of the region (Note [A RAM restore is a
+// view] in src/core/arena/arena_internals.cc).
 
 class CpuPath final : public SpillPath {
  public:
   using SpillPath::SpillPath;
 
-  // spill: the input itself is written (spill_from); prefetch: read ahead: the page cache, or
-  // direct reads into a host buffer; restore: take_into a new tensor (a RAM arena: a view).
+  // spill: the input itself is written (spill_from); prefetch and begin_restore: read ahead:
+  // the page cache, or direct reads into a host buffer; finish_restore: take_into a new tensor
+  // (a RAM arena: a view). A CPU input in writing is still here: the chain gives it back.
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry& e) override REQUIRES(e.mutex);
-  Buffer restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
+  bool begin_restore(Entry& e) override REQUIRES(e.mutex);
+  Buffer finish_restore(Entry& e) override REQUIRES(e.mutex);
 
  private:
   void wait_for_room(std::uint64_t bytes) EXCLUDES(mutex_);
@@ -118,16 +121,25 @@ void CpuPath::prefetch(Entry& e) {
   advance(e, State::reading);
 }
 
+// Ready: the pages were resident (buffered), or a prefetch's read into the host buffer had
+// completed (direct), before this call queued anything. A RAM arena has nothing to read.
+bool CpuPath::begin_restore(Entry& e) {
+  if (!e.region || context_.arena.backing() == Backing::ram) return true;
+  const bool ready = reads_into_buffer() ? e.state == State::reading && e.region.pending().ready()
+                                         : resident(e.region, e.bytes);
+  prefetch(e);  // a no-op where a successor's restore queued it
+  return ready;
+}
+
 // See Note [Restoring from the mapping].
-Buffer CpuPath::restore(Entry& e, bool& ready) {
-  if (e.state == State::writing) return give_back_input(e);  // still in memory
-  if (!e.region) {                                           // 0 bytes
+Buffer CpuPath::finish_restore(Entry& e) {
+  if (!e.region) {  // 0 bytes
     advance(e, State::restored);
     return host_buffer(context_, 0);
   }
   if (context_.arena.backing() == Backing::ram) return view(e);
   Buffer out = e.host.defined() ? std::exchange(e.host, Buffer()) : host_buffer(context_, e.bytes);
-  ready = e.region.take_into(out.data(), e.bytes);  // one call; the region is freed
+  e.region.take_into(out.data(), e.bytes);  // one call: waits for the read; the region is freed
   advance(e, State::restored);
   return out;
 }

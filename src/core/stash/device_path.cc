@@ -20,10 +20,12 @@ class DevicePath final : public SpillPath {
   using SpillPath::SpillPath;
 
   // spill: copied into a pool block, which is written; prefetch: a read into a free pool block,
-  // then the upload; restore: the read into the pool, then the upload; large inputs in pieces.
+  // then the upload; begin_restore: the read into the pool (waiting for room); finish_restore:
+  // the wait, then the upload; large inputs in pieces, all at finish_restore.
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry& e) override REQUIRES(e.mutex);
-  Buffer restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
+  bool begin_restore(Entry& e) override REQUIRES(e.mutex);
+  Buffer finish_restore(Entry& e) override REQUIRES(e.mutex);
 
  private:
   HostPool& pool_for(const Entry& e);
@@ -35,7 +37,6 @@ class DevicePath final : public SpillPath {
   void finish_write_locked(Entry& e) REQUIRES(e.mutex);
   void queue_read(Entry& e, bool wait_for_room) REQUIRES(e.mutex);
   void start_upload(Entry& e) REQUIRES(e.mutex);
-  Buffer finish_restore(Entry& e) REQUIRES(e.mutex);
   Buffer restore_in_pieces(Entry& e, HostPool& pool) REQUIRES(e.mutex);
 };
 
@@ -203,21 +204,24 @@ void DevicePath::prefetch(Entry& e) {
   }
 }
 
-Buffer DevicePath::restore(Entry& e, bool& ready) {
-  ready = e.state == State::uploading || (e.state == State::reading && e.piece.io.ready());
+// Ready: a prefetch's read had completed (or its upload begun). An input larger than the pool
+// is read at finish_restore, piece by piece.
+bool DevicePath::begin_restore(Entry& e) {
+  const bool ready =
+      e.state == State::uploading || (e.state == State::reading && e.piece.io.ready());
   if (e.state == State::writing) {  // its device bytes are gone: wait, then read back
     e.piece.io.settle();
     finish_write_locked(e);
   }
-  HostPool& pool = pool_for(e);
-  if (e.state == State::spilled && e.region && e.bytes > pool.largest_piece()) {
-    return restore_in_pieces(e, pool);
-  }
-  queue_read(e, true);
-  return finish_restore(e);
+  queue_read(e, true);  // a no-op where a successor's restore queued it
+  return ready;
 }
 
 Buffer DevicePath::finish_restore(Entry& e) {
+  if (e.state == State::spilled && e.region) {  // queue_read left it: larger than the pool
+    HostPool& pool = pool_for(e);
+    if (e.bytes > pool.largest_piece()) return restore_in_pieces(e, pool);
+  }
   if (!e.region) {
     advance(e, State::restored);
     return device_buffer(e, context_.options.prefetch_depth);

@@ -59,11 +59,13 @@ class GdsPath final : public SpillPath {
  public:
   using SpillPath::SpillPath;
 
-  // spill: through the staging buffer and cuFile; prefetch: nothing (restores read synchronously);
-  // restore: cuFile into the staging buffer, copied piece by piece.
+  // spill: through the staging buffer and cuFile; prefetch and begin_restore: nothing (restores
+  // read synchronously, never ready ahead); finish_restore: cuFile into the staging buffer,
+  // copied piece by piece.
   void spill(const EntryPtr& e) override REQUIRES(e->mutex);
   void prefetch(Entry&) override {}
-  Buffer restore(Entry& e, bool& ready) override REQUIRES(e.mutex);
+  bool begin_restore(Entry&) override { return false; }
+  Buffer finish_restore(Entry& e) override REQUIRES(e.mutex);
 
  private:
   GdsStaging& staging_for(const Entry& e);
@@ -160,8 +162,7 @@ void GdsPath::release_input(Entry& e) {
 // cuFile reads into the staging buffer, which only copies the host waited for touch; each piece
 // is then copied into the new tensor, ordered after the current stream (where the tensor was
 // allocated), and waited for before the buffer takes the next.
-Buffer GdsPath::restore(Entry& e, bool& ready) {
-  ready = false;
+Buffer GdsPath::finish_restore(Entry& e) {
   Buffer result = device_buffer(e, context_.options.prefetch_depth);
   if (!e.region) {  // 0 bytes
     advance(e, State::restored);

@@ -30,17 +30,19 @@ namespace spill::detail {
 // piece is written); restore() throws the kept failure rather than read what never reached
 // the region. The entry dies in failed.
 //
-// spilled goes straight to restored where nothing was read ahead: a CPU input (Region::take_into
-// reads it at once), a 0-byte input, and io = gds (cuFile reads into the arena's staging buffer,
-// copied into the new device tensor piece by piece, synchronously: Note [One registered staging
-// buffer] in gds_path.cc). An io = gds input is copying until the progress thread takes it, then
-// writing only while it holds the entry's mutex. copying and writing may also end in restored:
-// backward reached a tensor whose bytes are still in memory (the input itself), so it is given back
-// as it is; the copy or write finishes on its own and its pool block goes back then. An accelerator
-// input in writing is no longer in memory (its device bytes were released when the copy finished):
-// restore() waits for the write and reads it back; a CPU input in writing is still in memory and
-// goes back as it is. So restore() is a switch on the state (Chain::restore in chain.cc);
-// each path (SpillPath in stash_path.h) reads back its own. Where each state's memory lives:
+// spilled goes to reading in the first half of its restore at the latest (begin_restore in
+// stash_path.h), and straight to restored where nothing is read ahead: a RAM arena's view, a 0-byte
+// input, an accelerator input larger than the pool (read in pieces), and io = gds (cuFile reads
+// into the arena's staging buffer, copied into the new device tensor piece by piece, synchronously:
+// Note [One registered staging buffer] in gds_path.cc). An io = gds input is copying until the
+// progress thread takes it, then writing only while it holds the entry's mutex. copying and writing
+// may also end in restored: backward reached a tensor whose bytes are still in memory (the input
+// itself), so it is given back as it is; the copy or write finishes on its own and its pool block
+// goes back then. An accelerator input in writing is no longer in memory (its device bytes were
+// released when the copy finished): restore() waits for the write and reads it back; a CPU input in
+// writing is still in memory and goes back as it is. So restore() is a switch on the state
+// (Chain::restore in chain.cc); each path (SpillPath in stash_path.h) reads back its own, in two
+// halves. Where each state's memory lives:
 //   held, kept, copying  the input (device or CPU memory), counted in device_bytes_held
 //   writing              accelerator: a pool block (io = gds: the staging buffer); CPU: the
 //                        input, counted in host_bytes_in_flight

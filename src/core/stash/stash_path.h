@@ -7,9 +7,10 @@
 //   spill::detail::StashContext context(arena, options);
 //   spill::detail::Progress progress(/*asynchronous=*/true);
 //   auto cpu = spill::detail::make_cpu_path(context, progress);
-//   cpu->spill(entry);                          // held -> writing (or kept)
-//   bool ready = false;
-//   spill::detail::Buffer x = cpu->restore(*entry, ready);  // in backward: -> restored
+//   cpu->spill(entry);                                   // held -> writing (or kept)
+//   // in backward, once the write completed (spilled):
+//   bool ready = cpu->begin_restore(*entry);             // its read queued: -> reading
+//   spill::detail::Buffer x = cpu->finish_restore(*entry);  // waited for: -> restored
 #pragma once
 
 #include <atomic>
@@ -132,9 +133,16 @@ class SpillPath {
   virtual void spill(const EntryPtr& e) REQUIRES(e->mutex) = 0;
   // Starts bringing the bytes back without waiting; never waits for room.
   virtual void prefetch(Entry& e) REQUIRES(e.mutex) = 0;
-  // restore() of an entry in writing, spilled, reading or uploading: waits for the bytes and
-  // gives back the tensor; -> restored. `ready`: whether the bytes were in memory already.
-  virtual Buffer restore(Entry& e, bool& ready) REQUIRES(e.mutex) = 0;
+  // restore() of an entry whose input is gone (an accelerator input in writing; spilled,
+  // reading, uploading), in two calls — submit and complete, as liburing has them — so that the
+  // chain queues the predecessors' reads while this one is in flight (Note [Overlapped
+  // spilling] in chain.cc). begin_restore queues the entry's own read where no prefetch did (a
+  // read into the pool may wait for room) and returns whether its bytes were in memory already,
+  // before anything was queued. finish_restore, after the entry's mutex was let go and taken
+  // again (a prefetch may have moved it on meanwhile), waits for the bytes, frees the region and
+  // gives back the tensor; -> restored.
+  virtual bool begin_restore(Entry& e) REQUIRES(e.mutex) = 0;
+  virtual Buffer finish_restore(Entry& e) REQUIRES(e.mutex) = 0;
 
  protected:
   StashContext& context_;
