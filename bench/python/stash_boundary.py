@@ -1,9 +1,9 @@
 """What crossing into the stash costs per input (issue 38): store + restore of one tensor
 through an arena stash, timed in one process of one package version.
 
-    .venv/bin/python bench/python/stash_boundary.py [--label NAME] [--rounds N]
+    .venv/bin/python bench/python/stash_boundary.py [--label NAME] [--rounds N] [--kib 64,65536]
 
-For a 64 KiB and a 64 MiB float32 input: make_arena_stash(arena, keep_last=0) on a disk arena
+For a 64 KiB and a 64 MiB float32 input (or the sizes --kib lists): make_arena_stash(arena, keep_last=0) on a disk arena
 (buffered: the bytes stay in the page cache) and on a RAM arena, store() then restore() at once,
 repeated; prints the median microseconds per round trip of each. The disk arena's round trip
 includes the write and the read; the RAM arena's is the boundary and one copy in. Run it under
@@ -20,7 +20,6 @@ import torch
 
 import spillarena
 
-SIZES = {"64 KiB": 64 << 10, "64 MiB": 64 << 20}
 
 
 def round_trip_us(stash, tensor, repeats):
@@ -39,13 +38,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", default=spillarena.__version__)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--kib", default="64,65536", help="input sizes in KiB, comma-separated")
     args = parser.parse_args()
+    sizes = {f"{k} KiB": int(k) << 10 for k in args.kib.split(",")}
     with tempfile.TemporaryDirectory(dir="/var/tmp") as directory:
         disk = spillarena.SpillArena(256 << 20, directory)
         ram = spillarena.SpillArena(256 << 20, backing="ram")
         stashes = {"disk": spillarena.make_arena_stash(disk, keep_last=0),
                    "ram": spillarena.make_arena_stash(ram, keep_last=0)}
-        for size_name, nbytes in SIZES.items():
+        for size_name, nbytes in sizes.items():
             tensor = torch.randn(nbytes // 4)
             repeats = 200 if nbytes < (1 << 20) else 10
             for arena_name, stash in stashes.items():
