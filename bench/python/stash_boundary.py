@@ -3,12 +3,13 @@ through an arena stash, timed in one process of one package version.
 
     .venv/bin/python bench/python/stash_boundary.py [--label NAME] [--rounds N] [--kib 64,65536]
 
-For a 64 KiB and a 64 MiB float32 input (or the sizes --kib lists): make_arena_stash(arena, keep_last=0) on a disk arena
-(buffered: the bytes stay in the page cache) and on a RAM arena, store() then restore() at once,
-repeated; prints the median microseconds per round trip of each. The disk arena's round trip
-includes the write and the read; the RAM arena's is the boundary and one copy in. Run it under
-two versions of the package (two virtualenvs holding the same torch) to compare them, in
-alternating processes; docs/benchmarks.md, "One wheel for every torch", has the figures.
+For a 64 KiB and a 64 MiB float32 input (or the sizes --kib lists): make_arena_stash(arena,
+keep_last=0) on a disk arena (buffered: the bytes stay in the page cache) and on a RAM arena,
+store() then restore() at once, repeated; prints the median microseconds per round trip of each.
+The disk arena's round trip includes the write and the read; the RAM arena's is the boundary and
+one copy in. Run it under two versions of the package (two virtualenvs holding the same torch) to
+compare them, in alternating processes; docs/benchmarks.md, "One wheel for every torch", has the
+figures.
 """
 
 import argparse
@@ -19,7 +20,6 @@ import time
 import torch
 
 import spillarena
-
 
 
 def round_trip_us(stash, tensor, repeats):
