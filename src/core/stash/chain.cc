@@ -127,7 +127,7 @@ void Progress::when_copied(const EntryPtr& e, std::function<void(const EntryPtr&
   if (asynchronous_) {
     return post([this, e, next = std::move(next)] { after_copy(e, next); });
   }
-  e->piece.copy->synchronize();
+  e->device_io.piece.copy->synchronize();
   next(e);
 }
 
@@ -135,7 +135,7 @@ void Progress::after_copy(const EntryPtr& e, const std::function<void(const Entr
   CopyPtr copy;
   {
     MutexLock lock(e->mutex);
-    copy = e->piece.copy;
+    copy = e->device_io.piece.copy;
   }
   try {
     if (copy) copy->synchronize();

@@ -56,14 +56,14 @@ void CpuPath::spill(const EntryPtr& e) {
   wait_for_room(e->bytes);
   e->region = context_.region_for(*e, e->input.data());
   if (!e->region) return advance(*e, State::kept);
-  e->write = e->region.pending();
+  e->cpu_io.write = e->region.pending();
   StashCounters& counters = *context_.counters;
   counters.add_in_flight(e->bytes);
   advance(*e, State::writing);
   if (!progress_.asynchronous()) {
     // The comparison point: the write completes before store() returns, failures thrown here.
     try {
-      e->write.wait();
+      e->cpu_io.write.wait();
     } catch (...) {
       counters.sub_in_flight(e->bytes);
       throw;
@@ -97,7 +97,7 @@ void CpuPath::finish_write(const EntryPtr& e) {
   Pending write;
   {
     MutexLock lock(e->mutex);
-    write = e->write;
+    write = e->cpu_io.write;
   }
   write.settle();
   {
@@ -116,8 +116,8 @@ void CpuPath::finish_write(const EntryPtr& e) {
 // Direct reads skip the staging pool when the destination is aligned.
 void CpuPath::prefetch(Entry& e) {
   if (e.state != State::spilled || !e.region) return;
-  if (reads_into_buffer()) e.host = host_buffer(context_, e.bytes);
-  e.region.read_ahead(e.host.defined() ? e.host.data() : nullptr);
+  if (reads_into_buffer()) e.cpu_io.host = host_buffer(context_, e.bytes);
+  e.region.read_ahead(e.cpu_io.host.defined() ? e.cpu_io.host.data() : nullptr);
   advance(e, State::reading);
 }
 
@@ -138,7 +138,8 @@ Buffer CpuPath::finish_restore(Entry& e) {
     return host_buffer(context_, 0);
   }
   if (context_.arena.backing() == Backing::ram) return view(e);
-  Buffer out = e.host.defined() ? std::exchange(e.host, Buffer()) : host_buffer(context_, e.bytes);
+  Buffer out = e.cpu_io.host.defined() ? std::exchange(e.cpu_io.host, Buffer())
+                                       : host_buffer(context_, e.bytes);
   e.region.take_into(out.data(), e.bytes);  // one call: waits for the read; the region is freed
   advance(e, State::restored);
   return out;

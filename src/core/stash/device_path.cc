@@ -86,9 +86,10 @@ void DevicePath::spill(const EntryPtr& e) {
     lease = take(pool, e->bytes);
   }
   if (!lease) return keep(*e);
-  e->piece.bytes = e->bytes;
-  e->piece.lease = std::move(*lease);
-  e->piece.copy = e->engine->to_host(e->input, 0, e->bytes, e->piece.lease.host());
+  e->device_io.piece.bytes = e->bytes;
+  e->device_io.piece.lease = std::move(*lease);
+  e->device_io.piece.copy =
+      e->engine->to_host(e->input, 0, e->bytes, e->device_io.piece.lease.host());
   advance(*e, State::copying);
   progress_.when_copied(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
     finish_copy(x);  // under x->mutex (when_copied)
@@ -116,16 +117,16 @@ void DevicePath::spill_in_pieces(Entry& e, HostPool& pool) {
 // The copy is done: the write from the pool block is queued and the device input released.
 void DevicePath::finish_copy(const EntryPtr& e) {
   if (e->state != State::copying) {  // restored meanwhile: the input went back as it was
-    e->piece = Piece();
+    e->device_io.piece = Piece();
     return;
   }
-  e->piece.io = e->region.write_async(e->piece.lease.host().data(), e->bytes);
+  e->device_io.piece.io = e->region.write_async(e->device_io.piece.lease.host().data(), e->bytes);
   e->input = Buffer();
   context_.counters->sub_device_bytes(e->bytes);
-  e->piece.copy.reset();
+  e->device_io.piece.copy.reset();
   advance(*e, State::writing);
   if (!progress_.asynchronous()) {
-    e->piece.io.wait();
+    e->device_io.piece.io.wait();
     return finish_write_locked(*e);
   }
   progress_.post([this, e] { finish_write(e); });
@@ -137,7 +138,7 @@ void DevicePath::finish_write(const EntryPtr& e) {
   Pending write;
   {
     MutexLock lock(e->mutex);
-    write = e->piece.io;
+    write = e->device_io.piece.io;
   }
   write.settle();
   MutexLock lock(e->mutex);
@@ -146,7 +147,7 @@ void DevicePath::finish_write(const EntryPtr& e) {
 
 void DevicePath::finish_write_locked(Entry& e) {
   if (e.state != State::writing) return;
-  e.piece = Piece();
+  e.device_io.piece = Piece();
   advance(e, State::spilled);
   context_.counters->inputs_spilled.fetch_add(1);
 }
@@ -165,10 +166,10 @@ void DevicePath::queue_read(Entry& e, bool wait_for_room) {
     if (!room) return;
     lease = std::move(*room);
   }
-  e.piece = Piece();
-  e.piece.bytes = e.bytes;
-  e.piece.lease = std::move(lease);
-  e.piece.io = e.region.read_async(e.piece.lease.host().data(), e.bytes);
+  e.device_io.piece = Piece();
+  e.device_io.piece.bytes = e.bytes;
+  e.device_io.piece.lease = std::move(lease);
+  e.device_io.piece.io = e.region.read_async(e.device_io.piece.lease.host().data(), e.bytes);
   advance(e, State::reading);
 }
 
@@ -176,18 +177,18 @@ void DevicePath::queue_read(Entry& e, bool wait_for_room) {
 // thread) as soon as that copy completed; a failed read is left for restore() to report.
 void DevicePath::start_upload(Entry& e) {
   try {
-    e.piece.io.wait();
+    e.device_io.piece.io.wait();
   } catch (const std::exception&) {
     return;
   }
   Buffer result = device_buffer(e, context_.options.prefetch_depth);
-  CopyPtr upload = e.engine->to_device(e.piece.lease.host(), result, 0);
-  e.result = std::move(result);
-  e.upload = std::move(upload);
+  CopyPtr upload = e.engine->to_device(e.device_io.piece.lease.host(), result, 0);
+  e.device_io.result = std::move(result);
+  e.device_io.upload = std::move(upload);
   context_.counters->add_device_bytes(e.bytes);
-  auto piece = std::make_shared<Piece>(std::move(e.piece));
-  piece->copy = e.upload;
-  e.piece = Piece();
+  auto piece = std::make_shared<Piece>(std::move(e.device_io.piece));
+  piece->copy = e.device_io.upload;
+  e.device_io.piece = Piece();
   advance(e, State::uploading);
   progress_.post([piece]() mutable { piece.reset(); });  // waits for the copy, then the block
 }
@@ -197,7 +198,7 @@ void DevicePath::start_upload(Entry& e) {
 void DevicePath::prefetch(Entry& e) {
   if (e.input.defined() || !e.region) return;
   queue_read(e, false);
-  if (e.state != State::reading || !e.piece.io.ready()) return;
+  if (e.state != State::reading || !e.device_io.piece.io.ready()) return;
   try {
     start_upload(e);
   } catch (const std::exception&) {  // the front end's out-of-memory error
@@ -208,9 +209,9 @@ void DevicePath::prefetch(Entry& e) {
 // is read at finish_restore, piece by piece.
 bool DevicePath::begin_restore(Entry& e) {
   const bool ready =
-      e.state == State::uploading || (e.state == State::reading && e.piece.io.ready());
+      e.state == State::uploading || (e.state == State::reading && e.device_io.piece.io.ready());
   if (e.state == State::writing) {  // its device bytes are gone: wait, then read back
-    e.piece.io.settle();
+    e.device_io.piece.io.settle();
     finish_write_locked(e);
   }
   queue_read(e, true);  // a no-op where a successor's restore queued it
@@ -227,15 +228,15 @@ Buffer DevicePath::finish_restore(Entry& e) {
     return device_buffer(e, context_.options.prefetch_depth);
   }
   if (e.state == State::reading) {
-    e.piece.io.wait();  // IoError, IntegrityError
+    e.device_io.piece.io.wait();  // IoError, IntegrityError
     start_upload(e);
   }
-  e.upload->order_current_stream();
-  e.upload.reset();
+  e.device_io.upload->order_current_stream();
+  e.device_io.upload.reset();
   e.region.free();
   context_.counters->sub_device_bytes(e.bytes);
   advance(e, State::restored);
-  return std::exchange(e.result, Buffer());
+  return std::exchange(e.device_io.result, Buffer());
 }
 
 Buffer DevicePath::restore_in_pieces(Entry& e, HostPool& pool) {

@@ -105,7 +105,7 @@ void GdsPath::spill(const EntryPtr& e) {
   e->region = context_.region_for(*e);
   if (!e->region) return advance(*e, State::kept);
   staging_for(*e);  // made, and cuFile's bounce buffers capped, at the arena's first gds spill
-  e->piece.copy = e->engine->marker(e->device);
+  e->device_io.piece.copy = e->engine->marker(e->device);
   advance(*e, State::copying);
   progress_.when_copied(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
     write(x);  // under x->mutex (when_copied)
@@ -117,10 +117,10 @@ void GdsPath::spill(const EntryPtr& e) {
 // kept for the training thread's next store() or restore().
 void GdsPath::write(const EntryPtr& e) {
   if (e->state != State::copying) {  // restored meanwhile
-    e->piece = Piece();
+    e->device_io.piece = Piece();
     return;
   }
-  e->piece = Piece();
+  e->device_io.piece = Piece();
   advance(*e, State::writing);
   try {
     write_through_staging(*e);

@@ -151,10 +151,10 @@ Entry::Entry(StashInput in, std::shared_ptr<StashCounters> c)
 }
 
 Entry::~Entry() {
-  region.free();  // after its I/O: a read ahead may still land in `host`, destroyed first
-  piece.settle();
+  region.free();  // after its I/O: a read ahead may still land in `cpu_io.host`, destroyed first
+  device_io.piece.settle();
   if (accelerator && input.defined()) counters->sub_device_bytes(bytes);
-  if (result.defined()) counters->sub_device_bytes(bytes);
+  if (device_io.result.defined()) counters->sub_device_bytes(bytes);
 }
 
 namespace {
@@ -184,7 +184,7 @@ Buffer give_back_input(Entry& e) {
   // here rather than when the write completed, which finds the entry restored. A write that
   // failed fails the step as it would had backward come later (and read the region): whether a
   // full or failing disk is reported must not depend on how fast backward caught up with it.
-  if (!write_succeeded(e.write)) e.write.wait();  // throws the write's spill::IoError
+  if (!write_succeeded(e.cpu_io.write)) e.cpu_io.write.wait();  // throws the write's spill::IoError
   e.counters->inputs_spilled.fetch_add(1);
   return input;
 }

@@ -93,6 +93,23 @@ struct StashInput {
   std::function<bool()> changed_in_place;
 };
 
+// What the CPU path keeps of an entry beside the shared lifecycle (cpu_path.cc).
+struct CpuIo {
+  Pending write;  // the input's write
+  Buffer host;    // direct mode: a read ahead's destination
+};
+
+// What the device paths keep of an entry (device_path.cc; gds_path.cc uses the piece's copy).
+struct DeviceIo {
+  Piece piece;  // its pool block, copy and write or read
+  // The device buffer being filled (uploading) and the copy filling it (its pool block goes
+  // back on its own).
+  Buffer result;
+  CopyPtr upload;
+};
+
+// One stored input: the lifecycle every path shares (state, input, region, failure), and each
+// path's own state (cpu_io, device_io), all under one mutex.
 struct Entry {
   Entry(StashInput input, std::shared_ptr<StashCounters> counters);
   ~Entry();
@@ -104,14 +121,8 @@ struct Entry {
   Buffer input GUARDED_BY(mutex);  // held, kept, copying; writing for a CPU input
   bool prefetched GUARDED_BY(mutex) = false;
   Region region GUARDED_BY(mutex);
-  Pending write GUARDED_BY(mutex);  // CPU input: its write
-  Buffer host GUARDED_BY(mutex);    // CPU input, direct mode: a read ahead's destination
-  // Accelerator input: its pool block, copy and write or read ...
-  Piece piece GUARDED_BY(mutex);
-  // ... the device buffer being filled (uploading) and the copy filling it (its pool block goes
-  // back on its own).
-  Buffer result GUARDED_BY(mutex);
-  CopyPtr upload GUARDED_BY(mutex);
+  CpuIo cpu_io GUARDED_BY(mutex);        // a CPU input's: CpuPath (cpu_path.cc)
+  DeviceIo device_io GUARDED_BY(mutex);  // an accelerator's: DevicePath, GdsPath
   // failed: the write's failure; restore() throws it again instead of reading what never
   // reached the region.
   std::exception_ptr failure GUARDED_BY(mutex);
