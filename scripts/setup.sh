@@ -7,15 +7,20 @@
 #   scripts/setup.sh --tests  that, plus what the tests need (scripts/test.sh): doctest, Google
 #                             Benchmark, clang for the sanitizers and fuzzing, the Python package's
 #                             test stack, the wheel tools and the linters (shellcheck: Debian's)
+#   scripts/setup.sh --tests-build
+#                             what building the tests needs: --tests without the Python packages
+#                             (scripts/test.sh builds while --tests installs those)
 # Safe to run again; does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 with_tests=0
+with_python_tests=0
 case ${1:-} in
   "") ;;
-  --tests) with_tests=1 ;;
-  *) echo "setup: unknown argument '$1'; the one option is --tests" >&2; exit 2 ;;
+  --tests) with_tests=1; with_python_tests=1 ;;
+  --tests-build) with_tests=1 ;;
+  *) echo "setup: unknown argument '$1'; the options are --tests and --tests-build" >&2; exit 2 ;;
 esac
 
 DEBIAN_PACKAGES=(build-essential cmake ninja-build python3-venv libcli11-dev nlohmann-json3-dev
@@ -56,7 +61,7 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+
   pip_install "torch==$TORCH_VERSION"
 fi
 
-if ((with_tests)); then
+if ((with_python_tests)); then
   # The Python package's build and test tools. torch is named with its exact pin in the same
   # command, so pip can never swap it for another build. peft and trl: the integration tests
   # (tests/python/test_integrations_peft_trl.py); these are the releases that pair with
