@@ -25,6 +25,7 @@
 #include "core/stash/stash_entry.h"
 #include "gpt_test_support.h"
 #include "io_test_support.h"
+#include "restore_order_check.h"
 #include "spill/process_memory.h"
 #include "spill/units.h"
 #include "stash_test_support.h"
@@ -178,32 +179,8 @@ TEST_CASE("device path: keep_on_device leaves inputs on the device when the pool
 // (overlapped_checkpoint_test.cc), through the host pool: the restore's own read takes a block
 // (waiting for room if need be), its predecessors' take what is free beyond that.
 TEST_CASE("device path: a restore queues its predecessors' reads before it waits for its own") {
-  ScratchDir dir;
   Emulation emulation(0);
-  spill_test::QueuedReads reads(std::chrono::seconds(10));
-  HookScope hook(reads.hook());
-  spill::SpillArena arena = stash_arena(
-      engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::thread_pool),
-      stash_settings(false, 0, 2));  // synchronous: each store() returns with its input written
-  auto stash = spill::make_arena_stash(arena);
-  std::vector<torch::Tensor> inputs;
-  std::vector<std::unique_ptr<spill::StashedTensor>> stored;
-  for (int i = 0; i < 4; ++i) {
-    inputs.push_back(torch::randn({16, 1024}));
-    stored.push_back(stash->store(inputs.back()));
-  }
-  REQUIRE(stash->stats().inputs_spilled == 4);
-  const std::uint64_t bytes = 16 * 1024 * sizeof(float);
-  reads.watch(&arena, 3 * bytes);
-  const torch::Tensor last = stored[3]->restore();
-  reads.watch(nullptr, 0);
-  CHECK(reads.fewest_seen() == 3 * bytes);
-  CHECK(torch::equal(last, inputs[3]));
-  const spill::StashStats s = stash->stats();
-  CHECK(s.prefetches == 2);
-  CHECK(s.restore_waits == 1);  // its bytes were on disk when it began
-  for (int i = 2; i >= 0; --i) CHECK(torch::equal(stored[i]->restore(), inputs[i]));
-  CHECK(arena.stats().bytes_in_use == 0);
+  spill_test::check_restore_queues_predecessors_first();
 }
 
 TEST_CASE("device path: device memory is released when the copy completes, before the write") {

@@ -16,6 +16,7 @@
 #include "core/stash/stash_path.h"
 #include "gpt_test_support.h"
 #include "io_test_support.h"
+#include "restore_order_check.h"
 #include "stash_test_support.h"
 #include "test_support.h"
 
@@ -76,35 +77,9 @@ TEST_CASE("overlap: backward queues the reads of the stash's own predecessors") 
   }
 }
 
-// Note [Overlapped spilling]: every read is held in the I/O queue until the restore's own read
-// and its two predecessors' were all queued. A restore that waited for its own bytes before
-// queueing the others would leave its read to give up holding (10 s) having seen only itself.
+// Note [Overlapped spilling], on the CPU path (tests/restore_order_check.h says how).
 TEST_CASE("overlap: a restore queues its predecessors' reads before it waits for its own") {
-  ScratchDir dir;
-  spill_test::QueuedReads reads(std::chrono::seconds(10));
-  HookScope hook(reads.hook());
-  spill::SpillArena arena = stash_arena(
-      engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::thread_pool),
-      stash_settings(false, 0, 2));  // synchronous: each store() returns with its input written
-  auto stash = spill::make_arena_stash(arena);
-  std::vector<torch::Tensor> inputs;
-  std::vector<std::unique_ptr<spill::StashedTensor>> stored;
-  for (int i = 0; i < 4; ++i) {
-    inputs.push_back(torch::randn({16, 1024}));
-    stored.push_back(stash->store(inputs.back()));
-  }
-  REQUIRE(stash->stats().inputs_spilled == 4);
-  const std::uint64_t bytes = 16 * 1024 * sizeof(float);
-  reads.watch(&arena, 3 * bytes);
-  const torch::Tensor last = stored[3]->restore();
-  reads.watch(nullptr, 0);
-  CHECK(reads.fewest_seen() == 3 * bytes);
-  CHECK(torch::equal(last, inputs[3]));
-  const spill::StashStats s = stash->stats();
-  CHECK(s.prefetches == 2);
-  CHECK(s.restore_waits == 1);  // its bytes were on disk when it began
-  for (int i = 2; i >= 0; --i) CHECK(torch::equal(stored[i]->restore(), inputs[i]));
-  CHECK(arena.stats().bytes_in_use == 0);
+  spill_test::check_restore_queues_predecessors_first();
 }
 
 TEST_CASE("overlap: keep_last keeps the last inputs where they are and spills the rest") {
