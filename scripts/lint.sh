@@ -98,7 +98,7 @@ fi
 
 # A finding not worth fixing takes "# shellcheck disable=SCnnnn  # why" on the line above.
 shellcheck_version=$(shellcheck --version | sed -n 's/^version: //p')
-if out=$(shellcheck -f gcc -- "${sh_files[@]}" 2>&1); then
+if out=$(shellcheck -x -f gcc -- "${sh_files[@]}" 2>&1); then
   echo "lint: shellcheck $shellcheck_version: ${#sh_files[@]} scripts clean"
 else
   findings "shellcheck $shellcheck_version" "$out" "${#sh_files[@]}" scripts \

@@ -29,14 +29,11 @@
 set -euo pipefail
 build=$1
 src=$(cd "$(dirname "$0")/.." && pwd)
-links() { echo 'int main(){}' | "$1" -fsanitize=address,undefined -x c++ - -o /dev/null 2>/dev/null; }
-cxx=${SPILLARENA_SANITIZER_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
-if [[ -z $cxx ]] || ! links "$cxx"; then
-  cxx=c++
-  if ! links "$cxx"; then
-    echo "skipped: this compiler cannot link -fsanitize=address,undefined"
-    exit 77
-  fi
+# shellcheck source=tests/sanitizer_compiler.sh
+source "$src/tests/sanitizer_compiler.sh"
+if ! cxx=$(sanitizer_cxx address,undefined); then
+  echo "skipped: this compiler cannot link -fsanitize=address,undefined"
+  exit 77
 fi
 echo "sanitizer_check: built with $cxx"
 with_torch=${2:-ON}
