@@ -180,7 +180,8 @@ class AutomaticArena(_stash.SharedOnCopy):
         inputs as the arena reserves them (pages, size classes), with the growth margin, as a
         grow sizes it (spill::capacity_with_margin)."""
         one = _C._bytes_for_layer_inputs(1, (1, 1, max(1, tensor.numel())), tensor.element_size())
-        capacity = _C._capacity_with_margin(one * (self.layers or DEFAULT_LAYERS), self._margin)
+        needed = min(one * (self.layers or DEFAULT_LAYERS), _C.MAX_CAPACITY_BYTES)  # no overflow
+        capacity = _C._capacity_with_margin(needed, self._margin)
         return capacity if self.layers is not None else max(capacity, MIN_FIRST_BYTES)
 
     def arena_for(self, tensor):

@@ -485,3 +485,12 @@ def test_growth_settings_are_options_and_stats(spill_dir):
     for key in ("overflows", "overflow_bytes", "capacity_needed_bytes", "initial_capacity_bytes",
                 "grows", "grow_failures", "grow_note"):
         assert key in arena.stats()
+
+
+def test_a_huge_layer_count_sizes_the_first_arena_at_the_largest_capacity(spill_dir):
+    # layers x input overflows 64 bits: the first capacity is the largest an arena takes, never a
+    # wrapped or refused figure (the disk's room then decides: Note [No room for the first arena])
+    for layers in (1 << 40, 1 << 70):
+        automatic = spillarena.AutomaticArena(spill_dir, layers=layers)
+        capacity = automatic.first_capacity_bytes(torch.zeros(4, 4))
+        assert capacity == spillarena._C.MAX_CAPACITY_BYTES // 4096 * 4096
