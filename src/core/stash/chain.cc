@@ -1,7 +1,8 @@
 // The arena stash's chain: layer inputs spilled to regions of a SpillArena, overlapped with
-// compute — what every path shares, and the options kept with the arena. The paths that move
-// bytes are cpu_path.cc, device_path.cc and gds_path.cc; the front ends are
-// src/torch_layer/arena_stash.cc and python/src/stash_binding.cc. See Note [Overlapped spilling].
+// compute — what every path shares. The options kept with the arena are StashSettings
+// (arena_shared.h); the paths that move bytes are cpu_path.cc, device_path.cc and gds_path.cc;
+// the front ends are src/torch_layer/arena_stash.cc and python/src/stash_binding.cc.
+// See Note [Overlapped spilling].
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -56,35 +57,6 @@ namespace detail {
 // and returns the pool block; for each CPU write it waits and drops the input. It never waits
 // for the training thread, so a store() waiting for room always gets it. A failure in the thread
 // is kept and rethrown on the training thread at the next store() or restore().
-
-std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena) {
-  return std::static_pointer_cast<ArenaShared>(
-      attachment(arena, [] { return std::make_shared<ArenaShared>(); }));
-}
-
-StashStats ArenaShared::stats() {
-  // The COUNTED fields, then the READ ones (Note [One list of each struct's fields]).
-  StashStats s;
-  counters->copy_to(s);
-  s.restores_into_reused_memory = restore_pool->reused();
-  MutexLock lock(mutex);
-  if (pool) {
-    s.host_pool_bytes = pool->bytes();
-    s.host_pool_pinned = pool->pinned();
-    s.peak_host_pool_bytes_in_use = pool->peak_bytes_in_use();
-    s.pool_waits += pool->waits();
-    s.pool_wait_ns += pool->wait_ns();
-  }
-  if (gds_staging) {
-    s.gds_buffer_bytes = gds_staging->bytes();
-    s.gds_buffer_registered = gds_staging->registered();
-  }
-  if (cufile) {  // live: a later arena of the process may have lowered the limit since
-    s.cufile_mode = cufile->mode();
-    s.cufile_bounce_bytes = cufile->bounce_bytes();
-  }
-  return s;
-}
 
 // ---------------------------------------------------------------------------------------------
 // What the paths share: the context and the progress thread
@@ -302,10 +274,9 @@ void Chain::prefetch_predecessors(const Entry& e) {
 
 std::vector<std::string> Chain::take_notices() {
   std::vector<std::string> notices = detail::take_notices(context_.arena);
-  ArenaShared& shared = *context_.shared;
-  MutexLock lock(shared.mutex);
-  for (std::string& notice : shared.notices) notices.push_back(std::move(notice));
-  shared.notices.clear();
+  for (std::string& notice : context_.shared->host_pool.take_notices()) {
+    notices.push_back(std::move(notice));
+  }
   return notices;
 }
 
@@ -325,31 +296,18 @@ std::shared_ptr<Chain> make_chain(const SpillArena& arena, const StashOptions& o
 }
 
 std::shared_ptr<Chain> shared_chain(const SpillArena& arena) {
-  const auto shared = shared_state_of(arena);
-  MutexLock lock(shared->mutex);
-  std::shared_ptr<Chain> chain = shared->shared_chain.lock();
-  if (!chain) {
-    chain = std::make_shared<Chain>(arena, shared->options);
-    shared->shared_chain = chain;
-  }
-  return chain;
+  return shared_state_of(arena)->settings.shared_chain(arena);
 }
 
 }  // namespace detail
 
 void set_stash_options(const SpillArena& arena, const StashOptions& options) {
   detail::checked(options);
-  const auto shared = detail::shared_state_of(arena);
-  detail::MutexLock lock(shared->mutex);
-  shared->options = options;
+  detail::shared_state_of(arena)->settings.set_options(options);
 }
 
 StashOptions stash_options(const SpillArena& arena) {
-  const auto shared = detail::shared_state_of(arena);
-  detail::MutexLock lock(shared->mutex);
-  return shared->options;
+  return detail::shared_state_of(arena)->settings.options();
 }
-
-StashStats stash_stats(const SpillArena& arena) { return detail::shared_state_of(arena)->stats(); }
 
 }  // namespace spill

@@ -27,7 +27,7 @@ class Chain {
 
   const SpillArena& arena() const { return context_.arena; }
   const std::shared_ptr<StashCounters>& counters() const { return context_.counters; }
-  StashStats stats() const { return context_.shared->stats(); }
+  StashStats stats() const { return stash_stats_of(*context_.shared); }
 
   // store(): links `e` after the last stored entry and spills those keep_last no longer keeps.
   void stored(const EntryPtr& e) EXCLUDES(mutex_);

@@ -40,23 +40,11 @@ class DevicePath final : public SpillPath {
   Buffer restore_in_pieces(Entry& e, HostPool& pool) REQUIRES(e.mutex);
 };
 
-// Made outside the arena's mutex: the engine's allocator may need what a thread holding that
-// mutex holds (Python's GIL: Note [Letting go of the stash without the GIL] in
-// python/src/stash_binding.cc). Two first inputs at once may both make one; one is kept.
+// The arena's pool, made at its first accelerator input with the stash's host budget for it
+// (HostPoolOwner::get_or_make, outside the owner's mutex).
 HostPool& DevicePath::pool_for(const Entry& e) {
-  ArenaShared& shared = *context_.shared;
-  {
-    MutexLock lock(shared.mutex);
-    if (shared.pool) return *shared.pool;
-  }
-  std::shared_ptr<HostPool> made = HostPool::make(context_.host_budget(e.bytes), e.engine.get());
-  MutexLock lock(shared.mutex);
-  if (!shared.pool) {
-    shared.pool = std::move(made);
-    std::string notice = shared.pool->pinned() ? std::string() : pageable_notice();
-    if (!notice.empty()) shared.notices.push_back(std::move(notice));
-  }
-  return *shared.pool;
+  return context_.shared->host_pool.get_or_make([&] { return context_.host_budget(e.bytes); },
+                                                e.engine.get());
 }
 
 // Waits for the oldest write to return its block (the progress thread always does).

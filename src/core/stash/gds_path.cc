@@ -75,26 +75,14 @@ class GdsPath final : public SpillPath {
 };
 
 // Made once per arena, on the training thread at its first io = gds spill, on that input's
-// device; cuFile's bounce buffers are capped to the host budget then.
-// Made outside the arena's mutex, as the host pool is (DevicePath::pool_for).
+// device; cuFile's bounce buffers are capped to the host budget then (GdsResources::get_or_make,
+// outside its mutex, as the host pool is made).
 GdsStaging& GdsPath::staging_for(const Entry& e) {
-  ArenaShared& shared = *context_.shared;
-  {
-    MutexLock lock(shared.mutex);
-    if (shared.gds_staging) return *shared.gds_staging;
-  }
-  std::shared_ptr<GdsDriver> driver = GdsDriver::shared();        // the arena's session
   const std::uint64_t asked = context_.options.gds_buffer_bytes;  // rounded up, no overflow
   const std::uint64_t pages = std::max<std::uint64_t>(
       asked / kGdsAlignmentBytes + (asked % kGdsAlignmentBytes != 0 ? 1 : 0), 1);
-  auto made = std::make_shared<GdsStaging>(*e.engine, e.device, pages * kGdsAlignmentBytes, driver);
-  MutexLock lock(shared.mutex);
-  if (!shared.gds_staging) {
-    shared.gds_staging = std::move(made);
-    driver->limit_bounce_bytes(context_.host_budget(e.bytes));
-    shared.cufile = std::move(driver);
-  }
-  return *shared.gds_staging;
+  return context_.shared->gds.get_or_make(*e.engine, e.device, pages * kGdsAlignmentBytes,
+                                          [&] { return context_.host_budget(e.bytes); });
 }
 
 // cuFile reads device memory outside any stream, and the copy into the staging buffer is queued

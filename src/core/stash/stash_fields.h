@@ -22,12 +22,13 @@
 // src/core/stash/stash_fields.h. Everything else
 // is made from the lists: the CLI's JSON, the Python dicts and keywords (python/src/fields.h)
 // and, for StashStats, the atomics the paths count in (StashCounters in stash_entry.h) and their
-// copy into the stats (ArenaShared::stats in chain.cc). tests/field_count.h checks that each list
-// names every field of its struct once, in declaration order (arena_test, checkpoint_test). What
-// is not copied is computed where the stats are made, each field from its source: ArenaStats in
-// ArenaCore::stats (src/core/arena/arena_core.cc), StashStats' READ fields in ArenaShared::stats.
-// A new StashStats field: declare it in the struct, list it below in the same place, and either
-// count it (COUNTED) or set it in ArenaShared::stats (READ).
+// copy into the stats (stash_stats_of in stash_stats.cc). tests/field_count.h checks that each
+// list names every field of its struct once, in declaration order (arena_test, checkpoint_test).
+// What is not copied is computed where the stats are made, each field from its source: ArenaStats
+// in ArenaCore::stats (src/core/arena/arena_core.cc), StashStats' READ fields in stash_stats_of,
+// each from the part of ArenaShared (arena_shared.h) that owns it. A new StashStats field: declare
+// it in the struct, list it below in the same place, and either count it (COUNTED) or set it in
+// stash_stats_of (READ).
 
 // StashStats' fields in declaration order, each once. COUNTED(name): a count the stash's paths
 // keep in an atomic of the same name in StashCounters, copied into the stats (pool_waits and

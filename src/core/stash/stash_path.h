@@ -1,8 +1,10 @@
 // The arena stash's three ways of moving a stashed tensor, one type each behind SpillPath: CPU
 // inputs straight to the region (cpu_path.cc), accelerator inputs through the host pool
 // (device_path.cc), accelerator inputs through cuFile with io = gds (gds_path.cc). Chain
-// (chain.h) picks one per entry and keeps what is common. See Note [Overlapped spilling]
-// in chain.cc and Note [Lifecycle of a stashed tensor] in stash_entry.cc.
+// (chain.h) picks one per entry and keeps what is common, ArenaShared (arena_shared.h) what
+// every stash of the arena shares: the host pool, the cuFile resources.
+// See Note [Overlapped spilling] in chain.cc and Note [Lifecycle of a stashed tensor] in
+// stash_entry.cc.
 //
 //   spill::detail::StashContext context(arena, options);
 //   spill::detail::Progress progress(/*asynchronous=*/true);
@@ -22,62 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "core/io/gds.h"
+#include "arena_shared.h"
 #include "core/os/mutex.h"
-#include "host_pool.h"
-#include "restore_pool.h"
 #include "serial_worker.h"
 #include "spill/stash.h"
 #include "stash_entry.h"
 
 namespace spill::detail {
-
-class Chain;
-
-// io = gds: the device buffer every cuFile transfer of an arena's stashes goes through, one at a
-// time, registered with cuFile once. See Note [One registered staging buffer] in gds_path.cc.
-class GdsStaging {
- public:
-  // `bytes` (a multiple of 4 KiB) on `device`, through `engine`'s allocator; throws the front
-  // end's out-of-memory error. A registration cuFile refuses leaves it unregistered.
-  GdsStaging(CopyEngine& engine, const Device& device, std::uint64_t bytes,
-             std::shared_ptr<GdsDriver> driver);
-  GdsStaging(const GdsStaging&) = delete;
-  GdsStaging& operator=(const GdsStaging&) = delete;
-
-  Mutex mutex;  // held for a whole transfer: copies and cuFile calls
-  std::uint64_t bytes() const { return memory_.bytes(); }
-  bool registered() const { return registration_ != nullptr; }
-  // The first `bytes` of the buffer and its address, 4 KiB aligned.
-  Buffer first(std::uint64_t bytes) const { return memory_.slice(0, bytes); }
-  void* data() const { return memory_.data(); }
-
- private:
-  const Buffer memory_;  // 4 KiB aligned, in an allocation one page larger
-  std::unique_ptr<GdsRegistration> registration_;  // last: deregistered before the memory goes
-};
-
-// What every stash of one arena shares, kept with the arena (spill::detail::attachment): the host
-// pool — made at the first accelerator input, then reused by every step's stash (the shared
-// stash of spill::checkpoint(arena, ...) lives only as long as a graph) — and the counters.
-struct ArenaShared {
-  Mutex mutex;
-  std::shared_ptr<HostPool> pool GUARDED_BY(mutex);
-  StashOptions options GUARDED_BY(mutex);  // set_stash_options
-  // The chain of shared_arena_stash, while a graph holds it (front ends wrap it).
-  std::weak_ptr<Chain> shared_chain GUARDED_BY(mutex);
-  // Warnings of the stash itself (a pageable host pool), given with the arena's.
-  std::vector<std::string> notices GUARDED_BY(mutex);
-  // io = gds, from the first device input spilled on: the staging buffer, and the cuFile
-  // session (its mode and bounce buffers, capped to the host budget then, for the stats).
-  std::shared_ptr<GdsStaging> gds_staging GUARDED_BY(mutex);
-  std::shared_ptr<GdsDriver> cufile GUARDED_BY(mutex);
-  const std::shared_ptr<StashCounters> counters = std::make_shared<StashCounters>();
-  // CPU restores' host memory, reused within a backward (Note [Restoring into reused memory]).
-  const std::shared_ptr<RestorePool> restore_pool = std::make_shared<RestorePool>();
-  StashStats stats();
-};
-std::shared_ptr<ArenaShared> shared_state_of(const SpillArena& arena);
 
 // The progress thread of one stash (Note [Progress on accelerators] in chain.cc) and the
 // first failure of its jobs, rethrown once on the training thread.
