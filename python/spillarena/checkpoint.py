@@ -147,7 +147,10 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
     options = _torch_options(use_reentrant, _spillarena_torch_options or {})
     func, prefix, keywords = _unwrap(function)
     keywords.update(kwargs)
-    leaves, spec = tree_flatten((prefix, args, keywords))
+    if not prefix and not keywords and all(isinstance(a, torch.Tensor) for a in args):
+        leaves, spec = list(args), None  # func(*tensors): nothing to flatten or rebuild (job.py)
+    else:
+        leaves, spec = tree_flatten((prefix, args, keywords))
     tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
     job = _job.Job(func, leaves, spec, preserve_rng_state)
     job.spill_index = _pick_spilled(args, prefix, keywords, tensors)

@@ -33,7 +33,9 @@ class Job:
     others where autograd keeps them)."""
 
     def __init__(self, func, leaves, spec, preserve_rng_state):
-        """``leaves`` and ``spec``: the call's arguments, flattened (tree_flatten)."""
+        """``leaves`` and ``spec``: the call's arguments, flattened (tree_flatten); or the
+        positional tensors of a call ``func(*tensors)`` and None, the common call, which then
+        runs without tree_unflatten (2 us, twice per layer)."""
         self.func, self.spec = func, spec
         self.positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
         self.template = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
@@ -51,6 +53,8 @@ class Job:
 
     def run(self, tensors):
         """The call, with ``tensors`` where its tensors were."""
+        if self.spec is None:
+            return self.func(*tensors)
         leaves = list(self.template)
         for position, tensor in zip(self.positions, tensors):
             leaves[position] = tensor
