@@ -248,6 +248,32 @@ TEST_CASE("device path: an input changed in place during its copy or write is re
   }
 }
 
+// Note [A small write is made at once] (src/core/arena/arena_core.cc): an asynchronous stash's
+// small CPU input is written in store() and let go there, with nothing left for the progress
+// thread; a large one is still queued and finished there.
+TEST_CASE("CPU path: a small input is spilled within store(), a large one in flight") {
+  ScratchDir dir;
+  for (spill::IoBackend backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
+    SUBCASE(subcase_name(spill::IoMode::buffered, backend).c_str()) {
+      auto o = engine_options(dir.path(), spill::IoMode::buffered, backend);
+      spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
+      auto stash = spill::make_arena_stash(arena);
+      torch::Tensor small = torch::randn({1024});  // 4 KiB
+      const torch::Tensor expected = small.clone();
+      auto stored = stash->store(small);
+      CHECK(stash->stats().inputs_spilled == 1);  // at once: no wait for the progress thread
+      CHECK(stash->stats().host_bytes_in_flight == 0);
+      CHECK(small.storage().use_count() == 1);  // the stash holds no reference any more
+      CHECK(torch::equal(stored->restore(), expected));
+      // Above a slice (512 KiB) the write is queued; the stash lets the input go once it lands.
+      torch::Tensor large = torch::randn({256 * 1024 + 1});
+      auto queued = stash->store(large);
+      CHECK(eventually([&] { return stash->stats().inputs_spilled == 2; }));
+      CHECK(torch::equal(queued->restore(), large));
+    }
+  }
+}
+
 TEST_CASE("CPU path: inputs held for writes in flight stay within the budget, dropped at once") {
   ScratchDir dir;
   HookScope slow(slow_writes(30));

@@ -436,6 +436,52 @@ TEST_CASE("faults: a failed read returns only after every piece of it finished")
 // Recovery
 // ---------------------------------------------------------------------------------------------
 
+// Note [A small write is made at once] (src/core/arena/arena_core.cc): a buffered write_async of
+// at most a slice is a pwrite on the calling thread. Its Pending is ready when the call returns,
+// and its failure is kept as a queued write's is: thrown by wait(), then by every later write and
+// read of the arena until the region is freed.
+TEST_CASE("faults: a small buffered write_async is made at once; its failure lasts until freed") {
+  ScratchDir dir;
+  Deadline deadline("small write_async", kDeadlineSeconds);
+  for (spill::IoBackend backend : {spill::IoBackend::thread_pool, spill::IoBackend::io_uring}) {
+    const Setup s{spill::IoMode::buffered, backend};
+    for (std::uint64_t bytes :
+         {std::uint64_t{1}, std::uint64_t{4096 + 7}, std::uint64_t{512} << 10}) {
+      SUBCASE((name(s) + ", " + std::to_string(bytes) + " bytes").c_str()) {
+        std::optional<spill::SpillArena> arena = arena_for(dir.path(), s);
+        if (!arena) return;
+        const auto src = pattern(bytes, 5);
+        std::uint64_t failed_offset = 0;
+        {
+          spill::Region r = arena->allocate(src.size());
+          failed_offset = r.offset();
+          spill::Pending written = [&] {
+            FaultScope fail(failing(spill_test::is_write, EIO));
+            return r.write_async(src.data(), src.size());
+          }();  // the fault is gone: only what the write recorded can fail from here on
+          CHECK(written.ready());
+          check_error(expect_io_error([&] { written.wait(); }, kWriteLost), spill::IoOp::write, EIO,
+                      r);
+          std::vector<unsigned char> dst(src.size());
+          const spill::IoError later = expect_io_error([&] { r.read(dst.data(), dst.size()); },
+                                                       kWriteLost);  // never its wrong bytes
+          CHECK(later.offset() == failed_offset);
+          CHECK_THROWS_AS(arena->allocate(1).write_async(src.data(), 1), spill::IoError);
+        }  // freed: the failure with it
+        spill::Region again = arena->allocate(src.size());
+        spill::Pending written = again.write_async(src.data(), src.size());
+        CHECK(written.ready());
+        written.wait();
+        std::vector<unsigned char> dst(src.size());
+        again.read(dst.data(), dst.size());
+        CHECK(dst == src);
+        CHECK(arena->stats().integrity_failures == 0);
+        CHECK(arena->stats().bytes_verified == src.size());
+      }
+    }
+  }
+}
+
 TEST_CASE("faults: once the fault is gone, regions are freed, allocated and written again") {
   ScratchDir dir;
   Deadline deadline("recovery", kDeadlineSeconds);

@@ -88,6 +88,12 @@ void ArenaCore::write(std::uint64_t start, std::uint64_t at, const void* src, st
     return;
   }
   if (engine_) engine_->throw_if_failed();
+  write_here(start, at, src, bytes);
+}
+
+// A buffered or host-memory write on this thread, hashed where the arena verifies.
+void ArenaCore::write_here(std::uint64_t start, std::uint64_t at, const void* src,
+                           std::uint64_t bytes) {
   if (ledger_) {
     write_hashed(start, at, static_cast<const char*>(src), bytes);
   } else {
@@ -281,10 +287,43 @@ Pending ArenaCore::write_async(std::uint64_t start, std::uint64_t at, const void
     return Pending();
   }
   engine_->throw_if_failed();  // before hash_written forgets the hashes of the bytes on file
+  if (options_.io == IoMode::buffered && bytes <= kWriteAtOnceBytes && !engine_->has_test_hook()) {
+    return write_at_once(start, at, src, bytes);
+  }
   IoEngine::Hooks hooks = ledger_ ? hash_written(start, at, src, bytes) : IoEngine::Hooks{};
   Pending p = engine_->write(start + at, src, bytes, std::move(hooks));
   bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
   return p;
+}
+
+// Note [A small write is made at once]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A buffered write_async of a few pages went through the I/O queue like a large one: submitted,
+// completed by io_uring in the submitting call (the kernel's copy into the page cache) or by a
+// worker, its hash run on the queue's thread beside it, and its completion handed to that thread,
+// which had to be woken, as had the caller waiting for it. On the 2-core test VM a 4 KiB input's
+// store cost ~100 us inside a training step against ~15 us in a loop that kept every thread
+// awake: the wake-ups, not the copy. So a buffered write of at most kWriteAtOnceBytes is made on
+// the calling thread, as write() makes it (pwrite, then the hash of bytes still in cache), and
+// returns a Pending that is ready, holding any failure for wait() to throw; the failure is also
+// recorded with the engine, so that every later write and read reports it until the region is
+// freed, as a queued write's is (no one may read the bytes it left wrong). Under the I/O test hook
+// (spill::testing::set_io_test_hook) every write is queued still: the hook shapes queued
+// operations, and the tests that set it are about writes in flight; a write made at once fails
+// through the platform's fault hook instead. Above a slice the wake-ups are a small share of the
+// step (1 and 4 MiB inputs measured the same either way), and a write keeps the queue's parallel
+// pieces and the hash beside the kernel's copy. Figures: docs/benchmarks.md, "A small spill's fixed
+// cost".
+Pending ArenaCore::write_at_once(std::uint64_t start, std::uint64_t at, const void* src,
+                                 std::uint64_t bytes) {
+  std::exception_ptr error;
+  try {
+    write_here(start, at, src, bytes);
+  } catch (const IoError& e) {  // Note [Failures last until freed] in src/core/io/io_engine.cc
+    engine_->record(IoStatus{e.error_number(), e.op(), e.offset(), e.bytes()});
+    error = std::current_exception();
+  }
+  return IoEngine::finished(IoOp::write, start + at, bytes, std::move(error));
 }
 
 // The one place a read of a file is decided: resident pages of a buffered file are copied from

@@ -92,6 +92,10 @@ class IoEngine {
   // since nothing can read the bytes they left wrong (Note [Failures last until freed] in
   // src/core/io/io_engine.cc), and its writes need no writeback (Note [Writeback of what stays]).
   void released(std::uint64_t offset, std::uint64_t bytes);
+  // A failed operation, reported by every later one until its block is released: a queued
+  // one's completion records it, and so does a write made outside the queue (Note [A small
+  // write is made at once] in src/core/arena/arena_core.cc).
+  void record(const IoStatus& status);
   // Bytes written and held (not freed) before writeback starts for the oldest of them.
   static constexpr std::uint64_t kWritebackAfterBytes = 64ull << 20;
   // Throws the first failure still reported (spill::IoError). Every write and read of the
@@ -101,6 +105,7 @@ class IoEngine {
 
   IoMode mode() const { return mode_; }
   IoBackend backend() const { return queue_->backend(); }
+  bool has_test_hook() const { return queue_->has_test_hook(); }
   const std::string& backend_note() const { return backend_note_; }
   std::uint64_t alignment() const { return alignment_; }
   std::uint64_t staging_bytes() const { return staging_ ? staging_->budget_bytes() : 0; }
@@ -130,7 +135,6 @@ class IoEngine {
                     std::uint64_t bytes);
   static TransferPtr transfer(IoOp op, std::uint64_t offset, std::uint64_t bytes, Hooks hooks);
   static Pending submitted(std::vector<Ticket> parts, const TransferPtr& t);
-  void record(const IoStatus& status);
 
   Storage& storage_;
   const IoMode mode_;

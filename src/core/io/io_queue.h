@@ -73,6 +73,11 @@ class IoQueue {
   // Blocks until every submitted operation has completed.
   virtual void drain() = 0;
 
+  // Whether a test hook was set when this queue was made: the operations it is meant to shape
+  // then all go through the queue (Note [A small write is made at once] in
+  // src/core/arena/arena_core.cc).
+  bool has_test_hook() const { return static_cast<bool>(hook_); }
+
  protected:
   IoQueue();
   // The process this queue serves. In a fork() child, submit throws spill::ForkedProcessError

@@ -43,6 +43,7 @@ class CpuPath final : public SpillPath {
  private:
   void wait_for_room(std::uint64_t bytes) EXCLUDES(mutex_);
   void finish_write(const EntryPtr& e) EXCLUDES(e->mutex);
+  void wrote(Entry& e) REQUIRES(e.mutex) EXCLUDES(mutex_);
   // A direct arena reads into an aligned host buffer, a buffered one through the mapping.
   bool reads_into_buffer() const { return context_.arena.io_mode() == IoMode::direct; }
   Buffer view(Entry& e) REQUIRES(e.mutex);
@@ -68,11 +69,11 @@ void CpuPath::spill(const EntryPtr& e) {
       counters.sub_in_flight(e->bytes);
       throw;
     }
-    e->input = Buffer();
-    counters.sub_in_flight(e->bytes);
-    counters.inputs_spilled.fetch_add(1);
-    return advance(*e, State::spilled);
+    return wrote(*e);
   }
+  // A write made at once (Note [A small write is made at once] in src/core/arena/arena_core.cc)
+  // is finished here: the progress thread would have to be woken for it.
+  if (e->cpu_io.write.ready()) return wrote(*e);
   progress_.post([this, e] { finish_write(e); });
 }
 
@@ -100,15 +101,20 @@ void CpuPath::finish_write(const EntryPtr& e) {
     write = e->cpu_io.write;
   }
   write.settle();
-  {
-    MutexLock lock(e->mutex);
-    e->input = Buffer();
-    if (e->state == State::writing) {
-      advance(*e, State::spilled);
-      context_.counters->inputs_spilled.fetch_add(1);
-    }
+  MutexLock lock(e->mutex);
+  wrote(*e);
+}
+
+// The write settled: the input is let go, the bytes in flight go down and a store waiting for
+// room is woken.
+void CpuPath::wrote(Entry& e) {
+  e.cpu_io.write.settle();
+  e.input = Buffer();
+  if (e.state == State::writing) {
+    advance(e, State::spilled);
+    context_.counters->inputs_spilled.fetch_add(1);
   }
-  context_.counters->sub_in_flight(e->bytes);
+  context_.counters->sub_in_flight(e.bytes);
   MutexLock lock(mutex_);
   room_.notify_all();
 }
