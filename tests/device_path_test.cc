@@ -251,7 +251,7 @@ TEST_CASE("device path: an input changed in place during its copy or write is re
 // Note [A small write is made at once] (src/core/arena/arena_core.cc): an asynchronous stash's
 // small CPU input is written in store() and let go there, with nothing left for the progress
 // thread; a large one is still queued and finished there.
-TEST_CASE("CPU path: a small input is spilled within store(), a large one in flight") {
+TEST_CASE("CPU path: a small input is spilled within store()") {
   ScratchDir dir;
   for (spill::IoBackend backend : {spill::IoBackend::thread_pool, spill::IoBackend::automatic}) {
     SUBCASE(subcase_name(spill::IoMode::buffered, backend).c_str()) {
@@ -265,13 +265,29 @@ TEST_CASE("CPU path: a small input is spilled within store(), a large one in fli
       CHECK(stash->stats().host_bytes_in_flight == 0);
       CHECK(small.storage().use_count() == 1);  // the stash holds no reference any more
       CHECK(torch::equal(stored->restore(), expected));
-      // Above a slice (512 KiB) the write is queued; the stash lets the input go once it lands.
-      torch::Tensor large = torch::randn({256 * 1024 + 1});
-      auto queued = stash->store(large);
-      CHECK(eventually([&] { return stash->stats().inputs_spilled == 2; }));
-      CHECK(torch::equal(queued->restore(), large));
     }
   }
+}
+
+TEST_CASE("CPU path: an input above 512 KiB is still written in flight") {
+  ScratchDir dir;
+  // Every pwrite above 512 KiB (the pool's workers make the queued pieces) takes 300 ms.
+  spill_test::FaultScope slow(
+      [](spill::testing::FaultSite site, std::uint64_t bytes, std::uint64_t) {
+        if (spill_test::is_write(site) && bytes > (512u << 10)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        }
+        return static_cast<std::int64_t>(bytes);
+      });
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::thread_pool);
+  spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
+  auto stash = spill::make_arena_stash(arena);
+  torch::Tensor large = torch::randn({256 * 1024 + 1});  // 1 MiB + 4 bytes
+  auto queued = stash->store(large);                     // returns while the pwrite sleeps
+  CHECK(stash->stats().inputs_spilled == 0);
+  CHECK(stash->stats().host_bytes_in_flight == large.nbytes());
+  CHECK(eventually([&] { return stash->stats().inputs_spilled == 1; }));
+  CHECK(torch::equal(queued->restore(), large));
 }
 
 TEST_CASE("CPU path: inputs held for writes in flight stay within the budget, dropped at once") {

@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   spill::SpillArena arena(options);
   spill::Region r = arena.allocate(64ull << 20);
   std::vector<float> src(1024, 1.5f);
-  spill::Pending w = r.write_async(src.data(), src.size() * sizeof(float));  // queued
+  spill::Pending w = r.write_async(src.data(), src.size() * sizeof(float));  // may return at once
   w.wait();
   std::cout << "region at " << r.offset() << ", " << r.size() << " bytes, "
             << spill::to_string(arena.stats().io_backend) << "\n";

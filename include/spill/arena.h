@@ -198,7 +198,8 @@ class Region {
   // src/core/integrity/integrity.cc); `dst` must not be used then.
   void write(const void* src, std::uint64_t bytes, std::uint64_t offset_in_region = 0);
   void read(void* dst, std::uint64_t bytes, std::uint64_t offset_in_region = 0) const;
-  // Queued copies: they return before the bytes moved. `src`/`dst` must stay valid and `src`
+  // Queued copies: they return before the bytes moved (a buffered write of at most 512 KiB is
+  // made before write_async returns, its Pending ready). `src`/`dst` must stay valid and `src`
   // unchanged until the Pending completes, in every mode (a direct-mode write from memory
   // aligned to SpillArena::io_alignment() is written from where it is, without a staging
   // copy). A failure surfaces at Pending::wait, and at every write or read of the arena

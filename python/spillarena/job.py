@@ -2,7 +2,7 @@
 stash, and the runs of the layer around it. The forms differ only in how autograd reaches it
 (reentrant.py: one autograd Function; non_reentrant.py: torch's own non-reentrant checkpoint).
 
-    job = Job(func, leaves, spec, preserve_rng_state)  # the call, flattened (tree_flatten)
+    job = Job(func, leaves, spec, preserve_rng_state)  # the call, flattened (or spec None)
     job.spill_index, job.stash = 0, stash
     outputs = job.first_run(tensors, lambda: ...)      # stores the input, runs the layer once
     x = job.restore()                                   # in backward: the input, its region freed

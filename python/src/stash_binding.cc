@@ -85,12 +85,13 @@ namespace {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The stash's threads let go of Python's tensors: a write completes on the progress thread and
 // the input's DLPack owner is released there, which takes the GIL when it was the tensor's last
-// reference. A chain's destructor joins that thread, and an entry's waits for its I/O; run
-// under the GIL — a Python object dying — they would wait for a thread that waits for the GIL.
-// So whatever Python drops of the stash is destroyed with the GIL released (the capsules of
-// Note [C++ objects Python holds]). The same holds for the arena's mutex: the stash never calls
-// the engine (which takes the GIL) while holding it (DevicePath::pool_for), and the bindings
-// release the GIL before taking it.
+// reference (a write made at once, up to 512 KiB, lets it go inside store(), which runs with the
+// GIL released: Note [A small write is made at once] in src/core/arena/arena_core.cc). A chain's
+// destructor joins that thread, and an entry's waits for its I/O; run under the GIL — a Python
+// object dying — they would wait for a thread that waits for the GIL. So whatever Python drops of
+// the stash is destroyed with the GIL released (the capsules of Note [C++ objects Python holds]).
+// The same holds for the arena's mutex: the stash never calls the engine (which takes the GIL)
+// while holding it (DevicePath::pool_for), and the bindings release the GIL before taking it.
 
 // Note [The arena's warnings reach Python as warnings]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -353,7 +353,7 @@ def test_stash_stats_span_steps_and_bound_the_bytes_in_flight(spill_dir):
     assert stats["inputs_stored"] == 12
     assert stats["peak_host_bytes_in_flight"] <= budget
     assert stats["device_bytes_held"] == 0
-    deadline = time.monotonic() + 10  # the last writes' completions land on the progress thread
+    deadline = time.monotonic() + 10  # queued writes' completions land on the progress thread
     while arena.stash_stats()["host_bytes_in_flight"] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert arena.stash_stats()["host_bytes_in_flight"] == 0

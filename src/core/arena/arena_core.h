@@ -93,7 +93,7 @@ class ArenaCore {
   void write_hashed(std::uint64_t start, std::uint64_t at, const char* src, std::uint64_t bytes);
   void write_memory_hashed(std::uint64_t start, const Span& write, const char* src);
   void read_resident(std::uint64_t start, std::uint64_t at, char* dst, std::uint64_t bytes);
-  // A buffered write_async of at most kWriteAtOnceBytes, made by write() on this thread (Note
+  // A buffered write_async of at most kWriteAtOnceBytes, made by write_here() on this thread (Note
   // [A small write is made at once] in arena_core.cc).
   static constexpr std::uint64_t kWriteAtOnceBytes = kHashSliceBytes;
   Pending write_at_once(std::uint64_t start, std::uint64_t at, const void* src,

@@ -5,8 +5,8 @@
 // (src/torch_layer/per_file_stash.cc): its files are not the spill file, have no capacity to
 // lower and are removed when a write fails, so neither fix applies there.
 //
-//   throw transfer_error("queued write", IoOp::write, EIO, bytes, offset);
-//   // "spill: queued write of 4096 bytes at offset 8192 of the spill file failed: ...; check ..."
+//   throw transfer_error("write", IoOp::write, EIO, bytes, offset);
+//   // "spill: write of 4096 bytes at offset 8192 of the spill file failed: ...; check ..."
 #pragma once
 
 #include <cerrno>

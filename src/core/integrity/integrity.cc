@@ -65,8 +65,9 @@ namespace spill::detail {
 //    pwrite on the caller's thread, write_async's pieces on the queue's (Note [Hashing beside
 //    the kernel's copy]); the caller keeps the source unchanged until the write completes
 //    anyway, and the training thread, which queued the write to go on computing, does not pay
-//    for the hash. A synchronous write of at most a slice hashes on the caller's thread, after
-//    its pwrite; a write into host memory copies and hashes in one pass;
+//    for the hash. A synchronous write, or a write_async, of at most a slice hashes on the
+//    caller's thread, after its pwrite (Note [A small write is made at once] in
+//    src/core/arena/arena_core.cc); a write into host memory copies and hashes in one pass;
 //  - a direct-mode write hashes its staging copy on the caller's thread as it copies it into the
 //    slot (an aligned source, written from where it is: each slice of the source before it is
 //    queued), and keeps the hashes once every piece is on the file;
@@ -249,10 +250,12 @@ std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes) {
 // write ran at 0.70-0.78 of an unhashed one; and io_uring's one reaper hashed write_async's
 // pieces one after another, its last piece after the last copy. So a write's hash runs from the
 // start on another thread than the copy, one of the I/O queue's own (no thread is added):
-//  - write_async: the hash of the whole source is queued with the pieces as a request that
-//    moves nothing (IoEngine::Hooks::beside; IoRequest::work_only): io_uring completes it at
-//    once and its reaper hashes while the kernel's worker copies the pieces, a pool worker
-//    likewise beside the others; the transfer's `after`, which records the hashes, waits for it;
+//  - write_async of more than a slice (Note [A small write is made at once] in
+//    src/core/arena/arena_core.cc): the hash of the whole source is queued with the pieces as a
+//    request that moves nothing (IoEngine::Hooks::beside; IoRequest::work_only): io_uring
+//    completes it at once and its reaper hashes while the kernel's worker copies the pieces, a
+//    pool worker likewise beside the others; the transfer's `after`, which records the hashes,
+//    waits for it;
 //  - a synchronous write of more than a slice: the caller pwrites the whole range (its fastest
 //    copy) while such a request hashes on a queue thread (IoEngine::beside), and waits for it.
 // The hash reads the source, which the caller keeps unchanged until the write completes (the

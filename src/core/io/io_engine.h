@@ -95,7 +95,7 @@ class IoEngine {
   // A failed operation, reported by every later one until its block is released: a queued
   // one's completion records it, and so does a write made outside the queue (Note [A small
   // write is made at once] in src/core/arena/arena_core.cc).
-  void record(const IoStatus& status);
+  void record(const IoStatus& status) EXCLUDES(mutex_);
   // Bytes written and held (not freed) before writeback starts for the oldest of them.
   static constexpr std::uint64_t kWritebackAfterBytes = 64ull << 20;
   // Throws the first failure still reported (spill::IoError). Every write and read of the

@@ -105,8 +105,7 @@ IoStatus Completion::wait() const {
 
 // See Note [EFBIG is a size limit, not a disk] in src/core/file/io_advice.h.
 void throw_io_error(const IoStatus& s) {
-  throw transfer_error(std::string("queued ") + to_string(s.op), s.op, s.error_number, s.bytes,
-                       s.offset);
+  throw transfer_error(to_string(s.op), s.op, s.error_number, s.bytes, s.offset);
 }
 
 namespace {

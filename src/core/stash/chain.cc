@@ -28,18 +28,22 @@ namespace detail {
 // pool] in host_pool.cc). Each step after that happens on the chain's progress thread (Note
 // [Progress on accelerators]) the moment the copy or the write completed: the device input is
 // released when its copy finished, the CPU input and the pool block when the write did. So memory
-// follows the I/O, not the next store(). The bytes in flight are bounded: the pool's size on an
-// accelerator, host_pool_bytes of CPU inputs otherwise; store() waits for the oldest write when
-// they would exceed it. restore() of layer i comes in two halves, liburing's submit and complete
-// (SpillPath::begin_restore and finish_restore in stash_path.h). The first secures its own
-// bytes: it queues their read where no prefetch did (a read into the pool may wait for room; on
-// a buffered CPU arena the read is the page cache's readahead, and the copy out of the mapping
-// is the second half's) and notes whether they were in memory already. Then the reads of its
-// prefetch_depth predecessors — this stash's own chain of stored tensors — are queued without
-// waiting, keeping room in the pool for the next restore, and only then does the second half
-// wait for its own bytes. Waiting first would leave the disk with one read while backward stalls
-// on it, and the predecessors' reads would start only as the recomputation does. The lifecycle
-// is one State: Note [Lifecycle of a stashed tensor] in stash_entry.cc.
+// follows the I/O, not the next store(). A buffered write of at most 512 KiB is made before it
+// returns (Note [A small write is made at once] in src/core/arena/arena_core.cc): a CPU input
+// that small is let go inside store(), with no step left for the progress thread; on an
+// accelerator the progress thread makes such a write itself, under the entry's mutex. The bytes in
+// flight are bounded: the pool's size on an accelerator, host_pool_bytes of CPU inputs otherwise;
+// store() waits for the oldest write when they would exceed it. restore() of layer i comes in two
+// halves, liburing's submit and complete (SpillPath::begin_restore and finish_restore in
+// stash_path.h). The first secures its own bytes: it queues their read where no prefetch did (a
+// read into the pool may wait for room; on a buffered CPU arena the read is the page cache's
+// readahead, and the copy out of the mapping is the second half's) and notes whether they were in
+// memory already. Then the reads of its prefetch_depth predecessors — this stash's own chain of
+// stored tensors — are queued without waiting, keeping room in the pool for the next restore, and
+// only then does the second half wait for its own bytes. Waiting first would leave the disk with
+// one read while backward stalls on it, and the predecessors' reads would start only as the
+// recomputation does. The lifecycle is one State: Note [Lifecycle of a stashed tensor] in
+// stash_entry.cc.
 //
 // An input changed in place while the stash references it — before it is spilled, during its
 // copy or write, or while kept — is refused in backward with autograd's own words: the bytes on
@@ -54,7 +58,8 @@ namespace detail {
 // device, holding the memory the spill exists to free (on an H200, 4 of 15 inputs per step were
 // spilled in direct mode). So each chain has one progress thread (a SerialWorker): for each copy
 // it waits for the copy's event and queues the write, then, in a later job, waits for the write
-// and returns the pool block; for each CPU write it waits and drops the input. It never waits
+// and returns the pool block; for each CPU write still in flight when store() returned it waits
+// and drops the input. It never waits
 // for the training thread, so a store() waiting for room always gets it. A failure in the thread
 // is kept and rethrown on the training thread at the next store() or restore().
 
