@@ -105,10 +105,9 @@ void CpuPath::finish_write(const EntryPtr& e) {
   wrote(*e);
 }
 
-// The write settled: the input is let go, the bytes in flight go down and a store waiting for
-// room is woken.
+// The write settled (waited for, or ready): the input is let go, the bytes in flight go down and
+// a store waiting for room is woken.
 void CpuPath::wrote(Entry& e) {
-  e.cpu_io.write.settle();
   e.input = Buffer();
   if (e.state == State::writing) {
     advance(e, State::spilled);
