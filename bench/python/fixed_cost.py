@@ -25,11 +25,25 @@ LAYERS = 4
 HIDDEN = 64
 
 
+def _count(low, high):
+    """An argparse type: a whole number in [low, high], refused with the bounds otherwise."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low} to {high}")
+        return value
+    return parse
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--rows", type=int, default=16, help="rows of the input (HIDDEN floats)")
+    parser.add_argument("--rounds", type=_count(1, 1000), default=7)
+    parser.add_argument("--steps", type=_count(10, 100_000), default=200)
+    parser.add_argument("--rows", type=_count(1, 1 << 16), default=16,
+                        help="rows of the input (HIDDEN floats; up to 16 MiB)")
     parser.add_argument("--label", default=spillarena.__version__)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -69,7 +83,7 @@ def main():
     for kind in kinds:
         w = statistics.median(wall[kind])
         print(f"{args.label}\t{kind:16s}\tcpu {statistics.median(cpu[kind]):7.0f} us/step\t"
-              f"wall {w:7.0f} us/step\t+{(w - base) / LAYERS:5.0f} us per layer over torch")
+              f"wall {w:7.0f} us/step\t{(w - base) / LAYERS:+6.0f} us per layer over torch")
 
 
 if __name__ == "__main__":
