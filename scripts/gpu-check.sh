@@ -23,11 +23,12 @@
 # Everything it reports goes to $OUT (at most 8 files): env.txt, build.log (installs or builds),
 # tests.log, accelerator.json, accelerator-8.json, head_to_head.json, longest_sequence.json,
 # bench.log (8). Each step prints its seconds.
-# Budget: the last H200 run took about 12 minutes for steps 1-3 with the build in step 1 (now
-# seconds), at most 9 for step 4 (8k and 32k, 270 s each, each JSON rewritten after every mode)
-# and 8 for step 5. One device command may run 10 minutes: run steps "1 2 3 4" in one command
-# (SPILLARENA_GPU_STEPS="1 2 3 4") and "5" in a second if the first reports more than 5 minutes
-# for steps 2-3; the installs are kept between calls on a warm machine.
+# Budget, measured on the H200 on 2026-12-04 with .deps/gpu-bin carried: step 1 under 5 s, step 2
+# 34 s, step 3 317 s (16 and 8 layers, every mode); step 4 at most 9 minutes (8k and 32k, 270 s
+# each, each JSON rewritten after every mode) and step 5 at most 8. One device command may run 10
+# minutes and a session has 15 minutes of device time in all (the machine's start included): run
+# steps "1 2 3" first (SPILLARENA_GPU_STEPS="1 2 3"), then "4" or "5" in what is left; the
+# installs are kept between calls on a warm machine.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-/tmp/spillarena-gpu-check}
@@ -63,7 +64,8 @@ torch_prefix=$("$python" -c "import torch.utils; print(torch.utils.cmake_prefix_
 torch_release=$("$python" -c "import torch; print(torch.__version__.split('+')[0])")
 # The carried binaries find this machine's LibTorch (and, through its own run paths, the NVIDIA
 # libraries) on LD_LIBRARY_PATH, which comes before the paths they were linked with.
-LD_LIBRARY_PATH="$(dirname "$torch_prefix")/lib:$LD_LIBRARY_PATH"
+# (torch_prefix is torch/share/cmake; the libraries are in torch/lib.)
+LD_LIBRARY_PATH="$(dirname "$(dirname "$torch_prefix")")/lib:$LD_LIBRARY_PATH"
 export LD_LIBRARY_PATH
 tests=(accelerator_test device_path_test overlapped_checkpoint_test checkpoint_test integrity_test
   io_engine_test arena_test)

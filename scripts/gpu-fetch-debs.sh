@@ -14,9 +14,10 @@ apt-get download doctest-dev libbenchmark-dev libbenchmark1debian \
 ls -la
 cd ../..
 # transformers' own dependencies, for the GPU machine's Python (CPython 3.x, x86_64, manylinux);
-# torch, numpy and the like are already there. The carry limit is 64 MiB in all.
+# torch, numpy and the like are already there. huggingface_hub stays below 2: 2.x needs httpx2,
+# which the GPU image lacks (1.x uses its httpx). The carry limit is 64 MiB in all.
 python3 -m pip download -q -d .deps/wheels --only-binary=:all: --no-deps "transformers==5.23.0" \
-  tokenizers safetensors huggingface_hub hf-xet regex pyyaml tqdm filelock packaging fsspec \
+  tokenizers safetensors "huggingface_hub<2" hf-xet regex pyyaml tqdm filelock packaging fsspec \
   typing-extensions requests urllib3 idna certifi charset-normalizer 2>&1 |
   { grep -v "is ignored: it is neither a file nor a directory" || true; }
 du -sh .deps

@@ -23,7 +23,14 @@ tests=(accelerator_test device_path_test overlapped_checkpoint_test checkpoint_t
 log "1/4 Debian packages and transformers' wheels"
 scripts/gpu-fetch-debs.sh >/dev/null
 
-python=$(command -v "python$GPU_PYTHON") ||
+# A pyenv shim named python3.12 exists where that version is installed but not selected, and fails
+# when run: take the first candidate that runs.
+python=""
+for candidate in "python$GPU_PYTHON" \
+    "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$GPU_PYTHON".*/bin/"python$GPU_PYTHON"; do
+  if "$candidate" -c '' 2>/dev/null; then python=$candidate; break; fi
+done
+[[ -n $python ]] ||
   { log "no python$GPU_PYTHON here (the GPU machine's Python; pyenv install $GPU_PYTHON)"; exit 1; }
 venv=build-gpu-torch/venv
 have=$("$venv/bin/python" -c 'from importlib.metadata import version; print(version("torch"))' \
