@@ -18,6 +18,7 @@ import tempfile
 import time
 
 import torch
+from bench_args import count
 
 import spillarena
 
@@ -25,24 +26,11 @@ LAYERS = 4
 HIDDEN = 64
 
 
-def _count(low, high):
-    """An argparse type: a whole number in [low, high], refused with the bounds otherwise."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is outside {low} to {high}")
-        return value
-    return parse
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=_count(1, 1000), default=7)
-    parser.add_argument("--steps", type=_count(10, 100_000), default=200)
-    parser.add_argument("--rows", type=_count(1, 1 << 16), default=16,
+    parser.add_argument("--rounds", type=count(1, 1000), default=7)
+    parser.add_argument("--steps", type=count(10, 100_000), default=200)
+    parser.add_argument("--rows", type=count(1, 1 << 16), default=16,
                         help="rows of the input (HIDDEN floats; up to 16 MiB)")
     parser.add_argument("--label", default=spillarena.__version__)
     args = parser.parse_args()
