@@ -30,7 +30,9 @@ def seconds(low, high):
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-        if not math.isfinite(value) or not low <= value <= high:
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+        if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{text} is outside {low} to {high} seconds")
         return value
     return parse
@@ -41,5 +43,8 @@ def counts(low, high):
     one = count(low, high)
 
     def parse(text):
-        return [one(part.strip()) for part in text.split(",")]
+        parts = [part.strip() for part in text.split(",")]
+        if "" in parts:
+            raise argparse.ArgumentTypeError(f"{text!r} has an empty item")
+        return [one(part) for part in parts]
     return parse

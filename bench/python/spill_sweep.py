@@ -51,14 +51,17 @@ def step(blocks, x, checkpoint):
     h.float().pow(2).mean().backward()
 
 
-def timed(blocks, x, checkpoint, steps, min_block_s):
-    """Seconds of each timed step: at least `steps`, and more until they add up to min_block_s."""
-    step(blocks, x, checkpoint)  # warm-up: the arena's regions, the allocator
-    times = []
-    while len(times) < steps or sum(times) < min_block_s:
+def timed(blocks, x, checkpoint, steps, min_block_s, run=None):
+    """Seconds of each timed step: at least `steps`, and more until they add up to min_block_s.
+    `run` replaces `step` (tests)."""
+    run = run or step
+    run(blocks, x, checkpoint)  # warm-up: the arena's regions, the allocator
+    times, total = [], 0.0
+    while len(times) < steps or total < min_block_s:
         start = time.perf_counter()
-        step(blocks, x, checkpoint)
+        run(blocks, x, checkpoint)
         times.append(time.perf_counter() - start)
+        total += times[-1]
     return times
 
 
@@ -123,7 +126,7 @@ def sweep_one(args, blocks, mib):
                     per_step = {k: (after[k] - before[k]) / n for k in after}
                 steps[name] += got[name]
             ratios.append(statistics.median(got["spill"]) / statistics.median(got["ram"]))
-        del arena, spilled  # the spill file closed before its directory goes
+        del arena, spilled, order, checkpoint  # the spill file closed before its directory goes
     c = per_step
     print(f"{mib}\t{statistics.median(steps['ram']) * 1e3:.0f}\t"
           f"{statistics.median(steps['spill']) * 1e3:.0f}\t"
@@ -134,6 +137,7 @@ def sweep_one(args, blocks, mib):
           f"{c['restore_waits']:.1f} ({c['restore_wait_ns'] / 1e6:.1f}), "
           f"{c['pool_wait_ns'] / 1e6:.1f}, {c['staging_wait_ns'] / 1e6:.1f}, "
           f"{c['hashed'] / 2**20:.0f}, {c['trims']:.1f}", flush=True)
+
 
 if __name__ == "__main__":
     main()

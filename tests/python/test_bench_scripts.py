@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -29,19 +30,42 @@ def test_count_refuses_each_class(text, message):
 def test_count_and_counts_take_the_bounds():
     assert count(1, 10)("1") == 1 and count(1, 10)("10") == 10
     assert counts(1, 10)("1, 8,10") == [1, 8, 10]
-    with pytest.raises(argparse.ArgumentTypeError, match="'' is not a whole number"):
+    with pytest.raises(argparse.ArgumentTypeError, match="'1,,2' has an empty item"):
         counts(1, 10)("1,,2")
+    with pytest.raises(argparse.ArgumentTypeError, match="11 is outside 1 to 10"):
+        counts(1, 10)("1,11")
 
 
-@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "-0.5", "601", "1e400", "soon"])
-def test_seconds_refuses_each_class(text):
-    with pytest.raises(argparse.ArgumentTypeError, match=repr(text) if text == "soon" else text):
+@pytest.mark.parametrize("text, message", [
+    ("nan", "'nan' is not a finite number"), ("inf", "'inf' is not a finite number"),
+    ("-inf", "'-inf' is not a finite number"), ("1e400", "'1e400' is not a finite number"),
+    ("-0.5", "-0.5 is outside 0 to 600"), ("601", "601 is outside 0 to 600"),
+    ("soon", "'soon' is not a number of seconds"),
+])
+def test_seconds_refuses_each_class(text, message):
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
         seconds(0, 600)(text)
 
 
 def test_seconds_takes_the_bounds():
     assert seconds(0, 600)("0") == 0 and seconds(0, 600)("600") == 600
     assert math.isclose(seconds(0, 600)("0.25"), 0.25)
+
+
+def test_timed_runs_past_steps_until_the_block_lasts_min_block_s():
+    import spill_sweep
+
+    calls = []
+
+    def slow_step(blocks, x, checkpoint):
+        calls.append(checkpoint)
+        time.sleep(0.01)
+
+    times = spill_sweep.timed(None, None, "c", 2, 0.1, run=slow_step)
+    assert len(calls) == len(times) + 1  # the warm-up is not timed
+    assert len(times) > 2 and sum(times) >= 0.1 and sum(times[:-1]) < 0.1
+    assert spill_sweep.timed(None, None, "c", 3, 0.0, run=lambda *a: None) != []
+    assert len(spill_sweep.timed(None, None, "c", 3, 0.0, run=lambda *a: None)) == 3
 
 
 def run(script, *args):
@@ -51,7 +75,7 @@ def run(script, *args):
 
 @pytest.mark.parametrize("script, args, message", [
     ("spill_sweep.py", ["--mib", "1,x"], "--mib: 'x' is not a whole number"),
-    ("spill_sweep.py", ["--min-block-s", "nan"], "--min-block-s: nan is outside"),
+    ("spill_sweep.py", ["--min-block-s", "nan"], "--min-block-s: 'nan' is not a finite"),
     ("spill_sweep.py", ["--rounds", "0"], "--rounds: 0 is outside 1 to 1000"),
     ("fixed_cost.py", ["--steps", "-1"], "--steps: -1 is outside 10 to 100000"),
 ])
@@ -61,16 +85,17 @@ def test_scripts_refuse_bad_numbers_with_the_option(script, args, message):
     assert message in done.stderr
 
 
-def test_sweep_runs_and_leaves_nothing(tmp_path):
+def test_sweep_runs_with_counters_per_step(tmp_path):
     done = run("spill_sweep.py", "--mib", "1", "--layers", "2", "--rounds", "2", "--steps", "1",
-               "--min-block-s", "0", "--dir", str(tmp_path))
+               "--min-block-s", "0.05", "--dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    header, line = done.stdout.strip().splitlines()
-    assert header.startswith("MiB\t")
+    _header, line = done.stdout.strip().splitlines()
     fields = line.split("\t")
-    assert fields[0] == "1" and fields[5] == "2+2"  # one step per block, two rounds
+    assert fields[0] == "1"
+    ram_steps, spill_steps = (int(n) for n in fields[5].split("+"))
+    assert ram_steps > 2 and spill_steps > 2  # more than one step per block: 0.05 s each
     ratio, rounds = fields[3].split(" ", 1)
-    assert float(ratio) > 0 and rounds.count(",") == 1
+    assert 0.2 < float(ratio) < 5 and rounds.count(",") == 1
+    assert 0.2 < float(fields[4]) < 5  # the fastest steps' ratio
     # 1 MiB written and read back per step: of 2 layers, the last one's input stays (keep_last)
     assert fields[6].startswith("1, 1, ")
-    assert list(tmp_path.iterdir()) == []
