@@ -12,28 +12,26 @@ import math
 
 def count(low, high):
     """A whole number in [low, high]."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is outside {low} to {high}")
-        return value
-    return parse
+    return _bounded(int, "a whole number", low, high, "")
 
 
 def seconds(low, high):
     """A finite number of seconds in [low, high] (nan and inf refused)."""
+    return _bounded(float, "a number of seconds", low, high, " seconds")
+
+
+def _bounded(convert, noun, low, high, unit):
+    """The one parser behind each type: `convert` the text, then refuse a value that is not
+    finite or lies outside [low, high], naming the text as given."""
     def parse(text):
         try:
-            value = float(text)
+            value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
         if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite {noun[2:]}")
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text} is outside {low} to {high} seconds")
+            raise argparse.ArgumentTypeError(f"{text.strip()} is outside {low} to {high}{unit}")
         return value
     return parse
 

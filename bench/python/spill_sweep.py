@@ -103,30 +103,7 @@ def sweep_one(args, blocks, mib):
     """One input size: the rounds, then its line."""
     x = torch.randn(mib * ROWS_PER_MIB, HIDDEN, requires_grad=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
-        arena = spillarena.SpillArena(
-            spillarena.bytes_for_layer_inputs(args.layers, (1, *x.shape), torch.float32),
-            directory, verify_integrity=args.hash)
-
-        def spilled(block, h, arena=arena):
-            return spillarena.checkpoint(block, h, arena=arena)
-
-        steps = {"ram": [], "spill": []}
-        ratios, per_step = [], None
-        for r in range(args.rounds):
-            order = [("ram", in_ram), ("spill", spilled)]
-            if r % 2:
-                order.reverse()
-            got = {}
-            for name, checkpoint in order:
-                before = counters(arena)
-                got[name] = timed(blocks, x, checkpoint, args.steps, args.min_block_s)
-                if name == "spill":
-                    after = counters(arena)
-                    n = len(got[name]) + 1  # and the warm-up
-                    per_step = {k: (after[k] - before[k]) / n for k in after}
-                steps[name] += got[name]
-            ratios.append(statistics.median(got["spill"]) / statistics.median(got["ram"]))
-        del arena, spilled, order, checkpoint  # the spill file closed before its directory goes
+        steps, ratios, per_step = alternate(args, blocks, x, directory)
     c = per_step
     print(f"{mib}\t{statistics.median(steps['ram']) * 1e3:.0f}\t"
           f"{statistics.median(steps['spill']) * 1e3:.0f}\t"
@@ -137,6 +114,36 @@ def sweep_one(args, blocks, mib):
           f"{c['restore_waits']:.1f} ({c['restore_wait_ns'] / 1e6:.1f}), "
           f"{c['pool_wait_ns'] / 1e6:.1f}, {c['staging_wait_ns'] / 1e6:.1f}, "
           f"{c['hashed'] / 2**20:.0f}, {c['trims']:.1f}", flush=True)
+
+
+def alternate(args, blocks, x, directory):
+    """The rounds, in-RAM and spilled in alternating order, on an arena in `directory`: the step
+    times of each kind, each round's ratio and the last spilled block's counters per step. The
+    arena is closed when this returns, before its directory goes."""
+    arena = spillarena.SpillArena(
+        spillarena.bytes_for_layer_inputs(args.layers, (1, *x.shape), torch.float32),
+        directory, verify_integrity=args.hash)
+
+    def spilled(block, h):
+        return spillarena.checkpoint(block, h, arena=arena)
+
+    steps = {"ram": [], "spill": []}
+    ratios, per_step = [], None
+    for r in range(args.rounds):
+        order = [("ram", in_ram), ("spill", spilled)]
+        if r % 2:
+            order.reverse()
+        got = {}
+        for name, checkpoint in order:
+            before = counters(arena)
+            got[name] = timed(blocks, x, checkpoint, args.steps, args.min_block_s)
+            if name == "spill":
+                after = counters(arena)
+                n = len(got[name]) + 1  # and the warm-up
+                per_step = {k: (after[k] - before[k]) / n for k in after}
+            steps[name] += got[name]
+        ratios.append(statistics.median(got["spill"]) / statistics.median(got["ram"]))
+    return steps, ratios, per_step
 
 
 if __name__ == "__main__":
