@@ -7,7 +7,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -52,20 +51,21 @@ def test_seconds_takes_the_bounds():
     assert math.isclose(seconds(0, 600)("0.25"), 0.25)
 
 
-def test_timed_runs_past_steps_until_the_block_lasts_min_block_s():
+def test_timed_runs_past_steps_until_the_block_lasts_min_block_s(monkeypatch):
     import spill_sweep
 
+    clock = [0.0]  # a step of 1/8 s each, whatever the machine's load
+    monkeypatch.setattr(spill_sweep.time, "perf_counter", lambda: clock[0])
     calls = []
 
-    def slow_step(blocks, x, checkpoint):
+    def eighth_of_a_second(blocks, x, checkpoint):
         calls.append(checkpoint)
-        time.sleep(0.01)
+        clock[0] += 0.125
 
-    times = spill_sweep.timed(None, None, "c", 2, 0.1, run=slow_step)
+    times = spill_sweep.timed(None, None, "c", 2, 1.0, run=eighth_of_a_second)
     assert len(calls) == len(times) + 1  # the warm-up is not timed
-    assert len(times) > 2 and sum(times) >= 0.1 and sum(times[:-1]) < 0.1
-    assert spill_sweep.timed(None, None, "c", 3, 0.0, run=lambda *a: None) != []
-    assert len(spill_sweep.timed(None, None, "c", 3, 0.0, run=lambda *a: None)) == 3
+    assert times == [0.125] * 8  # past the 2 steps asked for, until the block lasts 1 s
+    assert len(spill_sweep.timed(None, None, "c", 3, 0.0, run=eighth_of_a_second)) == 3
 
 
 def run(script, *args):
@@ -93,7 +93,9 @@ def test_sweep_runs_with_counters_per_step(tmp_path):
     fields = line.split("\t")
     assert fields[0] == "1"
     ram_steps, spill_steps = (int(n) for n in fields[5].split("+"))
-    assert ram_steps > 2 and spill_steps > 2  # more than one step per block: 0.05 s each
+    # At least one step per block and round; how many more fit in 0.05 s depends on the machine
+    # (the count is tested with a stand-in clock above).
+    assert ram_steps >= 2 and spill_steps >= 2
     ratio, rounds = fields[3].split(" ", 1)
     assert 0.2 < float(ratio) < 5 and rounds.count(",") == 1
     assert 0.2 < float(fields[4]) < 5  # the fastest steps' ratio
