@@ -20,6 +20,7 @@ import weakref
 
 from . import _C
 from . import arena as _arena
+from . import arguments as _arguments
 from . import stash as _stash
 from .errors import InsufficientSpaceError, InvalidArgumentError, SpillArenaWarning
 
@@ -134,12 +135,12 @@ class AutomaticArena(_stash.SharedOnCopy):
                 "spillarena.AutomaticArena sizes itself from the first input; pass a capacity to "
                 "spillarena.SpillArena(capacity_bytes, ...) to preallocate one instead"
             )
-        if layers is not None and (
-            isinstance(layers, bool) or not isinstance(layers, int) or layers < 1
-        ):
+        count = None if layers is None else _arguments.integer(layers)
+        if layers is not None and (count is None or count < 1):
             raise InvalidArgumentError(
                 f"spillarena.AutomaticArena: layers must be an integer >= 1, got {layers!r}"
             )
+        layers = count
         self.directory, resolved, self._zero_stats = _probe(directory, options)
         self.options = dict(options)
         self.layers = layers

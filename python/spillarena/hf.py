@@ -23,6 +23,7 @@ docs/python_integrations.md has the recipes (Trainer, PEFT, TRL, FSDP2, torch.co
 import inspect
 import sys
 
+from . import arguments as _arguments
 from . import automatic as _automatic
 from .checkpoint import TORCH_ARGUMENTS, check_arena, checkpoint
 from .errors import InvalidArgumentError
@@ -269,14 +270,12 @@ def enable(model, arena=None, every_n_layers=1, **checkpoint_kwargs):
             "SpillArena, or will again once transformers' checkpointing is turned back on); call "
             "spillarena.disable(model) first to change the arena or the options"
         )
-    if (
-        isinstance(every_n_layers, bool)
-        or not isinstance(every_n_layers, int)
-        or every_n_layers < 1
-    ):
+    count = _arguments.integer(every_n_layers)
+    if count is None or count < 1:
         raise InvalidArgumentError(
             f"spillarena.enable: every_n_layers must be an integer >= 1, got {every_n_layers!r}"
         )
+    every_n_layers = count
     _check_checkpoint_kwargs(checkpoint_kwargs)
     check_arena(arena)  # a bad arena fails here, not in the first forward
     if arena is None:

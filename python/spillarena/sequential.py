@@ -9,10 +9,9 @@ torch's does); every segment but the last goes through spillarena.checkpoint, so
 spilled, and the last runs plainly, its activations kept for backward.
 """
 
-import operator
-
 import torch
 
+from . import arguments as _arguments
 from .checkpoint import TORCH_ARGUMENTS, check_arena, checkpoint
 from .errors import InvalidArgumentError
 
@@ -26,10 +25,7 @@ def _run(functions, start, end):
 
 
 def _segment_count(segments, functions):
-    try:
-        count = None if isinstance(segments, bool) else operator.index(segments)
-    except TypeError:
-        count = None
+    count = _arguments.integer(segments)
     if count is None or not 1 <= count <= functions:
         raise InvalidArgumentError(
             f"spillarena.checkpoint_sequential: segments must be an integer from 1 to the "

@@ -191,10 +191,13 @@ PyObject* layer_inputs_bytes(PyObject*, PyObject* args) {
   return guarded([&] {
     const Args a(args, 3, "_bytes_for_layer_inputs");
     PyObject* shape = a[1];
-    if (!PySequence_Check(shape) || PyUnicode_Check(shape) || PySequence_Size(shape) != 3) {
-      PyErr_Clear();
+    const auto refuse = [shape] {
       throw_bad_value("bytes_for_layer_inputs: shape", "a (batch, seq, hidden) tuple", shape);
-    }
+    };
+    if (!PySequence_Check(shape) || PyUnicode_Check(shape)) refuse();
+    const Py_ssize_t size = PySequence_Size(shape);
+    if (size < 0) clear_bad_argument();  // Note [Only a bad argument becomes another error]
+    if (size != 3) refuse();
     using U = Convert<std::uint64_t>;
     const auto dim = [&](Py_ssize_t i, const char* field) {
       return U::from_python(Ref::steal(PySequence_GetItem(shape, i)).get(), field);

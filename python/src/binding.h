@@ -68,7 +68,7 @@ struct Convert<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, b
     if (PyBool_Check(v) || !PyIndex_Check(v)) throw_bad_value(field, expected, v);
     PyObject* index = PyNumber_Index(v);
     if (index == nullptr) {
-      PyErr_Clear();
+      clear_bad_argument();  // Note [Only a bad argument becomes another error] (py.h)
       throw_bad_value(field, expected, v);
     }
     const Ref value = Ref::steal(index);
@@ -79,7 +79,7 @@ struct Convert<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, b
       if (overflow > 0) {  // above LLONG_MAX: unsigned long long holds it, or nothing does
         const unsigned long long high = PyLong_AsUnsignedLongLong(value.get());
         if (high == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
-          PyErr_Clear();
+          clear_bad_argument();  // OverflowError: above 2^64 - 1
         } else if (high <= std::numeric_limits<T>::max()) {
           return static_cast<T>(high);
         }
@@ -94,16 +94,31 @@ struct Convert<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, b
   }
 };
 
+// Note [One numeric conversion for every option]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A number option (growth_margin, a pressure) takes what Python calls a real number: an int,
+// a float, and what converts to one itself — numpy's integers and floats (np.int64(2) was
+// refused while np.float64 and numpy integers for the integer options were taken: issue 49),
+// a 0-dim tensor, a Fraction. An int goes through operator.index, anything else through
+// float(), the conversion its type defines (a str defines none: "2" stays refused, as do bool
+// and NaN or infinity). What the conversion raises follows Note [Only a bad argument becomes
+// another error] in py.h.
 template <class T>
 struct Convert<T, std::enable_if_t<std::is_floating_point_v<T>>> {
   static Ref to_python(T v) { return Ref::steal(PyFloat_FromDouble(v)); }
   static T from_python(PyObject* v, const std::string& field) {
-    if (PyBool_Check(v) || !(PyFloat_Check(v) || PyLong_Check(v))) {
+    const bool has_float = PyType_GetSlot(Py_TYPE(v), Py_nb_float) != nullptr;
+    if (PyBool_Check(v) || !(has_float || PyIndex_Check(v))) throw_bad_value(field, "a number", v);
+    const bool integer = PyLong_Check(v) || !has_float;
+    PyObject* converted = integer ? PyNumber_Index(v) : PyNumber_Float(v);
+    if (converted == nullptr) {
+      clear_bad_argument();
       throw_bad_value(field, "a number", v);
     }
-    const double value = PyFloat_AsDouble(v);
+    const Ref number = Ref::steal(converted);
+    const double value = integer ? PyLong_AsDouble(number.get()) : PyFloat_AsDouble(number.get());
     if (value == -1.0 && PyErr_Occurred() != nullptr) {
-      PyErr_Clear();  // an int beyond a double's range
+      clear_bad_argument();  // OverflowError: an int beyond a double's range
       throw_bad_value(field, "a finite number", v);
     }
     if (!std::isfinite(value)) throw_bad_value(field, "a finite number", v);

@@ -97,21 +97,28 @@ void PythonError::restore() const {
 }
 
 std::string repr(PyObject* value) {
+  // Note [Only a bad argument becomes another error]: a __repr__ that raises TypeError or
+  // ValueError (a lone surrogate UTF-8 cannot encode among them) still leaves a message to give.
   PyObject* text = PyObject_Repr(value);
+  if (text == nullptr) {
+    clear_bad_argument();
+    return "<unprintable object>";
+  }
+  const Ref owned = Ref::steal(text);
   Py_ssize_t size = 0;
-  const char* bytes = text != nullptr ? PyUnicode_AsUTF8AndSize(text, &size) : nullptr;
-  std::string out = bytes != nullptr ? std::string(bytes, static_cast<std::size_t>(size))
-                                     : std::string("<unprintable object>");
-  if (bytes == nullptr) PyErr_Clear();
-  Py_XDECREF(text);
-  return out;
+  const char* bytes = PyUnicode_AsUTF8AndSize(text, &size);
+  if (bytes == nullptr) {
+    clear_bad_argument();
+    return "<unprintable object>";
+  }
+  return std::string(bytes, static_cast<std::size_t>(size));
 }
 
 std::string utf8(PyObject* value, const std::string& field) {
   Py_ssize_t size = 0;
   const char* bytes = PyUnicode_Check(value) ? PyUnicode_AsUTF8AndSize(value, &size) : nullptr;
   if (bytes == nullptr) {
-    PyErr_Clear();
+    if (PyUnicode_Check(value)) clear_bad_argument();  // else no call was made, nothing is set
     throw_bad_value(field, PyUnicode_Check(value) ? "a string UTF-8 can encode" : "a string",
                     value);
   }
@@ -119,24 +126,20 @@ std::string utf8(PyObject* value, const std::string& field) {
 }
 
 std::string path_from_python(PyObject* v, const std::string& field) {
-  if (!PyUnicode_Check(v) && !PyBytes_Check(v) && PyObject_HasAttrString(v, "__fspath__") == 0) {
+  if (!PyUnicode_Check(v) && !PyBytes_Check(v) && !has_attribute(v, "__fspath__")) {
     throw_bad_value(field, "a string, bytes or path", v);
   }
-  PyObject* encoded = nullptr;
-  if (PyObject* os = PyImport_ImportModule("os")) {
-    encoded = PyObject_CallMethod(os, "fsencode", "O", v);
-    Py_DECREF(os);
+  const Ref os = Ref::steal(PyImport_ImportModule("os"));
+  PyObject* encoded = PyObject_CallMethod(os.get(), "fsencode", "O", v);
+  if (encoded == nullptr) {
+    clear_bad_argument();  // a __fspath__ that returned neither str nor bytes: TypeError
+    throw_bad_value(field, "a string, bytes or path", v);
   }
+  const Ref owned = Ref::steal(encoded);
   char* bytes = nullptr;
   Py_ssize_t size = 0;
-  if (encoded == nullptr || PyBytes_AsStringAndSize(encoded, &bytes, &size) != 0) {
-    PyErr_Clear();
-    Py_XDECREF(encoded);
-    throw_bad_value(field, "a string, bytes or path", v);
-  }
-  std::string out(bytes, static_cast<std::size_t>(size));
-  Py_DECREF(encoded);
-  return out;
+  if (PyBytes_AsStringAndSize(encoded, &bytes, &size) != 0) throw PythonError();
+  return std::string(bytes, static_cast<std::size_t>(size));
 }
 
 }  // namespace spillarena_python

@@ -84,6 +84,41 @@ inline Ref Ref::steal(PyObject* o) {
   return Ref(o);
 }
 
+// Note [Only a bad argument becomes another error]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A value from Python is checked by calling into it (__index__, __float__, __fspath__, __len__,
+// __repr__), and what that raises says either "this argument is wrong" or something else
+// altogether: the user pressed Ctrl-C (KeyboardInterrupt from whatever ran then), the interpreter
+// ran out of memory, a SystemExit, a bug in the argument's own code. Only the first may become
+// spillarena's InvalidArgumentError naming the field; turning the others into it once made a
+// KeyboardInterrupt during SpillArena(...) read as "capacity_bytes must be an integer" (issue
+// 49). So the binding never clears an error unasked: a failed call into Python goes through
+// clear_bad_argument(), which clears TypeError, ValueError and OverflowError (subclasses
+// included: UnicodeEncodeError is a ValueError) and throws anything else as PythonError, which
+// reaches the caller as itself (Note [Python errors cross C++ as exceptions]).
+inline void clear_bad_argument() {
+  if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError) ||
+      PyErr_ExceptionMatches(PyExc_OverflowError)) {
+    PyErr_Clear();
+    return;
+  }
+  throw PythonError();
+}
+
+// Whether `o` has the attribute `name`; unlike PyObject_HasAttrString, an error other than
+// AttributeError raised while looking is not swallowed (Note [Only a bad argument becomes
+// another error]).
+inline bool has_attribute(PyObject* o, const char* name) {
+  PyObject* value = PyObject_GetAttrString(o, name);
+  if (value != nullptr) return static_cast<bool>(Ref::steal(value));
+  if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+    PyErr_Clear();
+  } else {
+    clear_bad_argument();
+  }
+  return false;
+}
+
 // Raises e as the spillarena.errors class of its type, with its fields (errors_binding.cc).
 void raise_in_python(const spill::Error& e);
 

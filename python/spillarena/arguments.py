@@ -1,0 +1,23 @@
+"""The one check of an integer argument on the Python side (the extension's own options go
+through python/src/binding.h, Note [One numeric conversion for every option])::
+
+    count = integer(layers)          # 4 for 4, np.int64(4), torch.tensor(4); None for 4.0, True
+    if count is None or count < 1:
+        raise InvalidArgumentError(f"... must be an integer >= 1, got {layers!r}")
+"""
+
+import operator
+
+
+def integer(value):
+    """``value`` as an int where operator.index takes it (an int, a numpy integer, an integer
+    0-dim tensor), never a bool; None for anything else. Only TypeError, ValueError and
+    OverflowError mean "not an integer": a KeyboardInterrupt or MemoryError raised by its
+    __index__ propagates as itself (Note [Only a bad argument becomes another error] in
+    python/src/py.h)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
