@@ -32,7 +32,7 @@ from . import malloc as _malloc
 from . import non_reentrant as _non_reentrant
 from . import reentrant as _reentrant
 from . import stash as _stash
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, SpillArenaWarning
 
 # torch.utils.checkpoint.checkpoint's own keyword arguments (what enable() passes on); one left
 # out stands at torch's default.
@@ -93,7 +93,11 @@ def _describe(value) -> str:
 # that is new at every layer. It is the first floating-point tensor among the positional
 # arguments (searched through their pytrees), else among the partial's and keyword arguments,
 # else the first tensor of any dtype there; never an nn.Parameter or a view of one (weights stay
-# where they are).
+# where they are), never a tensor the arena cannot hold — sparse, nested, meta, a subclass with a
+# dispatch of its own and maybe no storage (stash.storable_kind). Torch's checkpoint trains such
+# an input (torch.sparse.mm on a sparse one), and so must spillarena's, in both forms: it is held
+# as torch holds it, in memory, and one SpillArenaWarning per kind says so (issue 49; before, a
+# sparse input reached layout.py and raised NotImplementedError from aten::as_strided).
 # Every other tensor — masks, position ids and embeddings, an encoder's output, T5's position
 # bias — is held as torch holds it: those are small or shared by every layer, and spilling a
 # tensor shared by L layers would write it L times. A call with no tensor to spill runs
@@ -109,7 +113,8 @@ def _pick_spilled(args, prefix, keywords, tensors):
     first_positional = len(_job.Job.tensors_in(prefix))
     positional = range(first_positional, first_positional + len(_job.Job.tensors_in(args)))
     others = [i for i in range(len(tensors)) if i not in positional]
-    candidates = [i for i in (*positional, *others) if not _is_weight(tensors[i])]
+    candidates = [i for i in (*positional, *others)
+                  if not _is_weight(tensors[i]) and _arena_holds(tensors[i])]
     for i in candidates:
         if tensors[i].is_floating_point():
             return i
@@ -117,8 +122,31 @@ def _pick_spilled(args, prefix, keywords, tensors):
 
 
 def _is_plain_activation(value):
-    return (isinstance(value, torch.Tensor) and value.is_floating_point()
+    # a plain dense tensor (a subclass or another layout takes the long way: _arena_holds)
+    return (type(value) is torch.Tensor and value.layout == torch.strided
+            and not value.is_nested and not value.is_meta and value.is_floating_point()
             and not _is_weight(value))
+
+
+# The kinds of input SpillArenaWarning named already (once per kind and process).
+_KEPT_IN_MEMORY_NOTICED = set()
+
+
+def _arena_holds(tensor):
+    """Whether the arena can hold ``tensor``; a notice, once per kind, when it cannot."""
+    kind = _stash.storable_kind(tensor)
+    if kind is None:
+        return True
+    if kind not in _KEPT_IN_MEMORY_NOTICED:
+        _KEPT_IN_MEMORY_NOTICED.add(kind)
+        warnings.warn(
+            f"spillarena.checkpoint: a {kind} tensor argument stays in memory, as "
+            "torch.utils.checkpoint keeps it: the arena holds dense tensors with data of their "
+            "own. Pass its to_dense() to spill it (said once per kind of tensor)",
+            SpillArenaWarning,
+            stacklevel=5,
+        )
+    return False
 
 
 def _is_weight(tensor):

@@ -14,7 +14,7 @@ import weakref
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .errors import CheckpointError, InvalidArgumentError
+from .errors import CheckpointError
 
 # Stands for a tensor in the output template (a layer may return None itself).
 _TENSOR = object()
@@ -79,11 +79,10 @@ class _SpillCheckpoint(torch.autograd.Function):
         outputs.template = [_TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
         out_tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         if not out_tensors:
+            # torch's reentrant checkpoint returns what such a layer returned (None, a count):
+            # no gradient can flow back through it, so nothing is kept for a backward
             job.free()
-            raise InvalidArgumentError(
-                "spillarena.checkpoint: the layer returned no tensor; a checkpointed layer must "
-                "return a tensor (or a tuple, list or dict holding tensors)"
-            )
+            return ()
         # The last saved tensor is a sentinel nothing else refers to:
         # Note [A second backward through the reentrant form]
         ctx.save_for_backward(*[None if i == job.spill_index else t for i, t in enumerate(tensors)],

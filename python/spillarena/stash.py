@@ -81,11 +81,26 @@ class TensorStash(SharedOnCopy):
         return dict.fromkeys(_C.STASH_STATS, 0)
 
 
+def storable_kind(tensor: torch.Tensor):
+    """None when a stash can hold ``tensor``'s bytes (a dense tensor with data of its own);
+    else what it is, for messages: "sparse_coo", "nested", "meta", "MyWrapper subclass"."""
+    if tensor.is_nested:
+        return "nested"
+    if tensor.layout != torch.strided:
+        return str(tensor.layout).replace("torch.", "")
+    if tensor.is_meta:
+        return "meta"
+    # A subclass with a __torch_dispatch__ of its own (DTensor, a functional or wrapper tensor)
+    # may have no storage behind it: what its data_ptr() shows is not its values.
+    if type(tensor).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+        return f"{type(tensor).__name__} subclass"
+    return None
+
+
 def _check_storable(tensor: torch.Tensor, name: str) -> None:
-    dense = tensor.layout == torch.strided and not tensor.is_nested
-    if dense and not tensor.is_meta:
+    kind = storable_kind(tensor)
+    if kind is None:
         return
-    kind = "nested" if tensor.is_nested else str(tensor.layout).replace("torch.", "")
     raise InvalidArgumentError(
         f"spill: the {name} stash stores dense tensors with data; got a {kind} tensor on "
         f"{tensor.device}. Make it dense (to_dense()) and give it data, or keep it with "
