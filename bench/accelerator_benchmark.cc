@@ -215,6 +215,10 @@ void report_stash(benchmark::State& state, const spill::harness::ModeSetup& mode
   state.counters["pool_waits"] = static_cast<double>(st.pool_waits);
   state.counters["pool_wait_ms"] = static_cast<double>(st.pool_wait_ns) / 1e6;
   state.counters["peak_device_held"] = static_cast<double>(st.peak_device_bytes_held);
+  // Note [The device-held bound] in src/core/stash/copy_window.cc
+  state.counters["copy_waits"] = static_cast<double>(st.copy_waits);
+  state.counters["copy_wait_ms"] = static_cast<double>(st.copy_wait_ns) / 1e6;
+  state.counters["back_before_copied"] = static_cast<double>(st.inputs_back_before_copied);
   state.counters["kept_on_device"] = static_cast<double>(st.inputs_kept_on_device);
   if (recompute_peak_bytes() > 0) {
     const double slack =

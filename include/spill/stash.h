@@ -52,6 +52,15 @@ struct StashStats {
   std::uint64_t peak_host_bytes_in_flight = 0;
   std::uint64_t pool_waits = 0;  // store()s and restores that waited for room in the budget
   std::uint64_t pool_wait_ns = 0;
+  // store()s that waited for device -> host copies to complete, so that the stash holds at most
+  // max(prefetch_depth, keep_last) + 1 inputs on the device (Note [The device-held bound] in
+  // src/core/stash/copy_window.cc), and their time.
+  std::uint64_t copy_waits = 0;
+  std::uint64_t copy_wait_ns = 0;
+  // Accelerator inputs backward took back from the device while their copy to the host was still
+  // in flight: the step ran shorter than the copy, so they were never written (not counted in
+  // inputs_spilled).
+  std::uint64_t inputs_back_before_copied = 0;
   std::uint64_t inputs_kept_on_device = 0;  // PoolFull::keep_on_device found no room
   std::uint64_t bytes_kept_on_device = 0;
   std::uint64_t pieces = 0;         // transfers of inputs larger than the pool, piece by piece

@@ -56,12 +56,14 @@ namespace detail {
 // -> host copy of an input is rarely done, and the copies of a forward's last layers are never
 // looked at again before backward: their writes were not queued and their inputs stayed on the
 // device, holding the memory the spill exists to free (on an H200, 4 of 15 inputs per step were
-// spilled in direct mode). So each chain has one progress thread (a SerialWorker): for each copy
-// it waits for the copy's event and queues the write, then, in a later job, waits for the write
-// and returns the pool block; for each CPU write still in flight when store() returned it waits
-// and drops the input. It never waits
-// for the training thread, so a store() waiting for room always gets it. A failure in the thread
-// is kept and rethrown on the training thread at the next store() or restore().
+// spilled in direct mode). So each chain has two progress threads (SerialWorkers). The copies'
+// waits for each copy's event, queues the write and releases the device input; the writes'
+// waits for each write and returns the pool block, and for each CPU write still in flight when
+// store() returned it waits and drops the input. Two, not one: a copy's release queued behind a
+// wait for an earlier input's disk write kept device memory for as long as the disk took (Note
+// [The device-held bound] in copy_window.cc). Neither waits for the training thread, so a
+// store() waiting for room or for copies always gets it. A failure in either is kept and
+// rethrown on the training thread at the next store() or restore().
 
 // ---------------------------------------------------------------------------------------------
 // What the paths share: the context and the progress thread
@@ -96,13 +98,13 @@ Region StashContext::region_for(const Entry& e, const void* src) {
 }
 
 void Progress::post(std::function<void()> job) {
-  if (asynchronous_) return worker_.post(std::move(job));
+  if (asynchronous_) return writes_.post(std::move(job));
   job();
 }
 
 void Progress::when_copied(const EntryPtr& e, std::function<void(const EntryPtr&)> next) {
   if (asynchronous_) {
-    return post([this, e, next = std::move(next)] { after_copy(e, next); });
+    return copies_.post([this, e, next = std::move(next)] { after_copy(e, next); });
   }
   e->device_io.piece.copy->synchronize();
   next(e);
@@ -142,12 +144,13 @@ void Progress::rethrow_failure() {
   if (failure) std::rethrow_exception(failure);
 }
 
-// A wait for room gave up: a failure of the progress thread, rethrown here (or, if another
-// thread took it first, named).
+// A wait for room or for copies gave up: a failure of the progress threads, rethrown here (or,
+// if another thread took it first, named).
 void Progress::throw_abandoned_wait() {
   rethrow_failure();
   throw IoError(EIO,
-                "spill::checkpoint: the wait for room in the host pool ended on a failure "
+                "spill::checkpoint: the wait for room in the host pool or for device copies ended "
+                "on a failure "
                 "already reported by another call; free the step's graph and run again");
 }
 
@@ -183,6 +186,9 @@ void Chain::stored(const EntryPtr& e) {
     MutexLock lock(p->mutex);
     spill(p);
   }
+  // Note [The device-held bound] in copy_window.cc
+  const StashOptions& o = context_.options;
+  device_->wait_for_copies(std::max(o.prefetch_depth, o.keep_last) - o.keep_last);
 }
 
 void Chain::spill(const EntryPtr& e) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "copy_window.h"
 #include "spill/error.h"
 #include "stash_path.h"
 
@@ -26,6 +27,7 @@ class DevicePath final : public SpillPath {
   void prefetch(Entry& e) override REQUIRES(e.mutex);
   bool begin_restore(Entry& e) override REQUIRES(e.mutex);
   Buffer finish_restore(Entry& e) override REQUIRES(e.mutex);
+  void wait_for_copies(std::uint64_t most) override;
 
  private:
   HostPool& pool_for(const Entry& e);
@@ -38,6 +40,8 @@ class DevicePath final : public SpillPath {
   void queue_read(Entry& e, bool wait_for_room) REQUIRES(e.mutex);
   void start_upload(Entry& e) REQUIRES(e.mutex);
   Buffer restore_in_pieces(Entry& e, HostPool& pool) REQUIRES(e.mutex);
+
+  CopyWindow copies_;  // copying entries: Note [The device-held bound] in copy_window.cc
 };
 
 // The arena's pool, made at its first accelerator input with the stash's host budget for it
@@ -79,9 +83,20 @@ void DevicePath::spill(const EntryPtr& e) {
   e->device_io.piece.copy =
       e->engine->to_host(e->input, 0, e->bytes, e->device_io.piece.lease.host());
   advance(*e, State::copying);
+  copies_.opened();
   progress_.when_copied(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
     finish_copy(x);  // under x->mutex (when_copied)
   });
+}
+
+// On the training thread, in store(): the oldest copies complete and the progress thread releases
+// their inputs (Note [The device-held bound] in copy_window.cc).
+void DevicePath::wait_for_copies(std::uint64_t most) {
+  StashCounters& c = *context_.counters;
+  if (!copies_.wait_until_at_most(
+          most, [this] { return progress_.failed(); }, c.copy_waits, c.copy_wait_ns)) {
+    progress_.throw_abandoned_wait();
+  }
 }
 
 // An input larger than the pool goes through it piece by piece, synchronously: each piece is
@@ -106,11 +121,13 @@ void DevicePath::spill_in_pieces(Entry& e, HostPool& pool) {
 void DevicePath::finish_copy(const EntryPtr& e) {
   if (e->state != State::copying) {  // restored meanwhile: the input went back as it was
     e->device_io.piece = Piece();
+    copies_.closed();
     return;
   }
   e->device_io.piece.io = e->region.write_async(e->device_io.piece.lease.host().data(), e->bytes);
   e->input = Buffer();
   context_.counters->sub_device_bytes(e->bytes);
+  copies_.closed();
   e->device_io.piece.copy.reset();
   advance(*e, State::writing);
   if (!progress_.asynchronous()) {

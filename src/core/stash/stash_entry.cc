@@ -175,6 +175,8 @@ bool write_succeeded(const Pending& write) {
 Buffer give_back_input(Entry& e) {
   if (e.changed_in_place()) throw_modified(e, "between forward and backward");
   if (e.accelerator) e.counters->sub_device_bytes(e.bytes);
+  // Note [The device-held bound] in copy_window.cc: the step ran shorter than the copy
+  if (e.state == State::copying) e.counters->inputs_back_before_copied.fetch_add(1);
   const bool cpu_write_in_flight = !e.accelerator && e.state == State::writing;
   e.region.free();  // after the write in flight, if any
   advance(e, State::restored);

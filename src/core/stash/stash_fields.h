@@ -46,6 +46,9 @@
   COUNTED(peak_host_bytes_in_flight)            \
   COUNTED(pool_waits)                           \
   COUNTED(pool_wait_ns)                         \
+  COUNTED(copy_waits)                           \
+  COUNTED(copy_wait_ns)                         \
+  COUNTED(inputs_back_before_copied)            \
   COUNTED(inputs_kept_on_device)                \
   COUNTED(bytes_kept_on_device)                 \
   COUNTED(pieces)                               \

@@ -38,11 +38,13 @@ class Progress {
  public:
   explicit Progress(bool asynchronous) : asynchronous_(asynchronous) {}
   bool asynchronous() const { return asynchronous_; }
-  // On the progress thread, or at once when the stash is synchronous.
+  // On the progress thread that waits for writes and returns pool blocks, or at once when the
+  // stash is synchronous.
   void post(std::function<void()> job);
   // Runs `next(e)` under e's mutex once e's copy (or stream marker) completed: on the progress
-  // thread, which waits without holding the mutex and keeps a failure for the training thread;
-  // or at once, after the wait, when the stash is synchronous.
+  // thread of copies, which waits without holding the mutex and keeps a failure for the training
+  // thread, and never waits for a write (Note [The device-held bound] in copy_window.cc); or at
+  // once, after the wait, when the stash is synchronous.
   void when_copied(const EntryPtr& e, std::function<void(const EntryPtr&)> next) REQUIRES(e->mutex);
   void record_failure(std::exception_ptr failure) EXCLUDES(mutex_);
   bool failed() const EXCLUDES(mutex_);
@@ -57,7 +59,10 @@ class Progress {
   const bool asynchronous_;
   mutable Mutex mutex_;
   std::exception_ptr failure_ GUARDED_BY(mutex_);
-  SerialWorker worker_;  // last: joined before the failure it may record is destroyed
+  // Last: joined before the failure they may record is destroyed; copies_ first, as its jobs
+  // post to writes_.
+  SerialWorker writes_;
+  SerialWorker copies_;
 };
 
 // What a path needs of its stash, made once per stash.
@@ -96,6 +101,9 @@ class SpillPath {
   // gives back the tensor; -> restored.
   virtual bool begin_restore(Entry& e) REQUIRES(e.mutex) = 0;
   virtual Buffer finish_restore(Entry& e) REQUIRES(e.mutex) = 0;
+  // Waits until at most `most` of this path's device -> host copies are in flight (Note [The
+  // device-held bound] in copy_window.cc); no entry's mutex held. Paths without copies return.
+  virtual void wait_for_copies(std::uint64_t most) { static_cast<void>(most); }
 
  protected:
   StashContext& context_;
