@@ -210,6 +210,7 @@ void report_stash(benchmark::State& state, const spill::harness::ModeSetup& mode
                   double spilled_bytes, std::uint64_t input) {
   const spill::StashStats st = mode.stash->stats();
   state.counters["host_pool_bytes"] = static_cast<double>(st.host_pool_bytes);
+  state.counters["host_pool_grows"] = static_cast<double>(st.host_pool_grows);
   state.counters["host_pool_pinned"] = st.host_pool_pinned ? 1.0 : 0.0;
   state.counters["peak_pool_in_use"] = static_cast<double>(st.peak_host_pool_bytes_in_use);
   state.counters["pool_waits"] = static_cast<double>(st.pool_waits);

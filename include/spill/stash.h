@@ -46,6 +46,9 @@ struct StashStats {
   std::uint64_t device_bytes_held = 0;
   std::uint64_t peak_device_bytes_held = 0;
   std::uint64_t host_pool_bytes = 0;  // the pool's size once made (first accelerator input)
+  // Times the automatic pool was made anew, larger, after store()s waited for room in it (Note
+  // [A pool sized from what the disk does] in src/core/stash/host_pool.cc).
+  std::uint64_t host_pool_grows = 0;
   bool host_pool_pinned = false;
   std::uint64_t peak_host_pool_bytes_in_use = 0;
   std::uint64_t host_bytes_in_flight = 0;  // CPU inputs held while their writes are in flight

@@ -7,8 +7,8 @@
 //   std::shared_ptr<spill::detail::ArenaShared> shared = spill::detail::shared_state_of(arena);
 //   shared->settings.set_options(options);                       // spill::set_stash_options
 //   std::shared_ptr<spill::detail::Chain> chain = shared->settings.shared_chain(arena);
-//   spill::detail::HostPool& pool = shared->host_pool.get_or_make(
-//       [&] { return context.host_budget(bytes); }, engine.get());  // the first input makes it
+//   std::shared_ptr<spill::detail::HostPool> pool = shared->host_pool.get_or_make(
+//       [&] { return context.host_budget(bytes); }, engine.get(), true);  // the first input
 //   for (std::string& notice : shared->host_pool.take_notices()) warn(notice);
 //   spill::StashStats stats = spill::detail::stash_stats_of(*shared);
 #pragma once
@@ -54,17 +54,35 @@ class StashSettings {
 class HostPoolOwner {
  public:
   // The pool, made at the first call (outside the mutex: the engine's allocator may take the
-  // GIL) with `budget_bytes()`, asked only then, through `engine` (HostPool::make).
-  HostPool& get_or_make(const std::function<std::uint64_t()>& budget_bytes, CopyEngine* engine)
-      EXCLUDES(mutex_);
+  // GIL) with `budget_bytes()`, asked only then, through `engine` (HostPool::make). `growable`
+  // (an automatic budget): an idle pool whose store()s waited for room is made anew, larger
+  // (Note [A pool sized from what the disk does] in host_pool.cc); leases keep the old one
+  // alive, so hold the pool returned, not a reference to it.
+  std::shared_ptr<HostPool> get_or_make(const std::function<std::uint64_t()>& budget_bytes,
+                                        CopyEngine* engine, bool growable) EXCLUDES(mutex_);
   // The pool, or nullptr before the first accelerator input.
   std::shared_ptr<const HostPool> get() const EXCLUDES(mutex_);
+  // What the pools replaced by larger ones counted, for the stats: they span the arena's life.
+  struct Retired {
+    std::uint64_t grows = 0;
+    std::uint64_t waits = 0;
+    std::uint64_t wait_ns = 0;
+    std::uint64_t peak_bytes_in_use = 0;
+  };
+  Retired retired() const EXCLUDES(mutex_);
   // The warnings not yet given (a pageable pool), once each.
   std::vector<std::string> take_notices() EXCLUDES(mutex_);
 
  private:
+  // A larger pool for `pool`, or nullptr when it should stay (not idle, never waited, or at the
+  // ceiling already).
+  static std::shared_ptr<HostPool> grown(HostPool& pool, CopyEngine* engine);
+  void keep(std::shared_ptr<HostPool> made) REQUIRES(mutex_);
+  void retire(const HostPool& pool) REQUIRES(mutex_);
+
   mutable Mutex mutex_;
   std::shared_ptr<HostPool> pool_ GUARDED_BY(mutex_);
+  Retired retired_ GUARDED_BY(mutex_);
   std::vector<std::string> notices_ GUARDED_BY(mutex_);
 };
 

@@ -30,7 +30,7 @@ class DevicePath final : public SpillPath {
   void wait_for_copies(std::uint64_t most) override;
 
  private:
-  HostPool& pool_for(const Entry& e);
+  std::shared_ptr<HostPool> pool_for(const Entry& e);
   HostPool::Lease take(HostPool& pool, std::uint64_t bytes);
   void keep(Entry& e) REQUIRES(e.mutex);
   void spill_in_pieces(Entry& e, HostPool& pool) REQUIRES(e.mutex);
@@ -45,10 +45,12 @@ class DevicePath final : public SpillPath {
 };
 
 // The arena's pool, made at its first accelerator input with the stash's host budget for it
-// (HostPoolOwner::get_or_make, outside the owner's mutex).
-HostPool& DevicePath::pool_for(const Entry& e) {
+// (HostPoolOwner::get_or_make, outside the owner's mutex); an automatic one grows between steps
+// whose store()s waited for room (Note [A pool sized from what the disk does] in host_pool.cc).
+std::shared_ptr<HostPool> DevicePath::pool_for(const Entry& e) {
+  const bool automatic = context_.arena_options.host_pool_bytes == kAutomaticHostPool;
   return context_.shared->host_pool.get_or_make([&] { return context_.host_budget(e.bytes); },
-                                                e.engine.get());
+                                                e.engine.get(), automatic);
 }
 
 // Waits for the oldest write to return its block (the progress thread always does).
@@ -69,7 +71,8 @@ void DevicePath::keep(Entry& e) {
 void DevicePath::spill(const EntryPtr& e) {
   e->region = context_.region_for(*e);
   if (!e->region) return advance(*e, State::kept);
-  HostPool& pool = pool_for(*e);
+  const std::shared_ptr<HostPool> held = pool_for(*e);
+  HostPool& pool = *held;
   if (e->bytes > pool.largest_piece()) return spill_in_pieces(*e, pool);
   std::optional<HostPool::Lease> lease;
   if (context_.arena_options.when_pool_full == PoolFull::keep_on_device) {
@@ -161,7 +164,8 @@ void DevicePath::finish_write_locked(Entry& e) {
 // largest input remains, so the restore that needs one next always finds it.
 void DevicePath::queue_read(Entry& e, bool wait_for_room) {
   if (e.state != State::spilled || !e.region) return;
-  HostPool& pool = pool_for(e);
+  const std::shared_ptr<HostPool> held = pool_for(e);
+  HostPool& pool = *held;
   if (e.bytes > pool.largest_piece()) return;  // in pieces, at restore
   HostPool::Lease lease;
   if (wait_for_room) {
@@ -225,8 +229,8 @@ bool DevicePath::begin_restore(Entry& e) {
 
 Buffer DevicePath::finish_restore(Entry& e) {
   if (e.state == State::spilled && e.region) {  // queue_read left it: larger than the pool
-    HostPool& pool = pool_for(e);
-    if (e.bytes > pool.largest_piece()) return restore_in_pieces(e, pool);
+    const std::shared_ptr<HostPool> pool = pool_for(e);
+    if (e.bytes > pool->largest_piece()) return restore_in_pieces(e, *pool);
   }
   if (!e.region) {
     advance(e, State::restored);

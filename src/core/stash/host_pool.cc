@@ -29,8 +29,9 @@ namespace spill::detail {
 // writes read from it (the pinned block is the staging buffer: no second host copy), reads land
 // in it before the host -> device copy. A block goes back when every operation on it completed.
 // When the pool is full, store() waits for the oldest write (PoolFull::wait, counted) or keeps
-// the input on its device (PoolFull::keep_on_device); an input larger than the pool goes
-// through it in pieces. Host memory spent on accelerator traffic is therefore the pool,
+// the input on its device (PoolFull::keep_on_device), and an automatic pool is made larger once
+// it is idle again (Note [A pool sized from what the disk does]); an input larger than the pool
+// goes through it in pieces. Host memory spent on accelerator traffic is therefore the pool,
 // whatever the model. Where pinning is refused, the same pool is pageable (one warning per
 // process).
 //
@@ -140,6 +141,39 @@ std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t
   return std::max(bytes / page_bytes() * page_bytes(), page_bytes());
 }
 
+// Note [A pool sized from what the disk does]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The automatic pool starts with room for prefetch_depth + 2 inputs: enough when the disk writes
+// as fast as the forward stores, and backward's prefetches need no more. Where the forward stores
+// faster than the disk writes, the pool fills and store() waits for the oldest write: on an H200
+// (128 MiB inputs, a 512 MiB pool) 14-51 times per four steps, 1.4-2.1 s, the step 1.13x
+// recompute's in buffered mode and 1.69x in direct mode. How much more the pool would have had to
+// hold is measured, not guessed: the bytes given back to it while a store() waited for room are
+// what the disk wrote meanwhile, and a pool larger by that many bytes would have taken those
+// inputs without waiting (the forward's rate of stored bytes and the disk's write rate are both
+// in that figure: the backlog beyond the pool drains at the disk's rate while the forward stands
+// still). So when a step's store() waited, the first spill after the pool fell idle again (the
+// next forward's, normally) makes a new pool that much larger — a power of two when pinned, the
+// size the device's allocator reserves — and the old one goes when its last lease does. It costs
+// that much more host RAM, pinned where the device pins, never beyond the automatic budget's
+// ceiling: half the memory this process may still use, and RLIMIT_MEMLOCK. At the ceiling it
+// stays, store() waits as before, and the stats say so (pool_waits, host_pool_bytes). A pool
+// sized with ArenaOptions::host_pool_bytes is the user's and never grows. Grows are counted
+// (host_pool_grows).
+std::uint64_t grown_host_pool_bytes(std::uint64_t bytes, std::uint64_t drained, bool pinned) {
+  static RecentReading ceiling(std::chrono::milliseconds(50), budget_ceiling);
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  const std::uint64_t top = ceiling.get();
+  std::uint64_t wanted = drained > kMax - bytes ? kMax : bytes + drained;
+  if (pinned) {  // HostPool::make pins a power of two: the next one up, or the ceiling's
+    const std::uint64_t floor = power_of_two_floor(wanted);
+    wanted = floor < wanted && floor <= top / 2 ? floor * 2 : floor;
+    if (wanted > top) wanted = power_of_two_floor(top);
+  }
+  wanted = std::min(wanted, top) / page_bytes() * page_bytes();
+  return std::max(wanted, bytes);
+}
+
 std::shared_ptr<HostPool> HostPool::make(std::uint64_t budget_bytes, CopyEngine* engine) {
   std::uint64_t bytes = std::max(budget_bytes / page_bytes() * page_bytes(), page_bytes());
   check_memlock(bytes);
@@ -176,13 +210,17 @@ HostPool::Lease HostPool::take(std::uint64_t bytes, const std::function<bool()>&
   if (std::optional<Lease> lease = try_take(bytes)) return std::move(*lease);
   const CountedWait counted(waits_, wait_ns_);
   MutexLock lock(mutex_);
+  ++waiting_;
   for (;;) {
     const std::uint64_t seen = given_back_;  // read before the try: see given_back_
     lock.unlock();
     std::optional<Lease> lease = try_take(bytes);
     const bool stop = !lease && give_up();
     lock.lock();
-    if (lease || stop) return lease ? std::move(*lease) : Lease();
+    if (lease || stop) {
+      --waiting_;
+      return lease ? std::move(*lease) : Lease();
+    }
     freed_.wait_for(lock, poll, [&]() REQUIRES(mutex_) { return given_back_ != seen; });
   }
 }
@@ -191,6 +229,7 @@ void HostPool::give_back(const Block& block) {
   slabs_.free(block);
   MutexLock lock(mutex_);
   ++given_back_;
+  if (waiting_ > 0) drained_while_waiting_.fetch_add(block.size);
   freed_.notify_all();
 }
 

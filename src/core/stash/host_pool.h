@@ -74,6 +74,11 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   std::uint64_t peak_bytes_in_use() const { return slabs_.stats().peak_bytes_in_use; }
   std::uint64_t waits() const { return waits_.load(); }
   std::uint64_t wait_ns() const { return wait_ns_.load(); }
+  std::uint64_t bytes_in_use() const { return slabs_.stats().bytes_in_use; }
+  // Bytes of blocks given back while a take() waited for room: what the disk wrote out of the
+  // pool while store() could not go on (Note [A pool sized from what the disk does]).
+  std::uint64_t drained_while_waiting() const { return drained_while_waiting_.load(); }
+  void forget_drained() { drained_while_waiting_.store(0); }
 
  private:
   HostPool(Buffer memory, bool pinned);
@@ -89,6 +94,8 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   // Blocks given back so far: take() reads it before a try and waits for it to change, so a
   // block given back between a failed try and the wait is never missed.
   std::uint64_t given_back_ GUARDED_BY(mutex_) = 0;
+  std::uint64_t waiting_ GUARDED_BY(mutex_) = 0;  // take()s waiting for room now
+  std::atomic<std::uint64_t> drained_while_waiting_{0};
   // take()s that waited for room, and their time (core/os/counted_wait.h).
   std::atomic<std::uint64_t> waits_{0};
   std::atomic<std::uint64_t> wait_ns_{0};
@@ -98,6 +105,13 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
 // `inputs` inputs of `input_bytes`, at least 64 MiB, at most half the memory this process may
 // still use and RLIMIT_MEMLOCK.
 std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t inputs);
+
+// The size of an automatic pool's successor, after `drained` bytes were written out of a pool
+// of `bytes` while store() waited for room in it: room for those bytes too, a power of two when
+// `pinned` (the size the device's host allocator reserves), within the ceiling
+// automatic_host_pool_bytes keeps to. `bytes` when that is no larger (Note [A pool sized from
+// what the disk does]).
+std::uint64_t grown_host_pool_bytes(std::uint64_t bytes, std::uint64_t drained, bool pinned);
 
 // Once per process (per emulated device): the warning for a pool that could not be pinned;
 // empty after the first.

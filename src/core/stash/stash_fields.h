@@ -40,6 +40,7 @@
   COUNTED(device_bytes_held)                    \
   COUNTED(peak_device_bytes_held)               \
   READ(host_pool_bytes)                         \
+  READ(host_pool_grows)                         \
   READ(host_pool_pinned)                        \
   READ(peak_host_pool_bytes_in_use)             \
   COUNTED(host_bytes_in_flight)                 \

@@ -1,5 +1,6 @@
 // spill::stash_stats: an arena's StashStats, made from the parts of its ArenaShared
 // (arena_shared.h). See Note [One list of each struct's fields] in stash_fields.h.
+#include <algorithm>
 #include <memory>
 
 #include "arena_shared.h"
@@ -13,10 +14,16 @@ StashStats stash_stats_of(const ArenaShared& shared) {
   StashStats s;
   shared.counters->copy_to(s);
   s.restores_into_reused_memory = shared.restore_pool->reused();
+  const HostPoolOwner::Retired retired = shared.host_pool.retired();  // grown out of
+  s.host_pool_grows = retired.grows;
+  s.pool_waits += retired.waits;
+  s.pool_wait_ns += retired.wait_ns;
+  s.peak_host_pool_bytes_in_use = retired.peak_bytes_in_use;
   if (const std::shared_ptr<const HostPool> pool = shared.host_pool.get()) {
     s.host_pool_bytes = pool->bytes();
     s.host_pool_pinned = pool->pinned();
-    s.peak_host_pool_bytes_in_use = pool->peak_bytes_in_use();
+    s.peak_host_pool_bytes_in_use =
+        std::max(s.peak_host_pool_bytes_in_use, pool->peak_bytes_in_use());
     s.pool_waits += pool->waits();
     s.pool_wait_ns += pool->wait_ns();
   }
