@@ -1,4 +1,5 @@
-// spill::checkpoint: bit-identical gradients, every mode, dtypes, shapes, errors.
+// spill::checkpoint: bit-identical gradients (tests/reference_check.h says to what), every mode,
+// dtypes, shapes, errors.
 #include "spill/checkpoint.h"
 
 #include <doctest/doctest.h>
@@ -10,7 +11,10 @@
 #include "spill/spill.h"
 #include "test_support.h"
 
+using spill_test::check_with_references;
 using spill_test::list_dir;
+using spill_test::recompute_checkpoint;
+using spill_test::RunResults;
 using spill_test::ScratchDir;
 using namespace spill_test::gpt;
 
@@ -38,7 +42,7 @@ TEST_CASE("checkpoint: GPT block gradients are bit-identical in every mode, with
   for (auto stash : {spill::make_arena_stash(disk), spill::make_arena_stash(ram),
                      spill::make_in_memory_stash(), spill::make_per_file_stash(dir.path())}) {
     CAPTURE(stash->name());
-    check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+    g.check(gpt_step(g.blocks, stash, g.x0));
   }
   CHECK(disk.stats().bytes_in_use == 0);
   CHECK(disk.stats().allocations == 4);
@@ -55,18 +59,14 @@ TEST_CASE("checkpoint: TransformerEncoderLayer gradients are bit-identical throu
     layers.back()->train();
   }
   const torch::Tensor x0 = torch::randn({10, 3, 32});
-  auto run = [&](spill::SpillArena* arena) {
+  // `checkpointed(layer_forward, h)`: one layer's output, checkpointed or not.
+  auto run = [&](auto checkpointed) {
     for (auto& l : layers) l->zero_grad();
     torch::manual_seed(5);
     torch::Tensor x = x0.clone().requires_grad_(true);
     torch::Tensor h = x;
     for (auto& layer : layers) {
-      if (arena) {
-        h = spill::checkpoint(
-            *arena, [layer](const torch::Tensor& in) mutable { return layer->forward(in); }, h);
-      } else {
-        h = layer->forward(h);
-      }
+      h = checkpointed([layer](const torch::Tensor& in) mutable { return layer->forward(in); }, h);
     }
     h.pow(2).sum().backward();
     Grads g{x.grad().clone(), {}, h.detach()};
@@ -74,9 +74,13 @@ TEST_CASE("checkpoint: TransformerEncoderLayer gradients are bit-identical throu
       for (auto& p : l->parameters()) g.params.push_back(p.grad().clone());
     return g;
   };
-  const Grads reference = run(nullptr);
+  using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
+  const StepReferences references{
+      run([](Forward f, const torch::Tensor& h) { return recompute_checkpoint(f, h); }),
+      run([](Forward f, const torch::Tensor& h) { return f(h); })};
   spill::SpillArena arena = make_arena(dir.path(), 4 * spill::MiB);
-  check_identical(reference, run(&arena));
+  references.check(
+      run([&](Forward f, const torch::Tensor& h) { return spill::checkpoint(arena, f, h); }));
   CHECK(arena.stats().bytes_in_use == 0);
 }
 
@@ -133,17 +137,22 @@ TEST_CASE(
        {torch::randn({8, 8}).t(), torch::randn({5, 8}).to(torch::kBFloat16),
         torch::randn({5, 8}).to(torch::kFloat16), torch::randn({0, 8})}) {
     CAPTURE(base.dtype());
-    torch::Tensor a = base.detach().clone().requires_grad_(true);
-    if (base.stride(0) == 1 && base.size(0) > 1)
-      a = base.detach().requires_grad_(true);  // keep it non-contiguous
-    layer(a).sum().backward();
-    const torch::Tensor expected_x = a.grad().clone(), expected_w = w.grad().clone();
-    w.mutable_grad() = torch::Tensor();
-    torch::Tensor b = a.detach().requires_grad_(true);
-    spill::checkpoint(arena, layer, b).sum().backward();
-    CHECK(torch::equal(b.grad(), expected_x));
-    CHECK(torch::equal(w.grad(), expected_w));
-    w.mutable_grad() = torch::Tensor();
+    // `checkpointed(a)`: the layer's output, checkpointed or not.
+    auto grads = [&](auto checkpointed) {
+      torch::Tensor a = base.detach().clone().requires_grad_(true);
+      if (base.stride(0) == 1 && base.size(0) > 1)
+        a = base.detach().requires_grad_(true);  // keep it non-contiguous
+      checkpointed(a).sum().backward();
+      const RunResults r{{"input grad", a.grad().clone()}, {"weight grad", w.grad().clone()}};
+      w.mutable_grad() = torch::Tensor();
+      return r;
+    };
+    const RunResults plain = grads(layer);
+    const RunResults recomputed =
+        grads([&](const torch::Tensor& a) { return recompute_checkpoint(layer, a); });
+    check_with_references(
+        grads([&](const torch::Tensor& a) { return spill::checkpoint(arena, layer, a); }),
+        recomputed, plain);
   }
   CHECK(arena.stats().bytes_in_use == 0);
 }
@@ -152,14 +161,20 @@ TEST_CASE_FIXTURE(
     MiBArena, "checkpoint: an input that does not require grad still gives parameter gradients") {
   torch::nn::Linear lin(4, 3);
   torch::Tensor x = torch::randn({2, 4});
-  lin(x).sum().backward();
-  const torch::Tensor expected = lin->weight.grad().clone();
-  lin->zero_grad();
-  spill::checkpoint(
-      arena, [lin](const torch::Tensor& in) mutable { return lin(in); }, x)
-      .sum()
-      .backward();
-  CHECK(torch::equal(lin->weight.grad(), expected));
+  auto layer = [lin](const torch::Tensor& in) mutable { return lin(in); };
+  // `checkpointed(x)`: the layer's output, checkpointed or not.
+  auto grads = [&](auto checkpointed) {
+    lin->zero_grad();
+    checkpointed(x).sum().backward();
+    return RunResults{{"weight grad", lin->weight.grad().clone()},
+                      {"bias grad", lin->bias.grad().clone()}};
+  };
+  const RunResults plain = grads(layer);
+  const RunResults recomputed =
+      grads([&](const torch::Tensor& in) { return recompute_checkpoint(layer, in); });
+  check_with_references(
+      grads([&](const torch::Tensor& in) { return spill::checkpoint(arena, layer, in); }),
+      recomputed, plain);
   CHECK_FALSE(x.grad().defined());
 }
 
@@ -171,16 +186,20 @@ TEST_CASE_FIXTURE(MiBArena, "checkpoint: extra tensors and several outputs get t
     auto y = (h + pos).masked_fill(m.logical_not(), 0.0);
     return std::vector<torch::Tensor>{y.sin(), (y * pos).sum(1)};
   };
-  auto grads = [&](bool spilled) {
+  // `checkpointed(x, pos, mask)`: the layer's outputs, checkpointed or not.
+  auto grads = [&](auto checkpointed) {
     torch::Tensor x = x0.clone().requires_grad_(true), pos = p0.clone().requires_grad_(true);
-    auto outs = spilled ? spill::checkpoint(arena, layer, x, pos, mask) : layer(x, pos, mask);
+    const std::vector<torch::Tensor> outs = checkpointed(x, pos, mask);
     (outs[0].sum() + outs[1].pow(2).sum()).backward();
-    return std::make_pair(x.grad(), pos.grad());
+    return RunResults{{"input grad", x.grad()}, {"extra grad", pos.grad()}};
   };
-  auto [gx, gp] = grads(false);
-  auto [sx, sp] = grads(true);
-  CHECK(torch::equal(gx, sx));
-  CHECK(torch::equal(gp, sp));
+  using T = const torch::Tensor&;
+  const RunResults plain = grads(layer);
+  const RunResults recomputed =
+      grads([&](T x, T pos, T m) { return recompute_checkpoint(layer, x, pos, m); });
+  check_with_references(
+      grads([&](T x, T pos, T m) { return spill::checkpoint(arena, layer, x, pos, m); }),
+      recomputed, plain);
   CHECK_FALSE(mask.requires_grad());
 }
 
@@ -283,14 +302,17 @@ TEST_CASE("checkpoint: CheckpointedSequential matches the plain Sequential") {
   spill::CheckpointedSequential spilled(blocks, arena);
   CHECK(spilled->parameters().size() == blocks->parameters().size());
   const torch::Tensor x0 = torch::randn({2, 8, 64});
-  auto run = [&](spill::CheckpointedSequential& net) {
-    net->zero_grad();
+  // `forward(x)`: the blocks' output.
+  auto run = [&](auto forward) {
+    blocks->zero_grad();
     torch::manual_seed(8);
     torch::Tensor x = x0.clone().requires_grad_(true);
-    net->forward(x).pow(2).sum().backward();
-    return x.grad();
+    forward(x).pow(2).sum().backward();
+    return RunResults{{"input grad", x.grad()}};
   };
-  CHECK(torch::equal(run(plain), run(spilled)));
+  check_with_references(run([&](const torch::Tensor& x) { return spilled->forward(x); }),
+                        run(recomputed_blocks(blocks)),
+                        run([&](const torch::Tensor& x) { return plain->forward(x); }));
   CHECK(arena.stats().allocations == 2);
 }
 
@@ -323,13 +345,23 @@ TEST_CASE_FIXTURE(MiBArena,
   for (auto& l : linears)
     layers.push_back([l](const torch::Tensor& in) mutable { return torch::relu(l(in)); });
   const torch::Tensor x0 = torch::randn({3, 8});
-  auto grad_of = [&](const std::shared_ptr<spill::TensorStash>& stash) {
+  // `forward(x)`: the layers' output.
+  auto grad_of = [&](auto forward) {
     torch::Tensor x = x0.clone().requires_grad_(true);
-    spill::checkpoint_layers(stash, layers, x).sum().backward();
-    return x.grad();
+    forward(x).sum().backward();
+    return RunResults{{"input grad", x.grad()}};
   };
-  const torch::Tensor plain = grad_of(nullptr);
-  CHECK(torch::equal(grad_of(spill::make_arena_stash(arena)), plain));
+  auto layers_through = [&](const std::shared_ptr<spill::TensorStash>& stash) {
+    return [&layers, stash](const torch::Tensor& x) {
+      return spill::checkpoint_layers(stash, layers, x);
+    };
+  };
+  const RunResults plain = grad_of(layers_through(nullptr));
+  const RunResults recomputed = grad_of([&](torch::Tensor x) {
+    for (const auto& layer : layers) x = recompute_checkpoint(layer, x);
+    return x;
+  });
+  check_with_references(grad_of(layers_through(spill::make_arena_stash(arena))), recomputed, plain);
   CHECK(arena.stats().allocations == 2);
   CHECK(arena.stats().bytes_in_use == 0);
 }
@@ -340,4 +372,80 @@ TEST_CASE("checkpoint: visit_fields names every field of StashOptions and StashS
   };
   spill_test::check_visits_every_field(spill::StashOptions{}, visit_fields);
   spill_test::check_visits_every_field(spill::StashStats{}, visit_fields);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The comparison rule itself (tests/reference_check.h)
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// `t` with its first element one float step up: a last-bit difference.
+torch::Tensor nudged(const torch::Tensor& t) {
+  torch::Tensor n = t.clone();
+  n.view(-1)[0] = torch::nextafter(t.view(-1)[0], t.view(-1)[0] + 1);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "reference check: a checkpointing reference that differs from no checkpointing fails "
+    "nothing") {
+  const torch::Tensor g = torch::randn({4, 4}), loss = torch::randn({});
+  const RunResults ours{{"loss", loss}, {"input grad", g}};
+  const RunResults recomputed{{"loss", loss.clone()}, {"input grad", g.clone()}};
+  const RunResults plain{{"loss", loss.clone()}, {"input grad", nudged(g)}};
+  const spill_test::ReferenceCheck r = spill_test::compare_with_references(ours, recomputed, plain);
+  CHECK(r.passed());
+  CHECK(r.ours_differ.empty());
+  CHECK(r.reference_differs == std::vector<std::string>{"input grad"});
+  CHECK(r.compared_with_plain == std::vector<std::string>{"loss"});
+  CHECK(r.ours_differ_from_plain.empty());
+}
+
+TEST_CASE("reference check: a run that differs from the checkpointing reference fails") {
+  const torch::Tensor g = torch::randn({4, 4});
+  const RunResults ours{{"input grad", nudged(g)}};
+  const RunResults reference{{"input grad", g}};
+  SUBCASE("where the reference equals no checkpointing") {
+    const spill_test::ReferenceCheck r =
+        spill_test::compare_with_references(ours, reference, reference);
+    CHECK_FALSE(r.passed());
+    CHECK(r.ours_differ == std::vector<std::string>{"input grad"});
+    CHECK(r.ours_differ_from_plain == std::vector<std::string>{"input grad"});
+  }
+  SUBCASE("even where ours equals no checkpointing") {
+    const spill_test::ReferenceCheck r = spill_test::compare_with_references(ours, reference, ours);
+    CHECK_FALSE(r.passed());
+    CHECK(r.ours_differ == std::vector<std::string>{"input grad"});
+    CHECK(r.reference_differs == std::vector<std::string>{"input grad"});
+  }
+  SUBCASE("in dtype alone") {
+    const RunResults as_double{{"input grad", g.to(torch::kDouble)}};
+    CHECK_FALSE(spill_test::compare_with_references(as_double, reference, reference).passed());
+  }
+  SUBCASE("or naming other results") {
+    const RunResults renamed{{"weight grad", g}};
+    const spill_test::ReferenceCheck r =
+        spill_test::compare_with_references(renamed, reference, reference);
+    CHECK_FALSE(r.passed());
+    CHECK_FALSE(r.same_names);
+  }
+}
+
+TEST_CASE("reference check: the recompute reference replays the forward's dropout masks") {
+  torch::manual_seed(21);
+  const torch::Tensor x0 = torch::randn({64, 64});
+  auto layer = [](const torch::Tensor& in) { return torch::dropout(in, 0.5, true) * 3; };
+  auto grads = [&](auto checkpointed) {
+    torch::manual_seed(4);
+    torch::Tensor x = x0.clone().requires_grad_(true);
+    (checkpointed(x) * torch::rand({64, 64})).sum().backward();
+    return x.grad();
+  };
+  // The gradient is the mask, scaled, times the later draw: exact, checkpointed or not; a
+  // recomputation that drew a new mask would differ.
+  CHECK(torch::equal(
+      grads(layer), grads([&](const torch::Tensor& x) { return recompute_checkpoint(layer, x); })));
 }

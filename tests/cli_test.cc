@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "reference_check.h"
 #include "spill/directory.h"
 #include "spill/sizing.h"
 #include "spill/units.h"
@@ -50,6 +52,15 @@ Run run_json(const std::string& args, nlohmann::json* out) {
   Run r = capture(args, false);
   *out = nlohmann::json::parse(r.output);
   return r;
+}
+
+// A run's losses by step, for tests/reference_check.h's rule (null where one was not finite).
+spill_test::Results<nlohmann::json> losses_of(const nlohmann::json& run) {
+  spill_test::Results<nlohmann::json> losses;
+  for (std::size_t i = 0; i < run["losses"].size(); ++i) {
+    losses.push_back({"step " + std::to_string(i + 1) + " loss", run["losses"][i]});
+  }
+  return losses;
 }
 
 bool one_line(const std::string& text) {
@@ -391,21 +402,25 @@ TEST_CASE("cli: bad --growth-margin, --when-full or --grow values are usage erro
   CHECK(list_dir(dir.path()).empty());
 }
 
+// Checkpointing in RAM (--mode recompute: spill::checkpoint through the in-memory stash) is the
+// reference; no checkpointing only where that equals it on this machine (tests/reference_check.h).
 TEST_CASE("cli: train gives identical losses in every mode and leaves no files") {
   ScratchDir dir;
-  nlohmann::json none;
-  REQUIRE(
-      run_json(std::string("train ") + kTiny + " --steps 3 --json --mode none", &none).exit_code ==
-      0);
-  for (const char* mode : {"recompute", "ram", "disk", "per-file"}) {
+  const auto losses = [&](const char* mode) {
     CAPTURE(mode);
+    const std::string dir_option = std::string(mode) == "none" ? "" : " --dir " + dir.path();
     nlohmann::json j;
     Run r = run_json(
-        std::string("train ") + kTiny + " --steps 3 --json --dir " + dir.path() + " --mode " + mode,
-        &j);
+        std::string("train ") + kTiny + " --steps 3 --json" + dir_option + " --mode " + mode, &j);
     CHECK(r.exit_code == 0);
-    CHECK(j["losses"] == none["losses"]);
     CHECK(j["losses"].size() == 3);
+    return losses_of(j);
+  };
+  const auto none = losses("none");
+  const auto recomputed = losses("recompute");
+  for (const char* mode : {"ram", "disk", "per-file"}) {
+    CAPTURE(mode);
+    spill_test::check_with_references(losses(mode), recomputed, none);
   }
   CHECK(list_dir(dir.path()).empty());
 }
@@ -653,13 +668,25 @@ TEST_CASE("cli: output that cannot be written is a runtime error") {
 TEST_CASE("cli: attention dropout is replayed: identical losses with and without spilling") {
   ScratchDir dir;
   const std::string args = std::string("train ") + kTiny +
-                           " --steps 2 --json --dropout 0.2 "
+                           " --steps 3 --json --dropout 0.2 "
                            "--attention-dropout 0.3 --dir " +
                            dir.path() + " --mode ";
-  nlohmann::json none, disk;
+  nlohmann::json none, recompute, disk;
   REQUIRE(run_json(args + "none", &none).exit_code == 0);
+  REQUIRE(run_json(args + "recompute", &recompute).exit_code == 0);
   REQUIRE(run_json(args + "disk", &disk).exit_code == 0);
-  CHECK(disk["losses"] == none["losses"]);
+  spill_test::check_with_references(losses_of(disk), losses_of(recompute), losses_of(none));
+  // Checkpointing in RAM replays as the disk path does, so only no checkpointing tells a replayed
+  // mask from one drawn afresh. Where it differs from it bit for bit (above: not compared), it
+  // still stays within 1e-4: rounding moves a loss by about 1e-7, a fresh mask by 1e-3 and more
+  // from the second step on (torch's checkpoint without preserve_rng_state, on a model of this
+  // size: 1.3e-3 at step 2, 5e-3 at step 3).
+  REQUIRE(recompute["losses"].size() == none["losses"].size());
+  for (std::size_t i = 0; i < none["losses"].size(); ++i) {
+    CAPTURE(i);
+    const double expected = none["losses"][i].get<double>();
+    CHECK(std::abs(recompute["losses"][i].get<double>() - expected) <= 1e-4 * std::abs(expected));
+  }
 }
 
 TEST_CASE("cli: train and plan report memory: RssAnon, the cgroup, in RAM vs the disk path") {

@@ -533,12 +533,13 @@ spill::ArenaOptions step_options(const std::string& dir, const Setup& s) {
 
 using namespace spill_test::gpt;
 
-// Three GPT blocks, an input and the gradients of a step without spilling, to compare against.
+// Three GPT blocks, an input and the references of a step (tests/reference_check.h), to compare
+// against.
 struct GptCase {
   GptCase(unsigned seed, std::vector<std::int64_t> input_shape)
       : blocks(gpt_blocks(3)),
         x0(seeded_input(seed, input_shape)),
-        reference(gpt_step(blocks, nullptr, x0)) {}
+        references(gpt_references(blocks, x0)) {}
   // `asynchronous` false: every write completes in store(), so backward reads every input back
   // (overlapped, backward may take an input still being written back from memory and read none).
   Grads step(spill::SpillArena& arena, bool asynchronous = true) {
@@ -547,13 +548,13 @@ struct GptCase {
     every_input.asynchronous = asynchronous;
     return gpt_step(blocks, spill::make_arena_stash(arena, every_input), x0);
   }
-  torch::nn::Sequential blocks;  // declared first: the reference is computed with it
+  torch::nn::Sequential blocks;  // declared first: the references are computed with it
   torch::Tensor x0;
-  Grads reference;
+  StepReferences references;
 };
 
 // A step whose spill writes (op write) or restore reads (op read) fail with `error` throws that
-// IoError; the arena then holds no region, and the next step is bit-identical to the reference.
+// IoError; the arena then holds no region, and the next step is bit-identical to the references.
 void check_failed_step_then_exact(GptCase& c, spill::SpillArena& arena, spill::IoOp op, int error) {
   const bool write = op == spill::IoOp::write;
   {
@@ -564,7 +565,7 @@ void check_failed_step_then_exact(GptCase& c, spill::SpillArena& arena, spill::I
     CHECK(e.op() == op);
   }
   CHECK(arena.stats().live_regions == 0);
-  check_identical(c.reference, c.step(arena));
+  c.references.check(c.step(arena));
   CHECK(arena.stats().bytes_in_use == 0);
 }
 
@@ -598,7 +599,7 @@ TEST_CASE_FIXTURE(
     const std::uint64_t unit = s.mode == spill::IoMode::direct ? arena.io_alignment() : 1;
     Granted writes, reads;
     FaultScope halves(counting(spill_test::half_counts(unit), 0, ~0ull, &writes, &reads));
-    check_identical(c.reference, c.step(arena));
+    c.references.check(c.step(arena));
     CHECK(writes.calls > 3);  // three spills, each cut short at least once
     CHECK(arena.stats().bytes_in_use == 0);
   });

@@ -220,8 +220,7 @@ TEST_CASE("gds stash: gradients are bit-identical with every body through one re
       spill::SpillArena arena = gds_arena(dir.path(), asynchronous);
       constexpr int kSteps = 3;
       for (int step = 0; step < kSteps; ++step) {
-        check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
-                        g.reference);
+        g.check(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0));
       }
       const spill::StashStats s = spill::stash_stats(arena);
       // Asynchronous, backward gives back an input the progress thread has not taken yet.
@@ -269,7 +268,7 @@ TEST_CASE("gds stash: an input's device memory is released before its last piece
   GdsScope gds;
   spill::SpillArena arena = gds_arena(dir.path(), /*asynchronous=*/false);
   gds.state.arena = &arena;
-  check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0), g.reference);
+  g.check(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0));
   gds.state.arena = nullptr;
   // Synchronous, keep_last 0: each input is written when stored, nothing else held. Its first
   // piece leaves while the input is still referenced, its last after it was released.
@@ -291,8 +290,7 @@ TEST_CASE("gds stash: real CPU inputs of an io = gds arena take the CPU path") {
   GdsScope gds(/*emulate=*/false);
   spill::SpillArena arena = gds_arena(dir.path(), /*asynchronous=*/true);
   for (int step = 0; step < 2; ++step) {
-    check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
-                    g.reference);
+    g.check(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0));
   }
   CHECK(gds.transfers().empty());
   CHECK(gds.state.registered.empty());
@@ -310,8 +308,7 @@ TEST_CASE("gds stash: cuFile's bounce buffers are capped to the host budget and 
     GdsScope gds;
     spill::SpillArena arena = gds_arena(dir.path(), true);
     CHECK(spill::stash_stats(arena).cufile_bounce_bytes == 0);  // nothing stored yet
-    check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
-                    g.reference);
+    g.check(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0));
     CHECK(gds.state.cache_limits_kib == std::vector<std::size_t>{4 * 1024});  // whole 1 MiB buffers
     const spill::StashStats s = spill::stash_stats(arena);
     CHECK(s.cufile_bounce_bytes == 4 * spill::MiB);
@@ -322,8 +319,7 @@ TEST_CASE("gds stash: cuFile's bounce buffers are capped to the host budget and 
     GdsScope gds;
     gds.state.honours_cache_limit = false;
     spill::SpillArena arena = gds_arena(dir.path(), true);
-    check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
-                    g.reference);
+    g.check(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0));
     CHECK(gds.state.cache_limits_kib.size() == 1);
     CHECK(spill::stash_stats(arena).cufile_bounce_bytes == 128 * spill::MiB);  // what it keeps
   }
@@ -352,8 +348,7 @@ TEST_CASE("gds stash: a cuFile failure is an IoError naming its status; the next
       GdsScope gds;
       {
         spill::SpillArena arena = gds_arena(dir.path(), asynchronous);
-        check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
-                        g.reference);
+        g.check(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0));
         // CU_FILE_INTERNAL_ERROR: every read, or every write after the first piece (the first
         // input's second piece fails after its device memory was released).
         gds.state.fail_reads = reads;
@@ -383,8 +378,7 @@ TEST_CASE("gds stash: a cuFile failure is an IoError naming its status; the next
         // The failed step's graph is gone, and its regions and device bytes with it.
         CHECK(eventually([&] { return drained(arena); }));
         for (int step = 0; step < 2; ++step) {
-          check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
-                          g.reference);
+          g.check(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0));
         }
         CHECK(drained(arena));
       }
@@ -401,8 +395,7 @@ TEST_CASE("gds stash: a staging buffer cuFile refuses to register still moves ev
   gds.state.buf_register_status = 5036;  // CU_FILE_GPU_MEMORY_PINNING_FAILED
   {
     spill::SpillArena arena = gds_arena(dir.path(), /*asynchronous=*/false);
-    check_identical(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0),
-                    g.reference);
+    g.check(gpt_step(g.blocks, spill::detail::shared_arena_stash(arena), g.x0));
     const spill::StashStats s = spill::stash_stats(arena);
     CHECK_FALSE(s.gds_buffer_registered);
     CHECK(s.gds_buffer_bytes == kStagingBytes);

@@ -1,5 +1,5 @@
 // Helpers for the checkpoint tests: a GPT block stack with dropout, one training step through
-// a stash, and a bit-for-bit comparison of its gradients.
+// a stash, and its gradients compared bit for bit with the step's references (reference_check.h).
 #pragma once
 
 #include <ATen/autocast_mode.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io_test_support.h"
+#include "recompute_reference.h"
 #include "spill/spill.h"
 #include "test_support.h"
 #include "tiny_gpt.h"
@@ -36,13 +37,14 @@ struct Grads {
   torch::Tensor loss;
 };
 
-// One forward + backward of a GPT block stack with dropout, from a fixed RNG seed.
-inline Grads gpt_step(torch::nn::Sequential& blocks,
-                      const std::shared_ptr<spill::TensorStash>& stash, const torch::Tensor& x0) {
+// One forward + backward of a GPT block stack with dropout, from a fixed RNG seed: `run(x)` runs
+// the blocks.
+template <class RunBlocks>
+Grads gpt_step_with(torch::nn::Sequential& blocks, RunBlocks run, const torch::Tensor& x0) {
   for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
   torch::manual_seed(1234);
   torch::Tensor x = x0.detach().clone().requires_grad_(true);
-  torch::Tensor y = spill::models::run_blocks(blocks, stash, x);
+  torch::Tensor y = run(x);
   torch::Tensor loss = (y * y).mean() + torch::dropout(y, 0.2, true).sum() * 1e-3;
   loss.backward();
   Grads g{x.grad().clone(), {}, loss.detach()};
@@ -50,13 +52,54 @@ inline Grads gpt_step(torch::nn::Sequential& blocks,
   return g;
 }
 
-inline void check_identical(const Grads& a, const Grads& b) {
-  CHECK(torch::equal(a.loss, b.loss));
-  CHECK(torch::equal(a.input, b.input));
-  REQUIRE(a.params.size() == b.params.size());
-  std::size_t equal = 0;
-  for (std::size_t i = 0; i < a.params.size(); ++i) equal += torch::equal(a.params[i], b.params[i]);
-  CHECK(equal == a.params.size());
+// ... each block checkpointed through `stash` (none: no checkpointing).
+inline Grads gpt_step(torch::nn::Sequential& blocks,
+                      const std::shared_ptr<spill::TensorStash>& stash, const torch::Tensor& x0) {
+  return gpt_step_with(
+      blocks, [&](const torch::Tensor& x) { return spill::models::run_blocks(blocks, stash, x); },
+      x0);
+}
+
+// Runs `blocks` with each checkpointed by torch's reentrant recompute (recompute_reference.h).
+inline auto recomputed_blocks(torch::nn::Sequential& blocks) {
+  return [&blocks](torch::Tensor x) {
+    for (std::size_t i = 0; i < blocks->size(); ++i) {
+      auto block = blocks->ptr<spill::models::GptBlockImpl>(i);
+      x = recompute_checkpoint([block](const torch::Tensor& in) { return block->forward(in); }, x);
+    }
+    return x;
+  };
+}
+
+// ... so: the checkpointing reference of a step.
+inline Grads gpt_step_recomputed(torch::nn::Sequential& blocks, const torch::Tensor& x0) {
+  return gpt_step_with(blocks, recomputed_blocks(blocks), x0);
+}
+
+// A step's results by name, for check_with_references.
+inline RunResults results_of(const Grads& g) {
+  RunResults r{{"loss", g.loss}, {"input grad", g.input}};
+  for (std::size_t i = 0; i < g.params.size(); ++i) {
+    r.push_back({"parameter " + std::to_string(i) + " grad", g.params[i]});
+  }
+  return r;
+}
+
+// A step's two references: checkpointed by torch's recompute, and without checkpointing.
+struct StepReferences {
+  Grads recomputed;
+  Grads plain;
+  // `ours` bit for bit against them, as tests/reference_check.h says.
+  void check(const Grads& ours) const {
+    check_with_references(results_of(ours), results_of(recomputed), results_of(plain));
+  }
+};
+
+inline StepReferences gpt_references(torch::nn::Sequential& blocks, const torch::Tensor& x0) {
+  StepReferences r;
+  r.recomputed = gpt_step_recomputed(blocks, x0);
+  r.plain = gpt_step(blocks, nullptr, x0);
+  return r;
 }
 
 // A random input drawn right after seeding the CPU generator with `seed`.
@@ -96,15 +139,17 @@ void steps_under_random_delays(const std::string& dir, Step step) {
   }
 }
 
-// A block stack, its input, and the gradients of one step without checkpointing.
+// A block stack, its input, and the references of one step.
 struct GptReference {
   GptReference(int layers, std::uint64_t seed, at::IntArrayRef shape)
       : blocks(gpt_blocks(layers)),
         x0(seeded_input(seed, shape)),
-        reference(gpt_step(blocks, nullptr, x0)) {}
-  torch::nn::Sequential blocks;
+        references(gpt_references(blocks, x0)) {}
+  // A step's gradients, `ours`, against the references.
+  void check(const Grads& ours) const { references.check(ours); }
+  torch::nn::Sequential blocks;  // declared first: the references are computed with it
   torch::Tensor x0;
-  Grads reference;
+  StepReferences references;
 };
 
 // Autocast to bfloat16 on `device`'s type for its lifetime, as torch.autocast(device) sets it.

@@ -22,6 +22,7 @@
 
 using spill_test::engine_options;
 using spill_test::HookScope;
+using spill_test::recompute_checkpoint;
 using spill_test::ScratchDir;
 using spill_test::stash_arena;
 using spill_test::stash_settings;
@@ -42,7 +43,7 @@ TEST_CASE("overlap: gradients are bit-identical in every I/O mode, backend and k
           SUBCASE(subcase_name(io, overlap, backend, keep).c_str()) {
             spill::SpillArena arena = stash_arena(engine_options(dir.path(), io, backend),
                                                   stash_settings(asynchronous, keep_last));
-            check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+            g.check(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
             CHECK(arena.stats().bytes_in_use == 0);
             CHECK(arena.stats().allocations == 4 - keep_last);
             CHECK(spill::stash_stats(arena).restores == 4);
@@ -141,13 +142,15 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
   auto blocks = gpt_blocks(3);
   const torch::Tensor x0 = seeded_input(11, {2, 16, 64});
   const Grads full_precision = gpt_step(blocks, nullptr, x0);
-  Grads reference;
+  StepReferences reference;
   {
     Autocast autocast(torch::kCPU);
-    reference = gpt_step(blocks, nullptr, x0);
+    reference = gpt_references(blocks, x0);
   }
-  // Autocast changes the numbers, so a recomputation in full precision would be caught.
-  CHECK_FALSE(torch::equal(reference.input, full_precision.input));
+  // Autocast changes the numbers, so a recomputation in full precision would be caught. Not a
+  // matter of rounding: autocast runs the blocks' matrix products in bf16 (8 bits of mantissa
+  // against fp32's 24), which leaves no gradient of 2048 elements equal to its fp32 one.
+  CHECK_FALSE(torch::equal(reference.recomputed.input, full_precision.input));
   for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
     SUBCASE(subcase_name(io).c_str()) {
       spill::SpillArena arena = stash_arena(
@@ -158,28 +161,35 @@ TEST_CASE("overlap: CPU autocast (bf16) is replayed in the recomputation") {
         Autocast autocast(torch::kCPU);
         spilled = gpt_step(blocks, spill::make_arena_stash(arena), x0);
       }
-      check_identical(reference, spilled);
+      reference.check(spilled);
     }
   }
   // Backward outside the autocast region (the common pattern): the replay restores it.
   spill::SpillArena arena =
       stash_arena(engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::automatic),
                   stash_settings(true, 0));
-  auto run = [&](const std::shared_ptr<spill::TensorStash>& stash) {
+  // `run_blocks(x)`: the blocks' output, checkpointed or not.
+  auto run = [&](auto run_blocks) {
     for (auto& p : blocks->parameters()) p.mutable_grad() = torch::Tensor();
     torch::manual_seed(1234);
     torch::Tensor x = x0.clone().requires_grad_(true);
     torch::Tensor loss;
     {
       Autocast autocast(torch::kCPU);
-      loss = spill::models::run_blocks(blocks, stash, x).to(torch::kFloat).pow(2).mean();
+      loss = run_blocks(x).to(torch::kFloat).pow(2).mean();
     }
     loss.backward();
     Grads g{x.grad().clone(), {}, loss.detach()};
     for (auto& p : blocks->parameters()) g.params.push_back(p.grad().clone());
     return g;
   };
-  check_identical(run(nullptr), run(spill::make_arena_stash(arena)));
+  auto through = [&](const std::shared_ptr<spill::TensorStash>& stash) {
+    return [&blocks, stash](const torch::Tensor& x) {
+      return spill::models::run_blocks(blocks, stash, x);
+    };
+  };
+  const StepReferences outside{run(recomputed_blocks(blocks)), run(through(nullptr))};
+  outside.check(run(through(spill::make_arena_stash(arena))));
 }
 
 TEST_CASE("overlap: an input changed in place before it was spilled is a clear error") {
@@ -212,26 +222,29 @@ TEST_CASE("overlap: a transposed input comes back in its own layout, gradients b
       torch::manual_seed(3);
       const torch::Tensor w = torch::randn({48, 48}, torch::kFloat64);
       const torch::Tensor base = torch::randn({48, 96}, torch::kFloat64);
-      auto run = [&](bool spilled) {
+      enum class Run { plain, recomputed, spilled };
+      auto run = [&](Run how) {
         torch::Tensor wl = w.clone().requires_grad_(true);
         torch::Tensor b = base.clone().requires_grad_(true);
         torch::Tensor xt = b.t();  // non-contiguous, non-overlapping and dense
         auto layer = [&](const torch::Tensor& t) { return torch::matmul(t, wl).tanh(); };
-        torch::Tensor y = spilled ? spill::checkpoint(arena, layer, xt) : layer(xt);
+        torch::Tensor y = how == Run::spilled      ? spill::checkpoint(arena, layer, xt)
+                          : how == Run::recomputed ? recompute_checkpoint(layer, xt)
+                                                   : layer(xt);
         auto stored_strides = xt.strides().vec();
-        if (spilled) {
+        if (how == Run::spilled) {
           auto stash = spill::make_arena_stash(arena, stash_settings(false, 0));
           torch::Tensor back = stash->store(xt)->restore();
           CHECK(back.strides().vec() == stored_strides);
           CHECK(torch::equal(back, xt));
         }
         y.square().sum().backward();
-        return std::make_pair(wl.grad(), b.grad());
+        return spill_test::RunResults{{"weight grad", wl.grad()}, {"input grad", b.grad()}};
       };
-      const auto plain = run(false);
-      const auto spilled = run(true);
-      CHECK(torch::equal(plain.first, spilled.first));
-      CHECK(torch::equal(plain.second, spilled.second));
+      // The recompute reference keeps the input's strides, as torch's checkpoint does.
+      const auto plain = run(Run::plain);
+      const auto recomputed = run(Run::recomputed);
+      spill_test::check_with_references(run(Run::spilled), recomputed, plain);
       CHECK(arena.stats().bytes_in_use == 0);
     }
   }
@@ -281,7 +294,7 @@ TEST_CASE("overlap: random delays in the queue over many steps keep gradients id
   ScratchDir dir;
   GptReference g(4, 21, {2, 16, 64});
   steps_under_random_delays(dir.path(), [&](const std::shared_ptr<spill::TensorStash>& stash) {
-    check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+    g.check(gpt_step(g.blocks, stash, g.x0));
   });
 }
 
@@ -339,7 +352,7 @@ TEST_CASE("restore pool: a backward's restores reuse memory, gradients bit-ident
                   stash_settings(true, 0));
   const auto pool = spill::detail::shared_state_of(arena)->restore_pool;
   for (int step = 1; step <= 2; ++step) {
-    check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+    g.check(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
     // Each backward's first restore takes fresh memory (nothing was carried over); of the other
     // three, those restored after an earlier restored input died reuse its block (how many
     // depends on when the progress thread lets inputs go: two or three here). Nothing is left

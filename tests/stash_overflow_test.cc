@@ -16,19 +16,13 @@
 #include "gpt_test_support.h"
 #include "spill/spill.h"
 #include "test_support.h"
+#include "torch_warnings.h"
 
 using spill_test::ScratchDir;
+using spill_test::SpillarenaWarnings;
 using namespace spill_test::gpt;
 
 namespace {
-
-// Collects TORCH_WARN messages while alive.
-struct CollectWarnings final : c10::WarningHandler {
-  CollectWarnings() : guard(this) {}
-  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
-  std::vector<std::string> messages;
-  c10::WarningUtils::WarningHandlerGuard guard;
-};
 
 // Writes still in flight when a step failed hold their regions until they complete (the
 // progress thread's last reference): live regions drain shortly after, never stay.
@@ -51,8 +45,8 @@ TEST_CASE("stash overflow: an arena for 2 inputs of 8 keeps 6 in memory, then gr
   GptReference g(8, 11, {2, 16, 64});
   spill::SpillArena arena = make_arena(dir.path(), 2 * kInputBytes);
   auto stash = spill::make_arena_stash(arena);
-  CollectWarnings warnings;
-  check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+  SpillarenaWarnings warnings;
+  g.check(gpt_step(g.blocks, stash, g.x0));
   spill::ArenaStats s = arena.stats();
   CHECK(s.overflows == 6);
   CHECK(s.overflow_bytes == 6 * kInputBytes);
@@ -62,7 +56,7 @@ TEST_CASE("stash overflow: an arena for 2 inputs of 8 keeps 6 in memory, then gr
   REQUIRE(warnings.messages.size() == 1);
   CHECK(warnings.messages[0].find("stays in memory for this step") != std::string::npos);
 
-  check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+  g.check(gpt_step(g.blocks, stash, g.x0));
   s = arena.stats();
   CHECK(s.grows == 1);
   CHECK(s.overflows == 6);  // none in the second step
@@ -87,7 +81,7 @@ TEST_CASE("stash overflow: when_full = error raises, and the next step runs") {
   CHECK(arena.stats().overflows == 1);
   // With grow (the default) the arena fits the next step: only the refusal was needed.
   auto fresh = spill::make_arena_stash(arena);
-  check_identical(g.reference, gpt_step(g.blocks, fresh, g.x0));
+  g.check(gpt_step(g.blocks, fresh, g.x0));
 }
 
 TEST_CASE("stash overflow: a full disk keeps inputs in memory, warns, and training goes on") {
@@ -105,9 +99,8 @@ TEST_CASE("stash overflow: a full disk keeps inputs in memory, warns, and traini
   const std::uintmax_t available = std::filesystem::space(disk.path()).available;
   const std::string fill = "fallocate -l " + std::to_string(available - 256 * 1024) + " " + ballast;
   REQUIRE(std::system(fill.c_str()) == 0);
-  CollectWarnings warnings;
-  for (int step = 0; step < 3; ++step)
-    check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+  SpillarenaWarnings warnings;
+  for (int step = 0; step < 3; ++step) g.check(gpt_step(g.blocks, stash, g.x0));
   const spill::ArenaStats s = arena.stats();
   CHECK(s.grows == 0);
   CHECK(s.grow_failures == 2);
