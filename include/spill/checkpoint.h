@@ -18,7 +18,9 @@
 // without grad and keeps nothing else of it. Backward restores the input, replays the random
 // state the forward saw, recomputes the layer with grad and backpropagates through it. Extra
 // tensors are kept by reference (they are usually shared by all layers). Gradients are
-// bit-identical to running the layer without checkpointing.
+// bit-identical to a recompute that keeps the input in memory (torch's reentrant checkpoint),
+// and so to running the layer without checkpointing wherever that recompute is: on some CPUs a
+// gradient summed from several layers rounds differently once its parts are recomputed.
 #pragma once
 
 #include <torch/torch.h>

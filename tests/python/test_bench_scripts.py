@@ -96,8 +96,12 @@ def test_sweep_runs_with_counters_per_step(tmp_path):
     # At least one step per block and round; how many more fit in 0.05 s depends on the machine
     # (the count is tested with a stand-in clock above).
     assert ram_steps >= 2 and spill_steps >= 2
+    # How fast spilling is beside in-RAM checkpointing is the machine's and its load's: only
+    # that the figures are ratios of times, and the median the one of the rounds printed.
     ratio, rounds = fields[3].split(" ", 1)
-    assert 0.2 < float(ratio) < 5 and rounds.count(",") == 1
-    assert 0.2 < float(fields[4]) < 5  # the fastest steps' ratio
+    rounds = [float(r) for r in rounds.strip("()").split(", ")]
+    assert len(rounds) == 2 and all(0 < r < math.inf for r in rounds)
+    assert abs(float(ratio) - (rounds[0] + rounds[1]) / 2) <= 0.006  # printed to 0.01 and 0.001
+    assert 0 < float(fields[4]) < math.inf  # the fastest steps' ratio
     # 1 MiB written and read back per step: of 2 layers, the last one's input stays (keep_last)
     assert fields[6].startswith("1, 1, ")

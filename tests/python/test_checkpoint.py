@@ -1,7 +1,9 @@
 """spillarena.checkpoint in plain PyTorch: the contract of torch.utils.checkpoint.checkpoint.
 
 The cases both front ends share (dropout, autocast, the RNG stream, frozen inputs, no grad, a
-second backward) are in test_conformance.py; here is what only the Python front end has."""
+second backward) are in test_conformance.py; here is what only the Python front end has. Gradients
+are compared with torch's own checkpoint of the same form, and with no checkpointing where torch's
+own equals it (conftest.assert_as_torch)."""
 
 import functools
 
@@ -9,7 +11,9 @@ import pytest
 import torch
 
 import spillarena
-from conftest import assert_drained
+from conftest import assert_as_torch, assert_drained
+
+TORCHS = functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)
 
 
 def encoder_stack(layers=3, width=32):
@@ -27,23 +31,19 @@ def test_transformer_encoder_stack_in_a_plain_loop_is_bit_identical(arena):
     stack = encoder_stack()
     x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))
 
-    def run(checkpointed):
+    def run(checkpoint):
         stack.zero_grad(set_to_none=True)
         h = x.clone().requires_grad_(True)
         start = h
         torch.manual_seed(5)
         for layer in stack:
-            h = (spillarena.checkpoint(layer, h, arena=arena, use_reentrant=False)
-                 if checkpointed else layer(h))
+            h = checkpoint(layer, h) if checkpoint else layer(h)
         loss = h.pow(2).mean()
         loss.backward()
         return loss.detach(), grads_of(stack), start.grad
 
-    ref_loss, ref_grads, ref_input_grad = run(False)
-    loss, grads, input_grad = run(True)
-    assert torch.equal(loss, ref_loss)
-    assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
-    assert torch.equal(input_grad, ref_input_grad)
+    ours = functools.partial(spillarena.checkpoint, arena=arena, use_reentrant=False)
+    assert_as_torch(run(ours), run(TORCHS), run(None))
     assert arena.stats()["allocations"] == len(stack)
     assert_drained(arena)
 
@@ -64,23 +64,22 @@ def test_tensors_inside_a_partial_and_in_kwargs_get_their_gradients(arena):
                 torch.randn(8, generator=g, requires_grad=True),
                 (torch.rand(4, 8, generator=g) > 0.2).float())
 
-    def run(checkpointed):
+    def run(checkpoint):
         linear.zero_grad(set_to_none=True)
         h, scale, bias, mask = make_inputs()
         fn = functools.partial(layer, bias=bias, tag="kept")
         torch.manual_seed(9)
-        if checkpointed:
-            out, nothing, extra = spillarena.checkpoint(fn, h, scale, arena=arena, mask=mask)
+        if checkpoint:
+            out, nothing, extra = checkpoint(fn, h, scale, mask=mask)
         else:
             out, nothing, extra = fn(h, scale, mask=mask)
         assert nothing is None
         (out.sum() + extra["aux"]).backward()
         return [h.grad, scale.grad, bias.grad, linear.weight.grad, linear.bias.grad]
 
-    ref = run(False)
-    got = run(True)
+    got = run(functools.partial(spillarena.checkpoint, arena=arena))
     assert all(g is not None for g in got)
-    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    assert_as_torch(got, run(TORCHS), run(None))
     assert_drained(arena)
 
 
@@ -105,8 +104,8 @@ def test_autograd_grad_works_and_the_reentrant_form_refuses_it_clearly(arena):
     linear = torch.nn.Linear(8, 8)
     x = torch.randn(2, 8, requires_grad=True)
     y = spillarena.checkpoint(linear, x, arena=arena).sum()
-    (grad,) = torch.autograd.grad(y, x)
-    assert torch.equal(grad, torch.autograd.grad(linear(x).sum(), x)[0])
+    assert_as_torch(torch.autograd.grad(y, x), torch.autograd.grad(TORCHS(linear, x).sum(), x),
+                    torch.autograd.grad(linear(x).sum(), x))
     y = spillarena.checkpoint(linear, x, arena=arena, use_reentrant=True).sum()
     with pytest.raises(spillarena.CheckpointError, match=r"torch\.autograd\.grad"):
         torch.autograd.grad(y, x)
@@ -139,17 +138,17 @@ def test_every_arena_configuration_gives_the_same_gradients(options, spill_dir):
     stack = encoder_stack()
     x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))
 
-    def run(checkpointed):
+    def run(checkpoint):
         stack.zero_grad(set_to_none=True)
         torch.manual_seed(5)
         h = x
         for layer in stack:
-            h = spillarena.checkpoint(layer, h, arena=arena) if checkpointed else layer(h)
+            h = checkpoint(layer, h) if checkpoint else layer(h)
         h.pow(2).mean().backward()
         return grads_of(stack)
 
-    ref = run(False)
-    assert all(torch.equal(a, b) for a, b in zip(run(True), ref))
+    assert_as_torch(run(functools.partial(spillarena.checkpoint, arena=arena)), run(TORCHS),
+                    run(None))
     resolved = arena.options()
     for key, value in options.items():
         if key != "io":  # automatic/buffered/direct: resolved, may say why in io_note

@@ -5,20 +5,23 @@ non-reentrant form; "python-reentrant" the same with use_reentrant=True. Both re
 forward's RNG and autocast state (the default form with torch's code, the reentrant one with
 python/spillarena/forward_state.py: Note [The forward's state, replayed in Python]), so every
 case expects the same of both, a second backward included (Note [A second backward through the
-reentrant form] in python/spillarena/reentrant.py). The C++ front end, spill::checkpoint, runs
+reentrant form] in python/spillarena/reentrant.py): the floats of torch's own checkpoint of the
+same form, and of no checkpointing where torch's own has them in the same run
+(conftest.assert_as_torch). The C++ front end, spill::checkpoint, runs
 the same cases in tests/checkpoint_test.cc: the extension links no torch, so it cannot run a C++
 autograd node on a Python layer (Note [One wheel for every torch] in python/CMakeLists.txt). What
 only the Python front end has (tensors inside a functools.partial or in kwargs, pytrees of
 outputs, preserve_rng_state=False, torch's own keyword arguments) is in test_checkpoint.py.
 """
 
+import functools
 import time
 
 import pytest
 import torch
 
 import spillarena
-from conftest import assert_drained
+from conftest import assert_as_torch, assert_drained
 
 
 def python_front_end(stash, layer, *tensors):
@@ -30,8 +33,12 @@ def python_reentrant_front_end(stash, layer, *tensors):
 
 
 class Form:
+    """One of ours; ``torchs`` is torch's own checkpoint of the same form, the floats to match."""
+
     def __init__(self, front_end, stash, reentrant):
         self.front_end, self.stash, self.reentrant = front_end, stash, reentrant
+        self.torchs = functools.partial(torch.utils.checkpoint.checkpoint,
+                                        use_reentrant=reentrant)
 
     def __call__(self, layer, *tensors):
         return self.front_end(self.stash, layer, *tensors)
@@ -62,27 +69,31 @@ def grads_of(*modules_or_tensors):
     return grads
 
 
-def assert_bitwise(got, expected):
-    assert len(got) == len(expected)
-    for a, b in zip(got, expected):
-        assert torch.equal(a, b)
+def assert_as_torchs_form(run, checkpoint, an_input_needs_grad=True):
+    """``run(checkpoint_or_None)``: ours, torch's own of the same form, no checkpointing. Where no
+    layer input needs grad, torch's reentrant form gives the layers no gradient (it warns) and
+    its non-reentrant form stands in: ours must train them as that one does."""
+    same_form = an_input_needs_grad or not checkpoint.reentrant
+    torchs = checkpoint.torchs if same_form else functools.partial(
+        torch.utils.checkpoint.checkpoint, use_reentrant=False)
+    assert_as_torch(run(checkpoint), run(torchs), run(None), same_form=same_form)
 
 
-def test_dropout_layers_give_the_gradients_of_no_checkpointing(checkpoint, arena):
+def test_dropout_layers_give_the_gradients_of_torchs_checkpoint(checkpoint, arena):
     stack = encoder_stack()
     x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))
 
-    def run(checkpointed):
+    def run(ck):
         stack.zero_grad(set_to_none=True)
         torch.manual_seed(2)
         h = x.clone().requires_grad_(True)
         out = h
         for layer in stack:
-            out = checkpoint(layer, out) if checkpointed else layer(out)
+            out = ck(layer, out) if ck else layer(out)
         out.pow(2).mean().backward()
         return grads_of(stack, h)
 
-    assert_bitwise(run(True), run(False))
+    assert_as_torchs_form(run, checkpoint)
     assert_drained(arena)
 
 
@@ -94,16 +105,16 @@ def test_extra_tensors_and_several_outputs_get_their_gradients(checkpoint, arena
         y = torch.nn.functional.dropout(linear(h), 0.3, training=True) * mask
         return y, y.sum(-1)
 
-    def run(checkpointed):
+    def run(ck):
         linear.zero_grad(set_to_none=True)
         torch.manual_seed(5)
         h = torch.randn(4, 16, requires_grad=True)
         mask = torch.rand(4, 16, requires_grad=True)
-        y, s = checkpoint(layer, h, mask) if checkpointed else layer(h, mask)
+        y, s = ck(layer, h, mask) if ck else layer(h, mask)
         (y.pow(2).sum() + s.sum()).backward()
         return grads_of(linear, h, mask)
 
-    assert_bitwise(run(True), run(False))
+    assert_as_torchs_form(run, checkpoint)
     assert_drained(arena)
 
 
@@ -111,43 +122,45 @@ def test_the_autocast_state_is_replayed_in_the_recomputation(checkpoint, arena):
     stack = encoder_stack(layers=2)
     x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(3))
 
-    def run(checkpointed):
+    def run(ck):
         stack.zero_grad(set_to_none=True)
         torch.manual_seed(4)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             h = x
             for layer in stack:
-                h = checkpoint(layer, h) if checkpointed else layer(h)
+                h = ck(layer, h) if ck else layer(h)
             loss = h.float().pow(2).mean()
         loss.backward()  # outside autocast, as training loops do
         return [loss.detach()] + grads_of(stack)
 
-    assert_bitwise(run(True), run(False))
+    assert_as_torchs_form(run, checkpoint, an_input_needs_grad=False)  # x needs none
     assert_drained(arena)
 
 
-def test_the_rng_stream_after_backward_is_the_one_without_checkpointing(checkpoint, arena):
+def test_the_rng_stream_after_backward_is_torchs_checkpoints(checkpoint, arena):
     layer = torch.nn.Dropout(0.5)
 
-    def run(checkpointed):
+    def run(ck):
         torch.manual_seed(11)
         x = torch.randn(64, requires_grad=True)
-        y = checkpoint(layer, x) if checkpointed else layer(x)
+        y = ck(layer, x) if ck else layer(x)
         y.sum().backward()
         return torch.rand(4)
 
-    assert torch.equal(run(True), run(False))
+    assert_as_torchs_form(run, checkpoint)
 
 
 def test_a_frozen_input_still_trains_the_layer(checkpoint, arena):
     torch.manual_seed(0)
     linear = torch.nn.Linear(8, 8)
     x = torch.randn(2, 8)  # requires no grad: the anchor keeps the node in the graph
-    checkpoint(linear, x).sum().backward()
-    got = linear.weight.grad.clone()
-    linear.zero_grad(set_to_none=True)
-    linear(x).sum().backward()
-    assert torch.equal(got, linear.weight.grad)
+
+    def run(ck):
+        linear.zero_grad(set_to_none=True)
+        (ck(linear, x) if ck else linear(x)).sum().backward()
+        return linear.weight.grad, linear.bias.grad
+
+    assert_as_torchs_form(run, checkpoint, an_input_needs_grad=False)
     assert_drained(arena)
 
 
@@ -176,14 +189,13 @@ def test_a_second_backward_recomputes(checkpoint, arena):
     torch.manual_seed(0)
     linear = torch.nn.Linear(8, 8)
     x = torch.randn(2, 8, requires_grad=True)
-    y = torch.tanh(checkpoint(linear, x)).sum()
-    y.backward(retain_graph=True)
-    y.backward()  # from the input the frame kept: the gradients of no checkpointing, twice
-    got = (x.grad.clone(), linear.weight.grad.clone())
-    x.grad, linear.weight.grad, linear.bias.grad = None, None, None
-    plain = torch.tanh(linear(x)).sum()
-    plain.backward(retain_graph=True)
-    plain.backward()
-    assert torch.equal(got[0], x.grad) and torch.equal(got[1], linear.weight.grad)
-    del y
+
+    def run(ck):
+        x.grad, linear.weight.grad, linear.bias.grad = None, None, None
+        y = torch.tanh(ck(linear, x) if ck else linear(x)).sum()
+        y.backward(retain_graph=True)
+        y.backward()  # from the input the frame kept: the first backward's gradients, twice
+        return x.grad, linear.weight.grad, linear.bias.grad
+
+    assert_as_torchs_form(run, checkpoint)
     assert_drained(arena)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import spillarena
-from conftest import assert_drained
+from conftest import assert_drained, our_warnings
 
 # A directory name no UTF-8 decoder accepts (Linux takes any bytes but "/" and NUL).
 NOT_UTF8 = b"spill-\xff\xfe-dir"
@@ -194,10 +194,13 @@ def test_the_per_file_stash_on_a_full_disk_raises_typed_and_leaves_nothing(small
 
 def test_torchs_checkpoint_arguments_apply_and_the_reentrant_form_says_what_it_ignores(arena):
     x = torch.randn(4, 4, requires_grad=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the default form is torch's: each applies, silently
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         y = spillarena.checkpoint(torch.sin, x, arena=arena, use_reentrant=False,
                                   determinism_check="none", debug=True, early_stop=False)
+    # The default form is torch's: each applies, and spillarena says nothing (what torch says
+    # is torch's).
+    assert our_warnings(caught) == []
     y.sum().backward()
     with pytest.warns(UserWarning, match="early_stop and determinism_check apply to the default"):
         y = spillarena.checkpoint(torch.sin, x, arena=arena, use_reentrant=True,
@@ -212,8 +215,9 @@ def test_arena_options_the_backing_or_io_mode_does_not_use_warn(spill_dir):
         spillarena.SpillArena(1 << 20, spill_dir, io="buffered", staging_bytes=1 << 20)
     with pytest.warns(UserWarning, match="does not use page_cache_limit_bytes"):
         spillarena.SpillArena(1 << 20, spill_dir, io="direct", page_cache_limit_bytes=1 << 20)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # options that apply: silent
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         spillarena.SpillArena(1 << 20, spill_dir, io="direct", staging_bytes=1 << 20)
         spillarena.SpillArena(1 << 20, spill_dir, io="buffered", page_cache_limit_bytes=1 << 20)
         spillarena.SpillArena(1 << 20, backing="ram", verify_integrity=False, keep_last=0)
+    assert our_warnings(caught) == []  # options that apply: silent

@@ -1,6 +1,8 @@
 """Two ranks on CPU (gloo), each with its own arena: DDP and FSDP2 through spillarena, by
 spillarena.enable and by torch's
-apply_activation_checkpointing(checkpoint_fn=spillarena.checkpoint)."""
+apply_activation_checkpointing(checkpoint_fn=spillarena.checkpoint). Each rank's gradients are
+those of torch's own checkpointing in the same wrappers, and of no checkpointing where torch's own
+are (conftest.assert_as_torch)."""
 
 import faulthandler
 import functools
@@ -13,6 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import spillarena
+from conftest import assert_as_torch
 
 transformers = pytest.importorskip("transformers")
 
@@ -67,13 +70,17 @@ def run_rank(rank, init_file, spill_root, out_dir, wrap, checkpointing="enable")
         spill_dir.mkdir()
         arena = spillarena.SpillArena(8 << 20, spill_dir, keep_last=0)  # one arena per rank
 
-        plain = tiny_llama()
-        if checkpointing == "wrapper":
-            checkpoint_layers(plain)  # the reference: torch's checkpoint in the same wrappers
-        wrapped = wrap(plain)
-        one_step(wrapped, rank)
-        reference = gradients(plain)
+        def reference(checkpoint):
+            model = tiny_llama()
+            if checkpoint and checkpointing == "wrapper":
+                checkpoint_layers(model)  # torch's checkpoint in the same wrappers
+            elif checkpoint:
+                model.activation_checkpointing_enable(
+                    activation_checkpointing_kwargs={"use_reentrant": False})
+            one_step(wrap(model), rank)
+            return gradients(model)
 
+        plain, torchs = reference(checkpoint=False), reference(checkpoint=True)
         checkpointed = tiny_llama()
         if checkpointing == "wrapper":
             checkpoint_layers(checkpointed, checkpoint_fn=spillarena.checkpoint, arena=arena)
@@ -84,7 +91,8 @@ def run_rank(rank, init_file, spill_root, out_dir, wrap, checkpointing="enable")
         result = gradients(checkpointed)
 
         stats = arena.stats()
-        torch.save({"reference": {n: full(g) for n, g in reference.items()},
+        torch.save({"plain": {n: full(g) for n, g in plain.items()},
+                    "torchs": {n: full(g) for n, g in torchs.items()},
                     "result": {n: full(g) for n, g in result.items()},
                     "stats": stats, "files": sorted(os.listdir(spill_dir))},
                    pathlib.Path(out_dir) / f"rank{rank}.pt")
@@ -125,12 +133,17 @@ def spawn(tmp_path, wrap, checkpointing="enable"):
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
+def unwrapped(grads):
+    """Gradients by the names they have without torch's CheckpointWrapper around each layer."""
+    return {n.replace("._checkpoint_wrapped_module", ""): g for n, g in grads.items()}
+
+
 def check(results):
     for rank, out in enumerate(results):
         assert out["files"] == [], f"rank {rank} left files"
-        assert out["reference"].keys() == out["result"].keys() and out["result"]
-        for name, grad in out["reference"].items():
-            assert torch.equal(out["result"][name], grad), (rank, name)
+        assert out["result"]
+        assert_as_torch(*(unwrapped(out[k]) for k in ("result", "torchs", "plain")),
+                        case=f"rank {rank}")
         assert out["stats"]["allocations"] == 2 and out["stats"]["live_regions"] == 0
     # After the all-reduce every rank holds the same gradients.
     for name, grad in results[0]["result"].items():

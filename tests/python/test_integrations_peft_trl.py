@@ -1,11 +1,12 @@
-"""spillarena with PEFT LoRA and TRL's SFTTrainer, each against transformers' own checkpointing:
-a few training steps, losses and adapter weights bit-identical."""
+"""spillarena with PEFT LoRA and TRL's SFTTrainer, each against transformers' own checkpointing in
+the form spillarena's default has (non-reentrant): a few training steps, losses and adapter
+weights bit-identical."""
 
 import pytest
 import torch
 
 import spillarena
-from conftest import assert_drained, bundled_text_ids
+from conftest import assert_as_torch, assert_drained, bundled_text_ids
 from test_transformers import LAYERS, tiny_llama
 
 transformers = pytest.importorskip("transformers")
@@ -42,7 +43,9 @@ def train_steps(model):
 
 def test_peft_lora_trains_as_with_transformers_checkpointing(spill_dir):
     reference = lora_llama()
-    reference.activation_checkpointing_enable()  # PeftModel passes it to the transformers model
+    # PeftModel passes it to the transformers model.
+    reference.activation_checkpointing_enable(
+        activation_checkpointing_kwargs={"use_reentrant": False})
     ref_losses, ref_adapters = train_steps(reference)
 
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
@@ -50,10 +53,8 @@ def test_peft_lora_trains_as_with_transformers_checkpointing(spill_dir):
     assert model.is_activation_checkpointing
     losses, trained = train_steps(model)
 
-    assert torch.equal(losses, ref_losses), (losses, ref_losses)
-    assert trained.keys() == ref_adapters.keys() and all("lora_" in n for n in trained)
-    for name in trained:
-        assert torch.equal(trained[name], ref_adapters[name]), name
+    assert_as_torch((losses, trained), (ref_losses, ref_adapters))
+    assert trained and all("lora_" in n for n in trained)
     assert arena.stats()["allocations"] == STEPS * LAYERS
     # The guard is on the wrapper and on the base model both (Trainer calls the wrapper).
     for holder in (model, model.get_base_model()):
@@ -103,8 +104,11 @@ def sft_train(tmp_path, model, gradient_checkpointing):
             self.losses.append((loss[0] if isinstance(loss, tuple) else loss).detach().clone())
             return loss
 
+    # transformers' own checkpointing in the form spillarena's default has, whatever the default
+    kwargs = {"use_reentrant": False} if gradient_checkpointing else None
     args = trl.SFTConfig(output_dir=str(tmp_path / f"sft-{gradient_checkpointing}"),
-                         gradient_checkpointing=gradient_checkpointing, max_steps=STEPS,
+                         gradient_checkpointing=gradient_checkpointing,
+                         gradient_checkpointing_kwargs=kwargs, max_steps=STEPS,
                          per_device_train_batch_size=BATCH, learning_rate=1e-2, max_length=SEQ,
                          logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
                          seed=0, dataloader_num_workers=0, disable_tqdm=True)

@@ -11,6 +11,7 @@ from spillarena import malloc
 _libc = ctypes.CDLL("libc.so.6")
 _libc.malloc.restype, _libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 _libc.free.argtypes = [ctypes.c_void_p]
+_libc.malloc_trim.restype, _libc.malloc_trim.argtypes = ctypes.c_int, [ctypes.c_size_t]
 
 
 @pytest.fixture
@@ -54,6 +55,22 @@ def leave_freed_heap_memory(blocks=160, block_bytes=1 << 20):
     return keep
 
 
+def glibc_keeps_then_returns_freed_heap_pages():
+    """Whether, in this process now, the pages leave_freed_heap_memory frees stay resident until
+    glibc's own malloc_trim(0), called directly, returns them. That is glibc's, not ours (a fixed
+    mmap threshold in GLIBC_TUNABLES, for one, returns the blocks on free): the resident sizes
+    below are asserted only where it holds, spillarena's trims counted always."""
+    keep = leave_freed_heap_memory()
+    try:
+        held = rss_anon_bytes()
+        _libc.malloc_trim(0)
+        returned = rss_anon_bytes() < held - (128 << 20)
+    finally:
+        _libc.free(keep)
+    print(f"glibc keeps freed heap pages until malloc_trim returns them: {returned}")
+    return returned
+
+
 def test_a_disk_arena_turns_the_policy_on_once(fresh, arena):
     assert malloc.use_for_spilling(arena) is True
     assert malloc.use_for_spilling(arena) is True
@@ -90,19 +107,18 @@ def test_an_unknown_policy_is_refused_with_the_choices(fresh, arena):
         malloc.use_for_spilling(arena)
 
 
-@pytest.mark.skipif(
-    "mmap_threshold" in os.environ.get("GLIBC_TUNABLES", ""),
-    reason="a fixed mmap threshold returns the blocks on free: nothing is left to trim")
 def test_layer_done_returns_freed_heap_pages(tight, arena):
+    glibc_does = glibc_keeps_then_returns_freed_heap_pages()
     keep = leave_freed_heap_memory()
     try:
         held = rss_anon_bytes()
         malloc.layer_done()  # not in force yet: nothing happens
-        assert rss_anon_bytes() > held - (32 << 20)
+        assert malloc.state()["trims"] == 0
+        assert not glibc_does or rss_anon_bytes() > held - (32 << 20)
         malloc.use_for_spilling(arena)
         malloc.layer_done()
-        assert rss_anon_bytes() < held - (128 << 20)
         assert malloc.state()["trims"] == 1
+        assert not glibc_does or rss_anon_bytes() < held - (128 << 20)
     finally:
         _libc.free(keep)
 
@@ -129,20 +145,19 @@ def test_the_checkpoint_trims_after_each_spilled_layers_forward_and_backward(tig
     assert malloc.state()["trims"] == 2 * len(layers) + 2  # the policy is process-wide once on
 
 
-@pytest.mark.skipif(
-    "mmap_threshold" in os.environ.get("GLIBC_TUNABLES", ""),
-    reason="a fixed mmap threshold returns the blocks on free: nothing is left to trim")
 def test_below_the_pressure_threshold_freed_pages_stay_and_the_step_pays_nothing(fresh, arena):
     fresh.setattr(malloc, "_memory_pressure", lambda: malloc.PRESSURE_THRESHOLD - 0.01)
+    glibc_does = glibc_keeps_then_returns_freed_heap_pages()
     keep = leave_freed_heap_memory()
     try:
         held = rss_anon_bytes()
         malloc.use_for_spilling(arena)
         malloc.layer_done()
-        assert rss_anon_bytes() > held - (32 << 20)
+        assert malloc.state()["trims"] == 0
+        assert not glibc_does or rss_anon_bytes() > held - (32 << 20)
         fresh.setattr(malloc, "_memory_pressure", lambda: malloc.PRESSURE_THRESHOLD)
         malloc.layer_done()
-        assert rss_anon_bytes() < held - (128 << 20)
+        assert not glibc_does or rss_anon_bytes() < held - (128 << 20)
     finally:
         _libc.free(keep)
     state = malloc.state()

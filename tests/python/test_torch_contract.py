@@ -1,42 +1,53 @@
 """spillarena.checkpoint against torch.utils.checkpoint.checkpoint, case by case: each case runs
-with torch's checkpoint (the reference must pass, or the case is wrong) and with spillarena's, in
-both forms, gradients compared with torch.equal and the spill directory empty afterwards."""
+with spillarena's checkpoint in both forms and, in the same test, with torch's own of the same
+form (which must run, or the case is wrong). Gradients are compared with torch.equal: equal to
+torch's own always, to no checkpointing's where torch's own are (conftest.assert_as_torch); the
+spill directory is empty afterwards."""
 
 import pytest
 import torch
 import torch.utils.checkpoint as torch_checkpoint
 
 import spillarena
-from conftest import assert_drained
+from conftest import assert_as_torch, assert_drained
 
 FORMS = {
     "torch": lambda f, *a, **k: torch_checkpoint.checkpoint(f, *a, use_reentrant=False, **k),
     "torch-reentrant": lambda f, *a, **k: torch_checkpoint.checkpoint(f, *a, use_reentrant=True,
                                                                       **k),
-    "spillarena": None,  # spillarena.checkpoint on the test's arena, default form
-    "spillarena-reentrant": None,
 }
 
 
-@pytest.fixture(params=list(FORMS))
+class Form:
+    """spillarena.checkpoint in one form on the test's arena; ``torchs``: torch's own, that form."""
+
+    def __init__(self, arena, reentrant):
+        self.arena, self.reentrant = arena, reentrant
+        self.torchs = FORMS["torch-reentrant" if reentrant else "torch"]
+
+    def __call__(self, f, *a, **k):
+        return spillarena.checkpoint(f, *a, arena=self.arena, use_reentrant=self.reentrant, **k)
+
+
+@pytest.fixture(params=[False, True], ids=["spillarena", "spillarena-reentrant"])
 def checkpoint(request, arena):
-    """A checkpoint function for the form under test; spillarena's spill to ``arena``."""
-    if request.param.startswith("torch"):
-        return FORMS[request.param]
-    reentrant = request.param.endswith("reentrant")
-    return lambda f, *a, **k: spillarena.checkpoint(f, *a, arena=arena, use_reentrant=reentrant,
-                                                    **k)
+    """spillarena's checkpoint in the form under test, spilling to ``arena``."""
+    return Form(arena, request.param)
+
+
+@pytest.fixture
+def spill(arena):
+    """spillarena's default form, spilling to ``arena``."""
+    return Form(arena, reentrant=False)
 
 
 def grads(tensors):
     return [t.grad.clone() if t.grad is not None else None for t in tensors]
 
 
-def assert_equal(ours, reference):
-    assert len(ours) == len(reference)
-    for a, b in zip(ours, reference):
-        assert (a is None) == (b is None)
-        assert a is None or torch.equal(a, b)
+def assert_as_torchs_form(step, checkpoint):
+    """``step(checkpoint_or_None)``: ours, torch's own of the same form, no checkpointing."""
+    assert_as_torch(step(checkpoint), step(checkpoint.torchs), step(None))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,10 +91,9 @@ def test_a_restored_input_has_the_forwards_shape_and_strides(checkpoint, kind, a
         h.pow(2).sum().backward()
         return grads([source, *layer.parameters()]), list(layer.strides), x.stride()
 
-    reference, _, _ = step(None)
     ours, strides, forward_stride = step(checkpoint)
-    assert_equal(ours, reference)
     assert strides == [forward_stride, forward_stride]  # forward, then the recomputation
+    assert_as_torch(ours, step(checkpoint.torchs)[0], step(None)[0])
     assert_drained(arena)
 
 
@@ -125,10 +135,12 @@ def test_any_arguments_with_tensors_anywhere(checkpoint, call, arena):
         out.pow(2).sum().backward()
         return [x.grad, y.grad]
 
-    if checkpoint is FORMS["torch-reentrant"] and call not in ("scalar_first",):
-        # keyword arguments are refused there, and tensors inside containers get no gradient
-        pytest.skip("torch's reentrant form sees only top-level positional tensors")
-    assert_equal(step(checkpoint), step(None))
+    # torch's reentrant form sees only top-level positional tensors: it refuses keyword
+    # arguments, and tensors inside containers get no gradient; ours takes them as the
+    # non-reentrant form does.
+    same_form = not checkpoint.reentrant or call == "scalar_first"
+    assert_as_torch(step(checkpoint), step(checkpoint.torchs if same_form else FORMS["torch"]),
+                    step(None), same_form=same_form)
     assert_drained(arena)
 
 
@@ -178,7 +190,7 @@ def gradient_penalty_layer(weight):
     return layer
 
 
-def test_autograd_grad_inside_the_layer(default_form, arena):
+def test_autograd_grad_inside_the_layer(spill, arena):
     torch.manual_seed(3)
     weight = torch.nn.Parameter(torch.randn(8, 8))
     x0 = torch.randn(4, 8)
@@ -191,12 +203,12 @@ def test_autograd_grad_inside_the_layer(default_form, arena):
         out.sum().backward()
         return [x.grad, weight.grad.clone()]
 
-    assert_equal(step(default_form), step(None))
+    assert_as_torchs_form(step, spill)
     assert_drained(arena)
 
 
 @pytest.mark.parametrize("early_stop", [True, False])
-def test_nested_checkpoints(default_form, early_stop, arena):
+def test_nested_checkpoints(spill, early_stop, arena):
     torch.manual_seed(4)
     inner = torch.nn.Linear(8, 8)
     outer = torch.nn.Linear(8, 8)
@@ -214,7 +226,7 @@ def test_nested_checkpoints(default_form, early_stop, arena):
             outer(inner(x * 1).tanh()).sin().sum().backward()
         return [x.grad, *[p.grad.clone() for p in (*inner.parameters(), *outer.parameters())]]
 
-    assert_equal(step(default_form), step(None))
+    assert_as_torchs_form(step, spill)
     assert_drained(arena)
 
 
@@ -244,7 +256,7 @@ def test_early_stop_skips_what_backward_does_not_need(default_form, how, arena):
     assert_drained(arena)
 
 
-def test_retain_graph_and_a_second_backward(default_form, arena):
+def test_retain_graph_and_a_second_backward(spill, arena):
     torch.manual_seed(6)
     layer = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
     x0 = torch.randn(4, 8)
@@ -257,11 +269,11 @@ def test_retain_graph_and_a_second_backward(default_form, arena):
         out.pow(2).sum().backward()
         return [x.grad, *[p.grad.clone() for p in layer.parameters()]]
 
-    assert_equal(step(default_form), step(None))
+    assert_as_torchs_form(step, spill)
     assert_drained(arena)
 
 
-def test_a_selective_checkpoint_policy(default_form, arena):
+def test_a_selective_checkpoint_policy(spill, arena):
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
     def policy(ctx, op, *args, **kwargs):
@@ -284,7 +296,7 @@ def test_a_selective_checkpoint_policy(default_form, arena):
         out.sum().backward()
         return [x.grad, weight.grad.clone()]
 
-    assert_equal(step(default_form), step(None))
+    assert_as_torchs_form(step, spill)
     assert_drained(arena)
 
 
@@ -336,14 +348,13 @@ def test_checkpoint_sequential_as_torchs(segments, use_reentrant, arena):
         run(x * 1).pow(2).sum().backward()
         return [x.grad, *[p.grad.clone() for p in model.parameters()]]
 
-    reference = step(lambda x: torch_checkpoint.checkpoint_sequential(
+    torchs = step(lambda x: torch_checkpoint.checkpoint_sequential(
         model, segments, x, use_reentrant=use_reentrant))
-    assert_equal(step(model), reference)
     stored = arena.stash_stats()["inputs_stored"]
     ours = step(lambda x: spillarena.checkpoint_sequential(model, segments, x,
                                                            use_reentrant=use_reentrant,
                                                            arena=arena))
-    assert_equal(ours, reference)
+    assert_as_torch(ours, torchs, step(model))
     assert arena.stash_stats()["inputs_stored"] - stored == segments - 1
     assert_drained(arena)
 
@@ -386,7 +397,7 @@ def test_a_slice_with_gaps_of_a_frozen_lora_layer(checkpoint, arena):
         out.pow(2).sum().backward()
         return [h.grad, lora.weight.grad.clone()]
 
-    assert_equal(step(checkpoint), step(None))
+    assert_as_torchs_form(step, checkpoint)
     assert_drained(arena)
 
 
@@ -408,9 +419,11 @@ def test_a_policy_that_saves_every_op_with_a_strided_input(default_form, kind, a
 def test_a_frozen_layer_with_an_input_without_grad_passes_as_torchs(checkpoint, arena):
     frozen = torch.nn.Linear(4, 4).requires_grad_(False)
     head = torch.nn.Linear(4, 1)
-    h = checkpoint(frozen, torch.randn(2, 4))
-    head(h).sum().backward()
-    assert head.weight.grad is not None
+    for ck in (checkpoint.torchs, checkpoint):  # torch's own first: the case is one it passes
+        head.zero_grad(set_to_none=True)
+        h = ck(frozen, torch.randn(2, 4))
+        head(h).sum().backward()
+        assert head.weight.grad is not None
     assert_drained(arena)
 
 
@@ -423,14 +436,17 @@ def test_a_view_of_a_weight_is_never_the_spilled_argument(arena):
     assert_drained(arena)
 
 
-def test_outputs_that_need_no_grad_raise_as_torchs_reentrant_form(checkpoint, arena):
+def test_outputs_that_need_no_grad_need_none_or_raise_as_torchs(checkpoint, arena):
+    # The non-reentrant forms return an output that needs no grad; the reentrant forms one that
+    # does, whose backward raises.
     x = torch.randn(4, 4, requires_grad=True)
-    out = checkpoint(lambda h: h.detach().sin(), x * 1)
-    if not out.requires_grad:
-        pytest.skip("the non-reentrant forms return an output that needs no grad")
-    with pytest.raises(RuntimeError, match="none of output has requires_grad=True"):
-        out.sum().backward()
-    del out
+    for ck in (checkpoint.torchs, checkpoint):
+        out = ck(lambda h: h.detach().sin(), x * 1)
+        assert out.requires_grad == checkpoint.reentrant
+        if out.requires_grad:
+            with pytest.raises(RuntimeError, match="none of output has requires_grad=True"):
+                out.sum().backward()
+        del out
     assert_drained(arena)
 
 
@@ -450,7 +466,7 @@ def test_dropout_masks_are_replayed(checkpoint, arena):
         out.pow(2).sum().backward()
         return [x.grad, *[p.grad.clone() for p in layer.parameters()], torch.rand(1)]
 
-    assert_equal(step(checkpoint), step(None))  # the RNG stream after backward included
+    assert_as_torchs_form(step, checkpoint)  # the RNG stream after backward included
     assert_drained(arena)
 
 
@@ -466,11 +482,11 @@ def test_autocast_state_is_replayed(checkpoint, arena):
         out.float().pow(2).sum().backward()
         return [x.grad, *[p.grad.clone() for p in layer.parameters()]]
 
-    assert_equal(step(checkpoint), step(None))
+    assert_as_torchs_form(step, checkpoint)
     assert_drained(arena)
 
 
-def test_autograd_grad_around_the_call(default_form, arena):
+def test_autograd_grad_around_the_call(spill, arena):
     layer = torch.nn.Linear(8, 8)
     x0 = torch.randn(4, 8)
 
@@ -479,23 +495,24 @@ def test_autograd_grad_around_the_call(default_form, arena):
         out = ck(layer, x * 1) if ck else layer(x * 1)
         return list(torch.autograd.grad(out.tanh().sum(), [x, layer.weight]))
 
-    assert_equal(step(default_form), step(None))
+    assert_as_torchs_form(step, spill)
     assert_drained(arena)
 
 
 def test_an_input_without_grad_still_gives_the_layer_its_gradients(checkpoint, arena):
-    if checkpoint is FORMS["torch-reentrant"]:
-        pytest.skip("torch's reentrant form gives no parameter gradients here (it warns)")
     layer = torch.nn.Linear(8, 8)
     x = torch.randn(4, 8)  # frozen embeddings, as under PEFT
 
     def step(ck):
-        layer.zero_grad()
+        layer.zero_grad(set_to_none=True)
         out = ck(layer, x) if ck else layer(x)
         out.sum().backward()
-        return [p.grad.clone() for p in layer.parameters()]
+        return [p.grad for p in layer.parameters()]
 
-    assert_equal(step(checkpoint), step(None))
+    # torch's reentrant form gives no parameter gradients here (it warns); ours does, as torch's
+    # non-reentrant form.
+    assert_as_torch(step(checkpoint), step(FORMS["torch"]), step(None),
+                    same_form=not checkpoint.reentrant)
     assert_drained(arena)
 
 
@@ -552,7 +569,7 @@ def test_retain_graph_and_a_second_backward_in_both_reentrant_forms(checkpoint, 
         out.backward()
         return [x.grad, *[p.grad.clone() for p in layer.parameters()]]
 
-    assert_equal(step(checkpoint), step(None))
+    assert_as_torchs_form(step, checkpoint)
     assert_drained(arena)
 
 

@@ -40,6 +40,9 @@ def train(tmp_path, transformers_checkpointing, arena=None):
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / ("hf" if transformers_checkpointing else "spill")),
         activation_checkpointing=transformers_checkpointing,
+        # the form spillarena's default has, whatever transformers' own default
+        activation_checkpointing_kwargs=({"use_reentrant": False} if transformers_checkpointing
+                                         else None),
         max_steps=STEPS, per_device_train_batch_size=BATCH, learning_rate=3e-3, warmup_steps=0,
         logging_steps=10, save_strategy="no", report_to="none", use_cpu=True, seed=0,
         dataloader_num_workers=0, disable_tqdm=True)

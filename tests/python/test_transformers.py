@@ -1,10 +1,12 @@
-"""spillarena with Hugging Face transformers models built from tiny configs (random weights)."""
+"""spillarena with Hugging Face transformers models built from tiny configs (random weights):
+bitwise as transformers' own non-reentrant checkpointing, and as no checkpointing where that one
+is in the same run (conftest.assert_as_torch)."""
 
 import pytest
 import torch
 
 import spillarena
-from conftest import assert_drained
+from conftest import assert_as_torch, assert_drained
 
 transformers = pytest.importorskip("transformers")
 
@@ -40,6 +42,10 @@ def tiny_qwen2():
     return transformers.Qwen2ForCausalLM(with_attention(config, "sdpa"))
 
 
+# transformers' own checkpointing in the form spillarena's default has.
+NON_REENTRANT = {"activation_checkpointing_kwargs": {"use_reentrant": False}}
+
+
 def step(model, seed):
     """One training step's loss and every parameter gradient, under a fixed RNG seed."""
     model.zero_grad(set_to_none=True)
@@ -52,13 +58,21 @@ def step(model, seed):
     return loss.detach(), grads
 
 
+def built(build):
+    torch.manual_seed(0)
+    return build().train()
+
+
 @pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2, tiny_qwen2],
                          ids=["llama", "gpt2", "qwen2-sdpa"])
-def test_loss_and_every_gradient_are_bit_identical_to_no_checkpointing(build, spill_dir):
-    torch.manual_seed(0)
-    model = build().train()
-    ref_loss, ref_grads = step(model, seed=7)
+def test_loss_and_every_gradient_are_bit_identical_to_transformers_checkpointing(build,
+                                                                                  spill_dir):
+    plain = step(built(build), seed=7)
+    torchs = built(build)
+    torchs.activation_checkpointing_enable(**NON_REENTRANT)
+    torchs = step(torchs, seed=7)
 
+    model = built(build)
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
     spillarena.enable(model, arena)
     assert model.is_activation_checkpointing
@@ -66,11 +80,8 @@ def test_loss_and_every_gradient_are_bit_identical_to_no_checkpointing(build, sp
     loss, grads = step(model, seed=7)
     after = {**arena.stats(), **arena.stash_stats()}
 
-    assert torch.equal(loss, ref_loss)
-    assert grads.keys() == ref_grads.keys()
+    assert_as_torch((loss, grads), torchs, plain)
     assert len(grads) == len(list(model.parameters()))
-    for name in ref_grads:
-        assert torch.equal(grads[name], ref_grads[name]), name
     # Every decoder layer stored its input in the arena and restored it in backward.
     hidden_bytes = BATCH * SEQ * 64 * 4
     assert after["allocations"] - before["allocations"] == LAYERS
@@ -81,7 +92,7 @@ def test_loss_and_every_gradient_are_bit_identical_to_no_checkpointing(build, sp
 
     # Dropout really was on: another seed gives another loss.
     other_loss, _ = step(model, seed=8)
-    assert not torch.equal(other_loss, ref_loss)
+    assert not torch.equal(other_loss, loss)
     spillarena.disable(model)
     assert not model.is_activation_checkpointing
     assert_drained(arena)
@@ -102,23 +113,24 @@ def test_every_n_layers_spills_only_those_layers(spill_dir):
 def test_lora_style_frozen_base_still_gets_adapter_gradients(spill_dir):
     # PEFT/LoRA: the base (embeddings included) is frozen, only small adapters train. The layer
     # inputs then do not require grad; the adapters must still get the gradients they get
-    # without checkpointing.
-    torch.manual_seed(0)
-    model = tiny_llama().train()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    adapters = [layer.self_attn.q_proj for layer in model.model.layers]
-    for proj in adapters:
-        proj.weight.requires_grad_(True)
-    ref_loss, ref_grads = step(model, seed=3)
+    # under transformers' own checkpointing.
+    def frozen_but_adapters():
+        model = built(tiny_llama)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.requires_grad_(True)
+        return model
+
+    plain = step(frozen_but_adapters(), seed=3)
+    torchs = frozen_but_adapters()
+    torchs.activation_checkpointing_enable(**NON_REENTRANT)
+    torchs = step(torchs, seed=3)
 
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
-    spillarena.enable(model, arena)
-    loss, grads = step(model, seed=3)
-    assert torch.equal(loss, ref_loss)
-    assert grads.keys() == ref_grads.keys() and len(grads) == len(adapters)
-    for name in ref_grads:
-        assert torch.equal(grads[name], ref_grads[name]), name
+    loss, grads = step(spillarena.enable(frozen_but_adapters(), arena), seed=3)
+    assert_as_torch((loss, grads), torchs, plain)
+    assert len(grads) == LAYERS and all("q_proj" in name for name in grads)
     assert_drained(arena)
 
 
@@ -191,17 +203,14 @@ def test_trainer_with_checkpointing_on_refuses_an_enabled_model_before_the_first
 
 
 def test_enable_after_transformers_checkpointing_takes_the_layers_over(spill_dir):
-    torch.manual_seed(0)
-    model = tiny_llama().train()
-    model.activation_checkpointing_enable()
-    ref_loss, ref_grads = step(model, seed=5)
+    model = built(tiny_llama)
+    model.activation_checkpointing_enable(**NON_REENTRANT)  # the form ours has: the same floats
+    torchs = step(model, seed=5)
     arena = spillarena.SpillArena(16 << 20, spill_dir, keep_last=0)
     spillarena.enable(model, arena)  # the later call wins
-    loss, grads = step(model, seed=5)
+    ours = step(model, seed=5)
     assert arena.stats()["allocations"] == LAYERS
-    assert torch.equal(loss, ref_loss)
-    for name in ref_grads:
-        assert torch.equal(grads[name], ref_grads[name]), name
+    assert_as_torch(ours, torchs)
     assert_drained(arena)
 
 

@@ -1,5 +1,7 @@
 """Zero configuration: enable(model) and checkpoint(fn, x) with no arena, arenas that grow, inputs
-kept in memory when there is no room, and the options that pick the old behaviour."""
+kept in memory when there is no room, and the options that pick the old behaviour. Whatever the
+arena does, the gradients are torch's own checkpoint's, and no checkpointing's where torch's own
+are in the same run (conftest.assert_as_torch)."""
 
 import functools
 import gc
@@ -15,7 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import spillarena
-from conftest import assert_drained, fill
+from conftest import assert_as_torch, assert_drained, fill
 
 transformers = pytest.importorskip("transformers")
 
@@ -41,10 +43,9 @@ def gradients(model):
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def assert_bitwise(a, b):
-    assert a.keys() == b.keys()
-    differ = [n for n in a if not torch.equal(a[n], b[n])]
-    assert differ == [], differ
+# torch's own checkpoint, and transformers', in the form spillarena's default has.
+TORCHS = functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)
+NON_REENTRANT = {"use_reentrant": False}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,12 +98,17 @@ class ArenaStatsEachStep(transformers.TrainerCallback):
         self.per_step.append(dict(spillarena.arena_of(self.model).stats()))
 
 
-def trainer_run(tmp_path, spill):
+def trainer_run(tmp_path, checkpointing):
+    """checkpointing: None, "transformers" (its own, non-reentrant) or "spill"."""
     model = tiny_llama()
+    spill = checkpointing == "spill"
     if spill:
         spillarena.enable(model)  # no arena, no numbers
+    own = checkpointing == "transformers"
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / ("spill" if spill else "plain")), max_steps=len(LENGTHS) // BATCH,
+        output_dir=str(tmp_path / str(checkpointing)), max_steps=len(LENGTHS) // BATCH,
+        activation_checkpointing=own,
+        activation_checkpointing_kwargs=NON_REENTRANT if own else None,
         per_device_train_batch_size=BATCH, learning_rate=1e-3, warmup_steps=0, save_strategy="no",
         report_to="none", use_cpu=True, seed=0, dataloader_num_workers=0, disable_tqdm=True,
         logging_steps=100, remove_unused_columns=False)
@@ -116,15 +122,15 @@ def trainer_run(tmp_path, spill):
     return torch.stack(trainer.losses), weights, recorder, model
 
 
-def test_trainer_with_variable_lengths_needs_no_arena_and_matches_no_checkpointing(
+def test_trainer_with_variable_lengths_needs_no_arena_and_matches_transformers_checkpointing(
         tmp_path, spill_env):
-    plain_losses, plain_weights, _, _ = trainer_run(tmp_path, spill=False)
+    plain = trainer_run(tmp_path, None)[:2]
+    torchs = trainer_run(tmp_path, "transformers")[:2]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        losses, weights, recorder, model = trainer_run(tmp_path, spill=True)
+        losses, weights, recorder, model = trainer_run(tmp_path, "spill")
 
-    assert torch.equal(losses, plain_losses), (losses - plain_losses).abs().max()
-    assert_bitwise(weights, plain_weights)  # every step's gradients bit-identical
+    assert_as_torch((losses, weights), torchs, plain)  # every step's gradients bit-identical
     steps = recorder.per_step
     assert len(steps) == len(LENGTHS) // BATCH
     assert steps[0]["overflows"] == 0  # sized from the first input: the first step fits
@@ -165,15 +171,21 @@ def plain_step(blocks, x0, checkpoint=None):
     return grads
 
 
+def as_torch(blocks, x0):
+    """assert_as_torch for plain_step's gradients, torch's own and no checkpointing's once."""
+    torchs, plain = plain_step(blocks, x0, TORCHS), plain_step(blocks, x0)
+    return lambda ours: assert_as_torch(ours, torchs, plain)
+
+
 def test_an_arena_for_two_inputs_overflows_once_then_spills_all_eight(spill_dir):
     blocks, x0 = mlp_blocks(), torch.randn(16, 64)
-    reference = plain_step(blocks, x0)
+    assert_as_torchs = as_torch(blocks, x0)
     input_bytes = x0.numel() * 4
     arena = spillarena.SpillArena(2 * input_bytes, spill_dir, keep_last=0)
     spill = functools.partial(spillarena.checkpoint, arena=arena)
 
     with pytest.warns(spillarena.SpillArenaWarning, match="no room for an input"):
-        assert_bitwise(plain_step(blocks, x0, spill), reference)
+        assert_as_torchs(plain_step(blocks, x0, spill))
     first = arena.stats()
     assert first["overflows"] == 6 and first["overflow_bytes"] == 6 * input_bytes
     assert first["capacity_needed_bytes"] == 8 * input_bytes
@@ -181,7 +193,7 @@ def test_an_arena_for_two_inputs_overflows_once_then_spills_all_eight(spill_dir)
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", spillarena.SpillArenaWarning)  # once per arena
-        assert_bitwise(plain_step(blocks, x0, spill), reference)
+        assert_as_torchs(plain_step(blocks, x0, spill))
     second = arena.stats()
     assert second["overflows"] == 6  # nothing more
     assert second["grows"] == 1
@@ -203,25 +215,25 @@ def test_inputs_of_several_shapes_and_dtypes_share_one_automatic_arena(spill_env
     pixels = torch.randn(4, 96).bfloat16()
     tokens = torch.randn(64, 32)
 
-    def step(spill):
+    def step(run):
         for m in tower + decoder + [bridge]:
             m.zero_grad(set_to_none=True)
         torch.manual_seed(8)
-        run = functools.partial(spillarena.checkpoint, arena=automatic) if spill else None
         h = pixels.clone().requires_grad_(True)
         for block in tower:
-            h = run(block, h) if spill else block(h)
+            h = run(block, h) if run else block(h)
         t = tokens + bridge(h).float().mean(0)
         for block in decoder:
-            t = run(block, t) if spill else block(t)
+            t = run(block, t) if run else block(t)
         t.pow(2).mean().backward()
         return {f"{i}.{n}": p.grad.clone()
                 for i, m in enumerate(tower + decoder + [bridge]) for n, p in m.named_parameters()}
 
+    spill = functools.partial(spillarena.checkpoint, arena=automatic)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", spillarena.SpillArenaWarning)
-        for _ in range(3):
-            assert_bitwise(step(True), step(False))
+        for i in range(3):
+            assert_as_torch(step(spill), step(TORCHS), step(None), case=f"step {i}")
     stats = automatic.stats()
     assert stats["overflows"] > 0 and stats["grows"] == 1
     assert automatic.arena.stash_stats()["inputs_stored"] == 3 * 8
@@ -239,7 +251,7 @@ def test_when_full_error_raises_the_typed_error_and_leaves_the_arena_consistent(
     assert_drained(arena, wait_s=10)
     assert arena.stats()["overflows"] == 1
     assert arena.stats()["capacity_bytes"] == 2 * input_bytes
-    assert_bitwise(plain_step(blocks[:2], x0, spill), plain_step(blocks[:2], x0))
+    as_torch(blocks[:2], x0)(plain_step(blocks[:2], x0, spill))
     assert_drained(arena)
 
 
@@ -248,7 +260,7 @@ def test_checkpoint_without_an_arena_uses_the_default_arena(spill_env):
     blocks, x0 = mlp_blocks(3), torch.randn(8, 64)
     spill = functools.partial(spillarena.checkpoint, arena=automatic)
     assert automatic.arena is None and automatic.stats() == {}
-    assert_bitwise(plain_step(blocks, x0, spill), plain_step(blocks, x0))
+    as_torch(blocks, x0)(plain_step(blocks, x0, spill))
     # The documented guess for a checkpoint without enable(): 16 inputs, at least 64 MiB.
     assert automatic.arena.stats()["initial_capacity_bytes"] == spillarena.automatic.MIN_FIRST_BYTES
     assert automatic.directory == str(spill_env)
@@ -280,7 +292,7 @@ def test_enable_sizes_the_first_arena_from_the_first_input_and_the_layers(spill_
 def test_a_full_disk_at_the_first_input_keeps_inputs_in_memory_until_a_step_finds_room(
         small_disk):
     blocks, x0 = mlp_blocks(), torch.randn(16, 64)
-    reference = plain_step(blocks, x0)
+    assert_as_torchs = as_torch(blocks, x0)
     input_bytes = x0.numel() * 4
     automatic = spillarena.AutomaticArena(small_disk, layers=8, keep_last=0)  # as enable() would
     erring = spillarena.AutomaticArena(small_disk, layers=8, when_full="error")
@@ -290,7 +302,7 @@ def test_a_full_disk_at_the_first_input_keeps_inputs_in_memory_until_a_step_find
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for step in range(1, 4):
-            assert_bitwise(plain_step(blocks, x0, spill), reference)
+            assert_as_torchs(plain_step(blocks, x0, spill))
             assert automatic.arena is None  # no step found room
             assert automatic.stats()["overflows"] == 8 * step
         made_on_a_full_disk = spillarena.AutomaticArena(small_disk)  # no error either
@@ -312,7 +324,7 @@ def test_a_full_disk_at_the_first_input_keeps_inputs_in_memory_until_a_step_find
     os.sync()  # the freed blocks are the allocator's once the journal commits
     with warnings.catch_warnings():
         warnings.simplefilter("error", spillarena.SpillArenaWarning)
-        assert_bitwise(plain_step(blocks, x0, spill), reference)
+        assert_as_torchs(plain_step(blocks, x0, spill))
     arena = automatic.arena
     assert arena is not None and arena.directory == str(small_disk)
     assert arena.stats()["allocations"] == 8 and arena.stats()["overflows"] == 0
@@ -336,8 +348,8 @@ def wait_for_exit_code(pid, timeout_s=120):
 
 def test_a_forked_child_gets_its_own_default_arena_and_the_parents_keeps_working(spill_env):
     blocks, x0 = mlp_blocks(3), torch.randn(8, 64)
-    reference = plain_step(blocks, x0)
-    assert_bitwise(plain_step(blocks, x0, spillarena.checkpoint), reference)
+    assert_as_torchs = as_torch(blocks, x0)
+    assert_as_torchs(plain_step(blocks, x0, spillarena.checkpoint))
     parents = spillarena.default_arena()
     assert parents.arena is not None
     pid = os.fork()
@@ -345,7 +357,8 @@ def test_a_forked_child_gets_its_own_default_arena_and_the_parents_keeps_working
         code = 99
         try:
             torch.set_num_threads(1)
-            assert_bitwise(plain_step(blocks, x0, spillarena.checkpoint), reference)
+            # torch's own floats computed here too: one thread may sum in another order than two
+            as_torch(blocks, x0)(plain_step(blocks, x0, spillarena.checkpoint))
             childs = spillarena.default_arena()
             own_default = childs is not parents and childs.arena.stats()["allocations"] > 0
             code = 2
@@ -358,7 +371,7 @@ def test_a_forked_child_gets_its_own_default_arena_and_the_parents_keeps_working
     assert wait_for_exit_code(pid) == 0
     assert spillarena.default_arena() is parents
     before = parents.arena.stats()["allocations"]
-    assert_bitwise(plain_step(blocks, x0, spillarena.checkpoint), reference)
+    assert_as_torchs(plain_step(blocks, x0, spillarena.checkpoint))
     assert parents.arena.stats()["allocations"] > before
 
 
@@ -383,15 +396,14 @@ def test_gradient_accumulation_over_lengths_with_an_eval_in_between(spill_env):
     g = torch.Generator().manual_seed(4)
     batches = [torch.randint(0, 256, (2, n), generator=g) for n in (24, 96, 48, 160)]
     evaluation = torch.randint(0, 256, (4, 200), generator=g)
-    reference_steps = []
-    plain = tiny_llama()
-    for _ in range(2):
-        reference_steps.append(accumulate(plain, batches, evaluation))
-
+    plain, torchs = tiny_llama(), tiny_llama()
+    torchs.activation_checkpointing_enable(activation_checkpointing_kwargs=NON_REENTRANT)
     model = tiny_llama()
     spillarena.enable(model)
     for step in range(2):
-        assert_bitwise(accumulate(model, batches, evaluation), reference_steps[step])
+        assert_as_torch(accumulate(model, batches, evaluation),
+                        accumulate(torchs, batches, evaluation),
+                        accumulate(plain, batches, evaluation), case=f"step {step}")
     stats = spillarena.arena_of(model).stats()
     assert stats["overflows"] > 0  # the first micro-batch was the shortest
     assert stats["grows"] >= 1  # at an empty moment between micro-batches
@@ -409,10 +421,12 @@ def run_rank(rank, init_file, out_dir):
         g = torch.Generator().manual_seed(50 + rank)
         batches = [torch.randint(0, 256, (2, n), generator=g) for n in lengths]
 
-        def run(spill):
+        def run(checkpointing):
             model = tiny_llama(layers=2)
-            if spill:
+            if checkpointing == "spill":
                 spillarena.enable(model)
+            elif checkpointing == "transformers":
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=NON_REENTRANT)
             ddp = DistributedDataParallel(model)
             grads = []
             for ids in batches:
@@ -422,10 +436,10 @@ def run_rank(rank, init_file, out_dir):
                 grads.append(gradients(model))
             return grads, model
 
-        reference, _ = run(False)
-        spilled, model = run(True)
-        for a, b in zip(spilled, reference):
-            assert_bitwise(a, b)
+        plain, _ = run(None)
+        torchs, _ = run("transformers")
+        spilled, model = run("spill")
+        assert_as_torch(spilled, torchs, plain, case=f"rank {rank}")
         stats = spillarena.arena_of(model).stats()
         pathlib.Path(out_dir, f"rank{rank}").write_text(
             f"{stats['grows']} {stats['live_regions']} {spillarena.arena_of(model).directory}")
