@@ -13,8 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "accelerator_emulation.h"
-#include "io_test_support.h"
+#include "emulated_device.h"
 #include "spill/checkpoint.h"
 #include "spill/tensor_stash.h"
 #include "stash_test_support.h"
@@ -23,9 +22,11 @@
 #undef CHECK
 #define CHECK(...) DOCTEST_CHECK(__VA_ARGS__)
 
+using spill_test::Emulation;
 using spill_test::engine_options;
 using spill_test::HookScope;
 using spill_test::ScratchDir;
+using spill_test::slow_writes;
 using spill_test::stash_arena;
 using spill_test::stash_settings;
 
@@ -34,22 +35,6 @@ namespace {
 constexpr std::int64_t kElements = 1024;
 constexpr std::uint64_t kInputBytes = kElements * sizeof(float);
 constexpr int kLayers = 12;
-
-struct Emulation {
-  Emulation(std::uint32_t min_delay_us, std::uint32_t max_delay_us, std::uint64_t seed) {
-    spill::testing::set_accelerator_emulation({true, max_delay_us, seed, min_delay_us});
-  }
-  ~Emulation() { spill::testing::set_accelerator_emulation({}); }
-  Emulation(const Emulation&) = delete;
-  Emulation& operator=(const Emulation&) = delete;
-};
-
-std::function<int(spill::IoOp)> slow_writes(int ms) {
-  return [ms](spill::IoOp op) {
-    if (op == spill::IoOp::write) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    return 0;
-  };
-}
 
 // The most device bytes the stash held, seen at every layer call of a forward and its backward
 // (run at once after it: copies still in flight), and the stash's own peak.
@@ -82,7 +67,7 @@ TEST_CASE("device held: at most prefetch_depth + 1 inputs, whatever the copies' 
   ScratchDir dir;
   // Copies slower than the layers, in random order; writes slower still; a pool from roomy to
   // one input.
-  Emulation emulation(2000, 8000, 11);
+  Emulation emulation(8000, 2000, 11);
   HookScope slow(slow_writes(5));
   for (std::uint64_t pool_inputs : {0ull, 1ull, 4ull}) {  // 0: the automatic pool (64 MiB)
     for (std::uint32_t depth : {0u, 1u, 2u}) {

@@ -23,6 +23,7 @@
 #include "accelerator_emulation.h"
 #include "core/stash/host_pool.h"
 #include "core/stash/stash_entry.h"
+#include "emulated_device.h"
 #include "gpt_test_support.h"
 #include "io_test_support.h"
 #include "restore_order_check.h"
@@ -30,42 +31,24 @@
 #include "spill/units.h"
 #include "stash_test_support.h"
 #include "test_support.h"
+#include "torch_warnings.h"
 
 // LibTorch's logging header defines its own CHECK, which aborts the process at the first failure
 // instead of reporting it; the checks below are doctest's.
 #undef CHECK
 #define CHECK(...) DOCTEST_CHECK(__VA_ARGS__)
 
+using spill_test::Emulation;
 using spill_test::engine_options;
 using spill_test::HookScope;
 using spill_test::ScratchDir;
+using spill_test::slow_writes;
 using spill_test::stash_arena;
 using spill_test::stash_settings;
 using spill_test::subcase_name;
 using namespace spill_test::gpt;
 
 namespace {
-
-// Emulated accelerator copies for the scope's lifetime.
-struct Emulation {
-  explicit Emulation(std::uint32_t max_delay_us, std::uint32_t min_delay_us = 0) {
-    spill::testing::set_accelerator_emulation({true, max_delay_us, 7, min_delay_us});
-  }
-  explicit Emulation(const spill::testing::AcceleratorEmulation& faults) {
-    spill::testing::set_accelerator_emulation(faults);
-  }
-  ~Emulation() { spill::testing::set_accelerator_emulation({}); }
-  Emulation(const Emulation&) = delete;
-  Emulation& operator=(const Emulation&) = delete;
-};
-
-// Every queued write waits `ms` first (reads do not).
-std::function<int(spill::IoOp)> slow_writes(int ms) {
-  return [ms](spill::IoOp op) {
-    if (op == spill::IoOp::write) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    return 0;
-  };
-}
 
 template <class Condition>
 bool eventually(Condition condition, int timeout_ms = 5000) {
@@ -95,7 +78,7 @@ TEST_CASE("device path: gradients are bit-identical through the host pool in eve
             auto o = engine_options(dir.path(), io, spill::IoBackend::automatic, backing);
             spill::SpillArena arena = stash_arena(o, stash_settings(asynchronous, keep_last));
             auto stash = spill::make_arena_stash(arena);
-            check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+            g.check(gpt_step(g.blocks, stash, g.x0));
             const spill::StashStats s = stash->stats();
             // Asynchronous: the last inputs may still be in their copies when backward takes them
             // back (given back as they are, not spilled).
@@ -123,7 +106,7 @@ TEST_CASE("device path: an input larger than the pool goes through it in pieces"
         o.host_pool_bytes = 4096;  // a quarter of one input
         spill::SpillArena arena = stash_arena(o, stash_settings(asynchronous, 0));
         auto stash = spill::make_arena_stash(arena);
-        check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+        g.check(gpt_step(g.blocks, stash, g.x0));
         const spill::StashStats s = stash->stats();
         CHECK(s.host_pool_bytes == 4096);
         CHECK(s.pieces == 6);  // 3 spilled, 3 restored
@@ -145,7 +128,7 @@ TEST_CASE("device path: a full pool makes store() wait for the oldest write, nev
   spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
   auto stash = spill::make_arena_stash(arena);
   for (int step = 0; step < 2; ++step) {
-    check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+    g.check(gpt_step(g.blocks, stash, g.x0));
   }
   const spill::StashStats s = stash->stats();
   CHECK(s.pool_waits > 0);
@@ -167,7 +150,7 @@ TEST_CASE("device path: keep_on_device leaves inputs on the device when the pool
   o.when_pool_full = spill::PoolFull::keep_on_device;
   spill::SpillArena arena = stash_arena(o, stash_settings(true, 0));
   auto stash = spill::make_arena_stash(arena);
-  check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+  g.check(gpt_step(g.blocks, stash, g.x0));
   const spill::StashStats s = stash->stats();
   CHECK(s.inputs_kept_on_device > 0);
   CHECK(s.bytes_kept_on_device == s.inputs_kept_on_device * kInputBytes);
@@ -402,7 +385,7 @@ TEST_CASE("device path: out of device memory while restoring is LibTorch's OOM e
       }
       check_drained(arena);
       Emulation emulation(50);
-      check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+      g.check(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
       check_drained(arena);
     }
   }
@@ -430,32 +413,12 @@ TEST_CASE("host pool: memory refused when the pool is made is a typed error, the
       CHECK(spill::stash_stats(arena).host_pool_bytes == 0);  // not made: tried again next time
       CHECK(spill_test::list_dir(dir.path()).empty());
       Emulation emulation(50);
-      check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+      g.check(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
       CHECK(spill::stash_stats(arena).host_pool_bytes == spill::MiB);
       check_drained(arena);
     }
   }
 }
-
-namespace {
-
-// The LibTorch warnings (TORCH_WARN) raised on this thread while it lives.
-class CapturedWarnings final : public c10::WarningHandler {
- public:
-  CapturedWarnings() : previous_(c10::WarningUtils::get_warning_handler()) {
-    c10::WarningUtils::set_warning_handler(this);
-  }
-  ~CapturedWarnings() override { c10::WarningUtils::set_warning_handler(previous_); }
-  CapturedWarnings(const CapturedWarnings&) = delete;
-  CapturedWarnings& operator=(const CapturedWarnings&) = delete;
-  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
-  std::vector<std::string> messages;
-
- private:
-  c10::WarningHandler* previous_;
-};
-
-}  // namespace
 
 // A container's or WSL's memlock cap refuses pinned memory while pageable memory is still had.
 TEST_CASE("host pool: pinning refused makes the same pool pageable, with one warning") {
@@ -488,7 +451,7 @@ TEST_CASE("host pool: pinning refused makes the same pool pageable, with one war
   o.host_pool_bytes = 3 * kInputBytes;  // pinned: 2 inputs (a power of two); pageable: all 3
   for (bool refused : {false, true}) {
     SUBCASE(refused ? "pinning refused" : "pinned") {
-      CapturedWarnings warnings;
+      spill_test::SpillarenaWarnings warnings;
       spill::testing::AcceleratorEmulation e = with_faults(0, false);
       e.pinning_refused = refused;
       Emulation emulation(e);
@@ -499,7 +462,7 @@ TEST_CASE("host pool: pinning refused makes the same pool pageable, with one war
         for (int step = 0; step < steps; ++step) {
           gate->waits_before.store(stash->stats().pool_waits);
           gate->hold_first.store(true);
-          check_identical(g.reference, gpt_step(g.blocks, stash, g.x0));
+          g.check(gpt_step(g.blocks, stash, g.x0));
         }
         gate->stash.store(nullptr);
         const spill::StashStats s = stash->stats();
@@ -546,7 +509,7 @@ TEST_CASE("device path: a write that fails in flight is spill::IoError, then exa
         CHECK(e.op() == spill::IoOp::write);
       }
       check_drained(arena);
-      check_identical(g.reference, gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
+      g.check(gpt_step(g.blocks, spill::make_arena_stash(arena), g.x0));
       check_drained(arena);
     }
   }
@@ -718,7 +681,7 @@ DepthRun step_at_depth(int layers, const std::string& dir) {
   loss.backward();
   Grads grads{x.grad().clone(), {}, loss.detach()};
   for (auto& p : g.blocks->parameters()) grads.params.push_back(p.grad().clone());
-  check_identical(g.reference, grads);
+  g.check(grads);
   run.stash = stash->stats();
   run.staging_bytes = arena.stats().staging_bytes;
   run.spilled_bytes = arena.stats().bytes_written;

@@ -15,9 +15,9 @@
 #include <mutex>
 #include <thread>
 
-#include "accelerator_emulation.h"
 #include "core/stash/arena_shared.h"
 #include "core/stash/host_pool.h"
+#include "emulated_device.h"
 #include "io_test_support.h"
 #include "spill/checkpoint.h"
 #include "spill/tensor_stash.h"
@@ -28,6 +28,7 @@
 #undef CHECK
 #define CHECK(...) DOCTEST_CHECK(__VA_ARGS__)
 
+using spill_test::Emulation;
 using spill_test::HookScope;
 using spill_test::options_in;
 using spill_test::ScratchDir;
@@ -39,13 +40,6 @@ namespace {
 constexpr std::int64_t kElements = 2 << 20;  // 8 MiB of floats: the first pool (64 MiB) holds 8
 constexpr std::uint64_t kInputBytes = kElements * sizeof(float);
 constexpr int kLayers = 16;  // 15 spilled per step (keep_last 1): 120 MiB
-
-struct Emulation {
-  Emulation() { spill::testing::set_accelerator_emulation({true, 0, 5, 0}); }
-  ~Emulation() { spill::testing::set_accelerator_emulation({}); }
-  Emulation(const Emulation&) = delete;
-  Emulation& operator=(const Emulation&) = delete;
-};
 
 // Writes one at a time, each 20 ms first: a disk far slower than the forward, whatever the
 // number of the I/O queue's threads.
@@ -158,7 +152,7 @@ TEST_CASE("host pool growth: a step that waited for room makes the next step's p
     return;
   }
   ScratchDir dir;
-  Emulation emulation;
+  Emulation emulation(0);
   HookScope slow(slow_writes());
   spill::SpillArena arena = stash_arena(options(dir), stash_settings(true, 1));
   auto stash = spill::make_arena_stash(arena);
@@ -183,7 +177,7 @@ TEST_CASE("host pool growth: a step that waited for room makes the next step's p
 TEST_CASE("host pool growth: never beyond the ceiling, never a pool the user sized") {
   spill_test::Deadline deadline("the pool at its ceiling", 240);
   ScratchDir dir;
-  Emulation emulation;
+  Emulation emulation(0);
   HookScope slow(slow_writes());
   constexpr std::int64_t kSmall = 256 << 10;  // 1 MiB inputs: 15 MiB spilled per step
   // The automatic pool is min(64 MiB, the ceiling): where the ceiling is below 15 MiB (8 MiB of
