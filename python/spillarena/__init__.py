@@ -60,6 +60,8 @@ from . import malloc  # noqa: E402  (the freed-memory policy of spilling arenas;
 from .automatic import AutomaticArena, default_arena  # noqa: E402
 from .checkpoint import checkpoint  # noqa: E402
 from .hf import arena_of, disable, enable  # noqa: E402
+from .offload import offload  # noqa: E402
+from .policy import ATTENTION_OPS, selective_checkpoint_contexts  # noqa: E402
 from .sequential import checkpoint_sequential  # noqa: E402
 from .sizing import bytes_for_layer_input, bytes_for_layer_inputs  # noqa: E402
 from .stash import (  # noqa: E402
@@ -77,6 +79,7 @@ __all__ = [
     "MAX_STAGING_BYTES",
     "STASH_OPTIONS",
     "STASH_STATS",
+    "ATTENTION_OPS",
     "AutomaticArena",
     "SpillArena",
     "StashedTensor",
@@ -95,5 +98,7 @@ __all__ = [
     "make_per_file_stash",
     "malloc",
     "memory_limits",
+    "offload",
+    "selective_checkpoint_contexts",
     *errors.__all__,
 ]

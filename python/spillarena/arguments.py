@@ -8,6 +8,10 @@ through python/src/binding.h, Note [One numeric conversion for every option])::
 
 import operator
 
+from .errors import InvalidArgumentError
+
+_MAX_MIN_BYTES = 1 << 62
+
 
 def integer(value):
     """``value`` as an int where operator.index takes it (an int, a numpy integer, an integer
@@ -21,3 +25,13 @@ def integer(value):
         return operator.index(value)
     except (TypeError, ValueError, OverflowError):
         return None
+
+
+def min_bytes(value, who):
+    """``value`` as a byte threshold, 0 to 2**62; InvalidArgumentError naming ``who`` else."""
+    count = integer(value)
+    if count is None or not 0 <= count <= _MAX_MIN_BYTES:
+        raise InvalidArgumentError(
+            f"{who}: min_bytes must be an integer from 0 to 2**62, got {value!r}; tensors "
+            "smaller than it stay in memory")
+    return count

@@ -114,7 +114,7 @@ def _pick_spilled(args, prefix, keywords, tensors):
     positional = range(first_positional, first_positional + len(_job.Job.tensors_in(args)))
     others = [i for i in range(len(tensors)) if i not in positional]
     candidates = [i for i in (*positional, *others)
-                  if not _is_weight(tensors[i]) and _arena_holds(tensors[i])]
+                  if not is_weight(tensors[i]) and arena_holds(tensors[i])]
     for i in candidates:
         if tensors[i].is_floating_point():
             return i
@@ -122,34 +122,35 @@ def _pick_spilled(args, prefix, keywords, tensors):
 
 
 def _is_plain_activation(value):
-    # a plain dense tensor (a subclass or another layout takes the long way: _arena_holds)
+    # a plain dense tensor (a subclass or another layout takes the long way: arena_holds)
     return (type(value) is torch.Tensor and value.layout == torch.strided
             and not value.is_nested and not value.is_meta and value.is_floating_point()
-            and not _is_weight(value))
+            and not is_weight(value))
 
 
-# The kinds of input SpillArenaWarning named already (once per kind and process).
+# (caller, kind) of the inputs SpillArenaWarning named already (once each per process).
 _KEPT_IN_MEMORY_NOTICED = set()
 
 
-def _arena_holds(tensor):
-    """Whether the arena can hold ``tensor``; a notice, once per kind, when it cannot."""
+def arena_holds(tensor, who="spillarena.checkpoint", what="tensor argument"):
+    """Whether the arena can hold ``tensor``; a notice, once per kind and caller, when it
+    cannot (Note [Which argument spills])."""
     kind = _stash.storable_kind(tensor)
     if kind is None:
         return True
-    if kind not in _KEPT_IN_MEMORY_NOTICED:
-        _KEPT_IN_MEMORY_NOTICED.add(kind)
+    if (who, kind) not in _KEPT_IN_MEMORY_NOTICED:
+        _KEPT_IN_MEMORY_NOTICED.add((who, kind))
         warnings.warn(
-            f"spillarena.checkpoint: a {kind} tensor argument stays in memory, as "
-            "torch.utils.checkpoint keeps it: the arena holds dense tensors with data of their "
-            "own. Pass its to_dense() to spill it (said once per kind of tensor)",
+            f"{who}: a {kind} {what} stays in memory, as torch keeps it: the arena holds dense "
+            "tensors with data of their own. Pass its to_dense() to spill it (said once per "
+            "kind of tensor)",
             SpillArenaWarning,
             stacklevel=5,
         )
     return False
 
 
-def _is_weight(tensor):
+def is_weight(tensor):
     """A parameter, or a view of one (W.t(), W[0])."""
     return isinstance(tensor, torch.nn.Parameter) or isinstance(tensor._base, torch.nn.Parameter)
 

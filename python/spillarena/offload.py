@@ -44,18 +44,6 @@ from .errors import CheckpointError, InvalidArgumentError
 # has no saved-tensor hooks without Python (they are Python objects), so this is Python's alone;
 # the bytes still move in the C++ core, through the stash's chain.
 
-_MAX_MIN_BYTES = 1 << 62
-
-
-def _checked_min_bytes(min_bytes):
-    count = _arguments.integer(min_bytes)
-    if count is None or not 0 <= count <= _MAX_MIN_BYTES:
-        raise InvalidArgumentError(
-            f"spillarena.offload: min_bytes must be an integer from 0 to 2**62, got {min_bytes!r}; "
-            "tensors smaller than it stay in memory (default 1 MiB)")
-    return count
-
-
 _OFFLOAD_ACTIVE = threading.local()  # .context: the offload entered on this thread, if any
 
 
@@ -119,7 +107,7 @@ class offload:  # lower case, as torch's save_on_cpu: used as a context manager
                 "spillarena.offload: arena= must be a SpillArena, an AutomaticArena or None, got "
                 f"a {type(arena).__name__}")
         check_arena(arena)
-        self.min_bytes = _checked_min_bytes(min_bytes)
+        self.min_bytes = _arguments.min_bytes(min_bytes, "spillarena.offload")
         self._arena = arena
         self._stash = None  # a chain of its own in _stash_arena, made at the first spill
         self._stash_arena = None
