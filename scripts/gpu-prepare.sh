@@ -9,9 +9,12 @@
 #      CMake files are all a build needs, and it is never imported here;
 #   3. spillarena's one wheel (every torch >= 2.11, every CPython >= 3.10): .deps/wheels;
 #   4. the CUDA C++ tests and spillarena_bench, built against that LibTorch with this machine's
-#      CUDA toolkit (nvcc), stripped: .deps/gpu-bin.
-# Then: run(command="bash scripts/gpu-check.sh", carry=[".deps"]). Defaults are the lent H200's
-# (torch 2.11.0+cu130, Python 3.12); GPU_TORCH and GPU_PYTHON name others.
+#      CUDA toolkit (nvcc), stripped: .deps/gpu-bin;
+#   5. the commit all this was built from (git describe --dirty: "-dirty" when the work tree
+#      had changes), which every figure of gpu-check.sh carries: .deps/COMMIT.
+# Then the two calls of scripts/gpu-check.sh's header, each with carry=[".deps"]. Defaults are
+# the lent machines' (torch 2.11.0+cu130, Python 3.12); GPU_TORCH and GPU_PYTHON name others.
+# What travels (the work tree and .deps) must stay under 64 MiB: checked at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPU_TORCH=${GPU_TORCH:-2.11.0}
@@ -20,8 +23,8 @@ log() { echo "gpu-prepare: $*" >&2; }
 tests=(accelerator_test device_path_test overlapped_checkpoint_test checkpoint_test
   integrity_test io_engine_test arena_test)
 
-log "1/4 Debian packages and transformers' wheels"
-scripts/gpu-fetch-debs.sh >/dev/null
+log "1/4 Debian packages and transformers' wheels (for CPython $GPU_PYTHON)"
+GPU_PYTHON=$GPU_PYTHON scripts/gpu-fetch-debs.sh >/dev/null
 
 # A pyenv shim named python3.12 exists where that version is installed but not selected, and fails
 # when run: take the first candidate that runs.
@@ -76,5 +79,17 @@ for t in "${tests[@]}"; do cp "build-gpu-torch/cpp/tests/$t" .deps/gpu-bin/; don
 cp build-gpu-torch/cpp/bench/spillarena_bench .deps/gpu-bin/
 strip .deps/gpu-bin/*
 echo "$GPU_TORCH" >.deps/gpu-bin/TORCH_VERSION
+git describe --always --dirty --abbrev=12 >.deps/COMMIT
 du -sh .deps/debs .deps/wheels .deps/gpu-bin .deps >&2
-log "ready: run(command=\"bash scripts/gpu-check.sh\", carry=[\".deps\"])"
+# The device call carries the work tree (tracked and untracked files git does not ignore) and
+# the paths named in carry: 64 MiB in all.
+tree_bytes=$({ git ls-files -z --cached --others --exclude-standard |
+  du -cb --files0-from=- 2>/dev/null || true; } | tail -n 1 | cut -f1)
+deps_bytes=$(du -sb .deps | cut -f1)
+if ((tree_bytes + deps_bytes > 64 << 20)); then
+  log "the work tree ($((tree_bytes >> 20)) MiB) and .deps ($((deps_bytes >> 20)) MiB) exceed" \
+    "the 64 MiB a device call carries: leave out what the calls do not need"
+  exit 1
+fi
+log "ready ($(cat .deps/COMMIT)), $(((tree_bytes + deps_bytes) >> 20)) MiB to carry:" \
+  "run(command=\"bash scripts/gpu-check.sh 1\", carry=[\".deps\"], timeout_s=540), then 2"

@@ -1,8 +1,9 @@
 """argparse types the benchmark scripts share: a bad number is refused with the value and its
 bounds, before anything runs.
 
-    from bench_args import count, seconds
+    from bench_args import amount, count, seconds
     parser.add_argument("--rounds", type=count(1, 1000), default=7)
+    parser.add_argument("--memory-gb", type=amount(1, 1024, " GB"), default=24)
     parser.add_argument("--min-block-s", type=seconds(0, 60), default=0.5)
 """
 
@@ -18,6 +19,11 @@ def count(low, high):
 def seconds(low, high):
     """A finite number of seconds in [low, high] (nan and inf refused)."""
     return _bounded(float, "a number of seconds", low, high, " seconds")
+
+
+def amount(low, high, unit):
+    """A finite number in [low, high] of `unit` (" GB", " MB"; nan and inf refused)."""
+    return _bounded(float, "a number", low, high, unit)
 
 
 def _bounded(convert, noun, low, high, unit):

@@ -4,11 +4,13 @@
     python bench/python/gpu_head_to_head.py --device cuda --hidden 4096 --heads 32 --kv-heads 8 \
         --intermediate 14336 --layers 8 --seq 8192 --dtype bfloat16 --out head_to_head_gpu.json
 
-The GPU rows of issue 16 (scripts/gpu-check.sh runs it at seq 8k and 32k); the CPU head-to-head
-against axolotl's Disco under memory cgroups is bench/python/head_to_head.py. Both stay separate:
-the CPU one's modes, cgroups and searches mean nothing on a GPU, and this one's device peak and
-save_on_cpu mode nothing on a CPU. tests/python/test_gpu_scripts.py runs this script on the CPU
-at a tiny size and parses the exact argument lines gpu-check.sh passes, so it cannot rot unseen.
+The GPU rows of issue 16, at one length per run (its one GPU run, 2026-12-04, at 8 layers and 8k
+tokens, measured the weights more than the activations; issue 50's GPU calls in
+scripts/gpu-check.sh run bench/python/longest_sequence.py instead, so this runs by hand); the CPU
+head-to-head against axolotl's Disco under memory cgroups is bench/python/head_to_head.py. Both
+stay separate: the CPU one's modes, cgroups and searches mean nothing on a GPU, and this one's
+device peak and save_on_cpu mode nothing on a CPU. tests/python/test_gpu_scripts.py runs this
+script on the CPU at a tiny size, so it cannot rot unseen.
 
 Modes, each in a fresh process (host peak RSS is per process): none (no checkpointing),
 hf_checkpointing (transformers' gradient checkpointing), hf_offload (the same inside

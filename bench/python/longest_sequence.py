@@ -1,8 +1,9 @@
-"""The largest sequence length that trains in a fixed device memory, per activation strategy.
+"""The longest sequence that trains in a fixed device memory, per activation strategy, with the
+step time and host RSS at that length: the second of issue 50's GPU calls (gpu-check.sh 2).
 
     python bench/python/longest_sequence.py --device cuda --out longest_sequence.json
     python bench/python/longest_sequence.py --device cuda --device-memory-gb 24 --layers 16 \
-        --modes recompute,spillarena_direct --out longest_sequence.json
+        --modes hf_checkpointing,spillarena_direct --out longest_sequence.json
     python bench/python/longest_sequence.py --device cpu --smoke --out /tmp/longest_smoke.json
 
 The GPU emulates a smaller card: torch.cuda.set_per_process_memory_fraction(24e9 / total memory)
@@ -13,24 +14,37 @@ intermediate 14336, 32 heads, 8 KV heads), --layers 16, bf16, batch 1 and a smal
 (1024) so that the logits do not dominate. Weights and their gradients stay on the device (no
 optimizer state), so what is left of the budget is what activations may use.
 
-Modes: none (no checkpointing), recompute (transformers' gradient checkpointing: every layer's
-input stays on the device), spillarena_direct (spillarena.enable with an O_DIRECT arena: layer
-inputs go to disk), spillarena_gds (io="gds"; where libcufile does not load, the mode is skipped
-before any trial, with spillarena.GdsUnavailableError's message: the library searched and how to
-install it; where cuFile loads but the arena still cannot be made, the first trial skips it).
-Skipped is not a failure.
+Modes:
+  none               no checkpointing
+  hf_checkpointing   transformers' activation checkpointing (every layer's input on the device)
+  hf_offload         the same with transformers' offload=True (transformers >= 5:
+                     activation_checkpointing_enable(offload=True) wraps
+                     torch.autograd.graph.save_on_cpu(pin_memory=True) around each layer's
+                     checkpoint, so the inputs it keeps go to pinned host memory)
+  spillarena_direct  spillarena.enable with an O_DIRECT arena (inputs on disk)
+  spillarena_gds     io="gds"; where libcufile does not load, skipped before any trial with
+                     spillarena.GdsUnavailableError's message (skipped is not a failure)
+Each trial records which checkpoint function transformers installed (checkpoint_function), so a
+transformers without offload cannot pass for one that has it.
 
 A trial is one fresh process that builds the model and runs --steps (2) training steps (forward,
 loss, backward; gradients kept) at one sequence length: ok, oom (torch.OutOfMemoryError), error
-(a spillarena error, with its message), or crash/timeout. Per mode the search doubles the
-sequence from --start-seq until a trial fails, then bisects between the last ok and the first
-failure down to --granularity tokens, capped at --max-seq (a mode that reaches the cap is marked
-capped: its length is a lower bound). No trial starts after --deadline-s; the JSON is rewritten
-after every trial, so a run cut short still leaves what it found.
+(a spillarena error, with its message), or crash/timeout. It reports each step's time (the last
+is the step time: the first warms kernels and pinned memory), the allocator's peak, and host RSS:
+the process's peak (VmHWM) and its growth during the steps. Per mode the search (search_length)
+tries --start-seq and twice it, fits the device peak as a line in the sequence length through
+the two longest lengths that trained, and tries the length the line says fills the budget,
+refining from each result (a bisection step after two failures in a row) until the longest ok
+and the shortest failure are --granularity apart; capped at --max-seq (a mode that reaches it is
+marked capped: its length is a lower bound). Then, for each pair of compare_pairs, both modes at
+the same length (the shorter of their longest) if one has not trained there: the step time per
+token and the host RSS of spillarena against transformers' at equal work. No trial starts after
+--deadline-s; the JSON is rewritten after every trial, so a run cut short still leaves what it
+found. The report carries its date and the commit measured.
 
-The goal: a spilling mode trains a sequence at least GOAL (1.5) times as long as recompute does
-in the same device memory (ratio_vs_recompute >= 1.5), which is the point of moving the saved
-layer inputs off the device.
+Goals (issue 50): a spilling mode trains a sequence at least GOAL (1.5) times as long as
+hf_checkpointing in the same device memory, at no more than 1.15x its step time per token, with
+host RSS below hf_offload's at the same length.
 
 --device cpu --smoke runs the same code on the CPU with a tiny model (hidden 64, 2 layers,
 sequences up to 512) and a fake budget: a trial counts as oom when its peak RSS growth during the
@@ -39,25 +53,34 @@ memory behaviour.
 """
 
 import argparse
+import datetime
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_args
+
 import boundary_search
 import h2h_support  # write_report
 
-MODES = ("none", "recompute", "spillarena_direct", "spillarena_gds")
+MODES = ("none", "hf_checkpointing", "hf_offload", "spillarena_direct", "spillarena_gds")
+DEFAULT_MODES = ("none", "hf_checkpointing", "hf_offload", "spillarena_direct")
 SPILLING = ("spillarena_direct", "spillarena_gds")
-GOAL = 1.5
+BASELINE = "hf_checkpointing"
+GOAL = 1.5                # longest sequence vs hf_checkpointing's
+STEP_GOAL = 1.15          # step time per token vs hf_checkpointing's, at the same length
+COMPARE_PAIRS = (("spillarena_direct", "hf_checkpointing"), ("spillarena_direct", "hf_offload"))
+FILL = 0.97               # the search's first guess aims at this fraction of the budget
 
 # Model and search defaults: the real run, and the CPU smoke run (--smoke). Explicit flags win.
 FULL = dict(layers=16, hidden=4096, heads=32, kv_heads=8, intermediate=14336,
             start_seq=2048, granularity=1024, max_seq=262144)
 SMOKE = dict(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=224,
-             start_seq=256, granularity=128, max_seq=512)
+             start_seq=128, granularity=64, max_seq=512)
 CHILD_SETTINGS = ("device", "dtype", "layers", "hidden", "heads", "kv_heads", "intermediate",
                   "vocab", "batch", "steps", "device_memory_gb", "cpu_budget_mb")
 
@@ -67,23 +90,27 @@ def parse_args(argv):
     p.add_argument("--device", default="cuda")
     p.add_argument("--smoke", action="store_true",
                    help="tiny model and sequences (with --device cpu: fake budget)")
-    p.add_argument("--device-memory-gb", type=float, default=24.0,
+    p.add_argument("--device-memory-gb", type=bench_args.amount(0.5, 4096, " GB"), default=24.0,
                    help="device memory to emulate (1e9 bytes)")
-    p.add_argument("--cpu-budget-mb", type=float, default=22.0,
+    p.add_argument("--cpu-budget-mb", type=bench_args.amount(1, 1 << 20, " MB"), default=64.0,
                    help="CPU smoke: peak RSS growth counted as oom")
     p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     for name in FULL:
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
-                       help=f"default {FULL[name]} ({SMOKE[name]} with --smoke)")
-    p.add_argument("--vocab", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--modes", default=",".join(MODES))
+        p.add_argument("--" + name.replace("_", "-"), type=bench_args.count(1, 1 << 22),
+                       default=None, help=f"default {FULL[name]} ({SMOKE[name]} with --smoke)")
+    p.add_argument("--vocab", type=bench_args.count(1, 1 << 22), default=1024)
+    p.add_argument("--batch", type=bench_args.count(1, 4096), default=1)
+    p.add_argument("--steps", type=bench_args.count(1, 100), default=2)
+    p.add_argument("--modes", type=mode_list, default=list(DEFAULT_MODES))
     p.add_argument("--spill-dir", default=None,
                    help="default: spillarena.default_spill_directory()")
-    p.add_argument("--trial-timeout-s", type=float, default=600.0)
-    p.add_argument("--deadline-s", type=float, default=1140.0,
+    p.add_argument("--trial-timeout-s", type=bench_args.seconds(1, 86400), default=600.0)
+    p.add_argument("--deadline-s", type=bench_args.seconds(1, 86400), default=1140.0,
                    help="start no trial after this many seconds")
+    p.add_argument("--no-compare", action="store_true",
+                   help="skip the trials at a common length (compare_pairs)")
+    p.add_argument("--commit", default=os.environ.get("SPILLARENA_COMMIT"),
+                   help="the commit measured (default $SPILLARENA_COMMIT, else git's)")
     p.add_argument("--out", default=None)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--seq", type=int, default=None, help=argparse.SUPPRESS)
@@ -91,24 +118,25 @@ def parse_args(argv):
     for name, value in (SMOKE if args.smoke else FULL).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    check_args(p, args)
-    return args
-
-
-def check_args(p, args):
-    for name in ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "batch", "steps",
-                 "start_seq", "granularity", "max_seq"):
-        if not 1 <= getattr(args, name) <= 1 << 22:
-            p.error(f"--{name.replace('_', '-')} must be between 1 and {1 << 22}")
     if args.hidden % args.heads or args.heads % args.kv_heads:
         p.error("--hidden must be a multiple of --heads, and --heads of --kv-heads")
     if args.start_seq > args.max_seq:
         p.error("--start-seq must not exceed --max-seq")
-    if args.device_memory_gb <= 0 or args.cpu_budget_mb <= 0:
-        p.error("--device-memory-gb and --cpu-budget-mb must be positive")
-    unknown = set(args.modes.split(",")) - set(MODES)
+    if args.child and args.child not in MODES:
+        p.error(f"unknown mode {args.child}")
+    return args
+
+
+def mode_list(text):
+    """argparse type: comma-separated modes of MODES, each once."""
+    modes = [m.strip() for m in text.split(",")]
+    unknown = sorted(set(modes) - set(MODES))
     if unknown:
-        p.error(f"unknown mode(s) {sorted(unknown)}; choose from {','.join(MODES)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown mode(s) {unknown}; choose from {','.join(MODES)}")
+    if len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(f"{text!r} names a mode twice")
+    return modes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,6 +194,44 @@ def build_model(args, seq, torch):
     return model
 
 
+def enable_hf_checkpointing(model, offload, device):
+    """transformers' own checkpointing, non-reentrant, with offload=True or not; returns the
+    qualified name of the checkpoint function it installed on the first layer."""
+    kwargs = {"use_reentrant": False}
+    if offload and device == "cpu":
+        unpinned_save_on_cpu()
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs,
+                                              offload=offload)
+    elif offload:
+        raise RuntimeError("this transformers has no activation_checkpointing_enable(offload=True)"
+                           " (transformers >= 5 has)")
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    layer = next(m for m in model.modules() if hasattr(m, "_gradient_checkpointing_func"))
+    function = layer._gradient_checkpointing_func
+    function = getattr(function, "func", function)  # a functools.partial
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"
+
+
+def unpinned_save_on_cpu():
+    """CPU smoke only: transformers' offload asks save_on_cpu for pinned memory, which a torch
+    without an accelerator cannot give (RuntimeError); this one does not pin, so the smoke runs
+    transformers' own offload path otherwise unchanged."""
+    import functools
+
+    import torch
+    from transformers import modeling_utils
+
+    if hasattr(modeling_utils, "save_on_cpu"):
+        modeling_utils.save_on_cpu = functools.partial(_save_on_cpu_unpinned,
+                                                       torch.autograd.graph.save_on_cpu)
+
+
+def _save_on_cpu_unpinned(save_on_cpu, pin_memory=False, **kwargs):
+    return save_on_cpu(pin_memory=False, **kwargs)
+
+
 def make_arena(args, mode, seq, torch, spillarena):
     """The arena for one step's layer inputs, plus one input of slack."""
     shape = (args.batch, seq, args.hidden)
@@ -176,10 +242,11 @@ def make_arena(args, mode, seq, torch, spillarena):
     return spillarena.SpillArena(capacity, args.spill_dir, io=io, keep_last=0)
 
 
-def prepare(args, mode, seq, model, torch, spillarena):
+def prepare(args, mode, seq, model, torch, spillarena, result):
     """Turns on the mode's checkpointing; returns the arena (None without one)."""
-    if mode == "recompute":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if mode in ("hf_checkpointing", "hf_offload"):
+        result["checkpoint_function"] = enable_hf_checkpointing(model, mode == "hf_offload",
+                                                                torch.device(args.device).type)
     if mode not in SPILLING:
         return None
     arena = make_arena(args, mode, seq, torch, spillarena)
@@ -217,6 +284,11 @@ def first_line(error, limit=400):
     return text.splitlines()[0][:limit] if text else type(error).__name__
 
 
+STASH_FIELDS = ("inputs_stored", "inputs_spilled", "host_pool_bytes", "host_pool_grows",
+                "host_pool_pinned", "pool_waits", "pool_wait_ns", "peak_device_bytes_held",
+                "copy_waits", "inputs_back_before_copied", "restore_waits", "restore_wait_ns")
+
+
 def run_trial(args):
     import torch
 
@@ -232,7 +304,7 @@ def run_trial(args):
         model = build_model(args, seq, torch)
         result["weights_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
         try:
-            arena = prepare(args, mode, seq, model, torch, spillarena)
+            arena = prepare(args, mode, seq, model, torch, spillarena, result)
         except spillarena.Error as e:
             if mode != "spillarena_gds" or isinstance(e, spillarena.InsufficientSpaceError):
                 raise
@@ -249,19 +321,22 @@ def run_trial(args):
         result.update(status=status, message=first_line(e))
     record_peaks(args, result, baseline, torch)
     if arena is not None:
-        result["io"] = {
-            k: arena.stats()[k] for k in ("io_mode", "io_backend", "io_note", "bytes_written")
-        }
+        stats, stash = arena.stats(), arena.stash_stats()
+        result["io"] = {k: stats[k] for k in ("io_mode", "io_backend", "io_note", "bytes_written")}
+        result["stash"] = {k: stash[k] for k in STASH_FIELDS if k in stash}
     return result, env
 
 
 def record_peaks(args, result, baseline, torch):
-    """Device peak on CUDA; on the CPU the RSS growth, judged against the fake budget."""
+    """Host RSS always; the device peak on CUDA; on the CPU the RSS growth is the peak, judged
+    against the fake budget."""
+    growth = proc_status_kib("VmHWM") * 1024 - baseline
+    result["host_peak_rss_bytes"] = proc_status_kib("VmHWM") * 1024
+    result["host_rss_growth_bytes"] = growth
     if args.device.startswith("cuda"):
         result["peak_bytes"] = torch.cuda.max_memory_allocated()
         result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
         return
-    growth = proc_status_kib("VmHWM") * 1024 - baseline
     result["peak_bytes"] = growth
     budget = args.cpu_budget_mb * 2**20
     if result["status"] == "ok" and growth > budget:
@@ -272,6 +347,74 @@ def record_peaks(args, result, baseline, torch):
 
 # ---------------------------------------------------------------------------------------------
 # The search (parent process).
+
+
+def search_length(attempt, start, granularity, cap, budget, fill=FILL):
+    """The longest length that trains, from as few trials as the memory's shape allows.
+
+    attempt(seq) -> (True, peak bytes) trained, (False, None) failed, or None: stop (the
+    deadline, or the mode cannot run here). Lengths are multiples of `granularity` (start
+    rounded up to one). Tries `start`, then twice the longest ok length until two lengths have
+    trained; then the length at which the line through the two longest ok (length, peak) points
+    reaches fill x budget, kept strictly between the longest ok and the shortest failure. Where
+    the line is off: a length it chose trained and the line says no more, so one granularity
+    more is tried, and if that trains too, doubling (no failure yet) or bisection takes over;
+    after two failures in a row, bisection too. A length that reaches `cap` and trains ends it
+    (capped). Returns largest_ok (0: nothing trained; None: no trial), first_failed, capped,
+    incomplete and trials (the lengths tried, in order)."""
+    g = granularity
+    s = {"g": g, "start": max(g, -(-start // g) * g), "cap": max(g, cap // g * g),
+         "budget": budget, "fill": fill, "points": {}, "low": 0, "high": None,
+         "failures_in_row": 0, "line_trained": False}
+    found = {"largest_ok": None, "first_failed": None, "capped": False, "incomplete": False,
+             "trials": []}
+    while s["high"] is None or s["high"] - s["low"] > g:
+        seq, from_line = _next_length(s)
+        if seq is None:
+            break
+        answer = attempt(seq)
+        found["trials"].append(seq)
+        if answer is None:
+            found["incomplete"] = True
+            break
+        ok, peak = answer
+        s["line_trained"] = ok and from_line
+        if ok:
+            s["low"], s["failures_in_row"] = max(s["low"], seq), 0
+            if peak is not None:
+                s["points"][seq] = peak
+            if seq >= s["cap"]:
+                found["capped"] = True
+                break
+        else:
+            s["high"] = seq if s["high"] is None else min(s["high"], seq)
+            s["failures_in_row"] += 1
+    found["largest_ok"] = s["low"] if found["trials"] else None
+    found["first_failed"] = s["high"]
+    return found
+
+
+def _next_length(s):
+    """(the next length to try or None, whether the line chose it)."""
+    g, low, high = s["g"], s["low"], s["high"]
+    if low == 0:  # nothing trained yet: start, then halves below the first failure
+        seq = s["start"] if high is None else (high // 2) // g * g
+        return (seq if seq >= g and (high is None or seq < high) else None), False
+    lo, hi = low + g, (high - g) if high is not None else s["cap"]
+    if lo > hi:
+        return None, False
+    line = None
+    if len(s["points"]) >= 2 and s["failures_in_row"] < 2:
+        (s1, p1), (s2, p2) = sorted(s["points"].items())[-2:]
+        slope = (p2 - p1) / (s2 - s1)
+        if slope > 0:
+            line = int(s2 + (s["fill"] * s["budget"] - p2) / slope) // g * g
+    if line is not None and line >= lo:
+        return min(line, hi), True
+    if line is not None and s["line_trained"]:
+        return lo, False  # the line's length trained and it says no more: one step more
+    guess = 2 * low if high is None else low + (high - low) // 2 // g * g
+    return min(max(guess, lo), hi), False
 
 
 class Runner(boundary_search.TrialClock):
@@ -328,44 +471,81 @@ def gds_unavailable(spill_dir):
     return None
 
 
+def budget_bytes(args, runner):
+    if args.device.startswith("cuda"):
+        env = runner.env or {}
+        return env.get("budget_bytes") or args.device_memory_gb * 1e9
+    return args.cpu_budget_mb * 2**20
+
+
+def record_trial(runner, mode, state, result, on_trial):
+    """Keeps a trial's result in the mode's state; the search's answer for it."""
+    runner.env = runner.env or result.pop("env", None)
+    result.pop("env", None)
+    state["trials"].append(result)
+    if result["status"] == "ok":
+        state["largest_ok_seq"] = max(result["seq"], state["largest_ok_seq"] or 0)
+    on_trial(mode, state)
+    if result["status"] == "skipped":
+        state["skipped"] = result["message"]
+        return None
+    if result["status"] == "timeout" and runner.time_left() <= 0:
+        state["incomplete"] = True
+        return None
+    return (True, result.get("peak_bytes")) if result["status"] == "ok" else (False, None)
+
+
 def search(mode, runner, on_trial):
-    """Doubling from --start-seq to the first failure, then bisection to --granularity
-    (boundary_search.bisect_boundary, below --start-seq too)."""
     args = runner.args
     state = new_state()
 
-    def attempt(seq, repeat=False):
+    def attempt(seq):
         if runner.time_left() <= 0:
             state["incomplete"] = True
             return None
-        result = runner.trial(mode, seq)
-        runner.env = runner.env or result.pop("env", None)
-        result.pop("env", None)
-        state["trials"].append(result)
-        if result["status"] == "ok":
-            state["largest_ok_seq"] = max(seq, state["largest_ok_seq"] or 0)
-        on_trial(mode, state)
-        if result["status"] == "skipped":
-            state["skipped"] = result["message"]
-            return None
-        if result["status"] == "timeout" and runner.time_left() <= 0:
-            state["incomplete"] = True
-            return None
-        return result["status"] == "ok"
+        return record_trial(runner, mode, state, runner.trial(mode, seq), on_trial)
 
-    found = boundary_search.bisect_boundary(attempt, args.start_seq, args.granularity,
-                                            args.max_seq, below_start=True)
+    found = search_length(attempt, args.start_seq, args.granularity, args.max_seq,
+                          budget_bytes(args, runner))
     state["capped"] = found["capped"]
+    state["incomplete"] = state["incomplete"] or found["incomplete"]
+    state["first_failed_seq"] = found["first_failed"]
     return state
 
 
-def summarize(args, runner, results):
-    base = (results.get("recompute") or {}).get("largest_ok_seq")
+def ok_trial(state, seq):
+    return next((t for t in (state or {}).get("trials", [])
+                 if t["seq"] == seq and t["status"] == "ok"), None)
+
+
+def compare(runner, results, on_trial):
+    """Both modes of each pair at the shorter of their longest lengths, where one has not
+    trained there yet (deadline permitting)."""
+    for a, b in COMPARE_PAIRS:
+        if a not in results or b not in results:
+            continue
+        lengths = [results[m]["largest_ok_seq"] for m in (a, b)]
+        if not all(lengths):
+            continue
+        seq = min(lengths)
+        for mode in (a, b):
+            if ok_trial(results[mode], seq) is None and runner.time_left() > 0:
+                record_trial(runner, mode, results[mode], runner.trial(mode, seq), on_trial)
+
+
+def summarize(args, runner, results, started):
+    base = (results.get(BASELINE) or {}).get("largest_ok_seq")
     for mode, state in results.items():
         seq = state["largest_ok_seq"]
-        state["ratio_vs_recompute"] = round(seq / base, 3) if seq and base else None
+        state["ratio_vs_hf_checkpointing"] = round(seq / base, 3) if seq and base else None
+        at = ok_trial(state, seq) or {}
+        state["at_longest"] = {k: at.get(k) for k in (
+            "step_ms", "peak_bytes", "peak_reserved_bytes", "host_peak_rss_bytes",
+            "host_rss_growth_bytes")} if at else None
+        if at:
+            state["at_longest"]["ms_per_1k_tokens"] = round(at["step_ms"][-1] / seq * 1024, 3)
         if mode in SPILLING:
-            ratio = state["ratio_vs_recompute"]
+            ratio = state["ratio_vs_hf_checkpointing"]
             state["meets_goal"] = None if ratio is None else ratio >= GOAL
     settings = {k: v for k, v in vars(args).items() if k not in ("child", "seq")}
     settings["pytorch_cuda_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
@@ -374,9 +554,51 @@ def summarize(args, runner, results):
         "torch.cuda.max_memory_allocated (weights and grads included)"
         if args.device.startswith("cuda") else
         "host peak RSS growth during the steps (VmHWM), the fake budget")
-    return {"settings": settings, "goal": GOAL,
+    return {"date": started.isoformat(timespec="seconds"), "commit": commit_of(args),
+            "settings": settings,
+            "goals": {"longest_vs_hf_checkpointing": GOAL,
+                      "step_per_token_vs_hf_checkpointing": STEP_GOAL,
+                      "host_rss": "below hf_offload's at the same length"},
             "goal_met": {m: results[m]["meets_goal"] for m in SPILLING if m in results},
+            "same_length": same_length(results),
             "modes": results}
+
+
+def same_length(results):
+    """Each compared pair at the shorter of their longest lengths, from the trials there."""
+    out = []
+    for a, b in COMPARE_PAIRS:
+        if a not in results or b not in results:
+            continue
+        lengths = [results[m]["largest_ok_seq"] for m in (a, b)]
+        if not all(lengths):
+            continue
+        seq = min(lengths)
+        ta, tb = ok_trial(results[a], seq), ok_trial(results[b], seq)
+        row = {"modes": [a, b], "seq": seq, "measured": bool(ta and tb)}
+        if ta and tb:
+            row["step_ratio"] = round(ta["step_ms"][-1] / tb["step_ms"][-1], 3)
+            row["host_peak_rss_bytes"] = [ta.get("host_peak_rss_bytes"),
+                                          tb.get("host_peak_rss_bytes")]
+            if b == BASELINE:
+                row["meets_step_goal"] = row["step_ratio"] <= STEP_GOAL
+            if b == "hf_offload":
+                row["host_rss_below"] = (ta.get("host_peak_rss_bytes") or 0) < \
+                    (tb.get("host_peak_rss_bytes") or 0)
+        out.append(row)
+    return out
+
+
+def commit_of(args):
+    if args.commit:
+        return args.commit
+    try:
+        done = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)),
+                               "describe", "--always", "--dirty", "--abbrev=12"],
+                              capture_output=True, text=True, timeout=10)
+        return done.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def budget_line(settings):
@@ -393,27 +615,40 @@ def budget_line(settings):
 
 def table(report):
     header = (
-        f"{'mode':18s} {'largest ok seq':>14s} {'vs recompute':>12s} {'goal ' + str(GOAL):>9s}"
-        f" {'trials':>6s} {'peak at largest':>16s} {'step ms':>9s}")
-    rows = [budget_line(report["settings"]), header]
+        f"{'mode':18s} {'longest ok':>10s} {'vs HF ckpt':>10s} {'goal ' + str(GOAL):>8s}"
+        f" {'trials':>6s} {'peak':>10s} {'step ms':>8s} {'ms/1k tok':>9s} {'host RSS':>9s}")
+    rows = [f"{report['date']} commit {report['commit']}", budget_line(report["settings"]),
+            header]
     for mode, state in report["modes"].items():
         if state["skipped"]:
             rows.append(f"{mode:18s} skipped: {state['skipped'][:120]}")
             continue
-        seq, ratio = state["largest_ok_seq"], state["ratio_vs_recompute"]
-        best = next((t for t in state["trials"] if t["seq"] == seq and t["status"] == "ok"), {})
-        peak, step = best.get("peak_bytes"), (best.get("step_ms") or [None])[-1]
+        seq, ratio, at = state["largest_ok_seq"], state["ratio_vs_hf_checkpointing"], \
+            state.get("at_longest") or {}
         goal = {True: "met", False: "missed", None: "-"}[state.get("meets_goal")]
         note = " (capped)" if state["capped"] else " (incomplete)" if state["incomplete"] else ""
+        peak, rss = at.get("peak_bytes"), at.get("host_peak_rss_bytes")
+        step = (at.get("step_ms") or [None])[-1]
         rows.append(
-            f"{mode:18s} {seq or '-':>14} {(f'{ratio:.2f}x' if ratio else '-'):>12s} {goal:>9s}"
-            f" {len(state['trials']):6d} {(f'{peak / 2**20:.1f} MiB' if peak else '-'):>16s}"
-            f" {(f'{step:.0f}' if step else '-'):>9s}{note}")
+            f"{mode:18s} {seq or '-':>10} {(f'{ratio:.2f}x' if ratio else '-'):>10s} {goal:>8s}"
+            f" {len(state['trials']):6d} {(f'{peak / 2**30:.2f} GiB' if peak else '-'):>10s}"
+            f" {(f'{step:.0f}' if step else '-'):>8s}"
+            f" {at.get('ms_per_1k_tokens') or '-':>9}"
+            f" {(f'{rss / 2**30:.2f} GiB' if rss else '-'):>9s}{note}")
+    for row in report["same_length"]:
+        a, b = row["modes"]
+        if row["measured"]:
+            rows.append(f"at {row['seq']} tokens: {a} step {row['step_ratio']:.2f}x {b}'s;"
+                        f" host RSS {row['host_peak_rss_bytes'][0] / 2**30:.2f} vs"
+                        f" {row['host_peak_rss_bytes'][1] / 2**30:.2f} GiB")
+        else:
+            rows.append(f"at {row['seq']} tokens: {a} vs {b} not measured (deadline)")
     return "\n".join(rows)
 
 
-def run_searches(args, runner):
-    """Every mode's search; the report is rewritten after each trial, a progress line on stderr."""
+def run_searches(args, runner, started):
+    """Every mode's search, then the same-length trials; the report is rewritten after each
+    trial, a progress line on stderr."""
     results = {}
 
     def on_trial(mode, state):
@@ -422,17 +657,19 @@ def run_searches(args, runner):
         peak = f"{t['peak_bytes'] / 2**20:10.1f} MiB" if t.get("peak_bytes") else ""
         print(f"  {mode:18s} seq {t['seq']:7d} {t['status']:8s} {peak} {t.get('trial_s', '')} s",
               file=sys.stderr, flush=True)
-        h2h_support.write_report(args.out, summarize(args, runner, dict(results)))
+        h2h_support.write_report(args.out, summarize(args, runner, dict(results), started))
 
-    for mode in args.modes.split(","):
+    for mode in args.modes:
         reason = gds_unavailable(runner.spill_dir) if mode == "spillarena_gds" else None
         if reason:
             print(f"  {mode:18s} skipped: {reason}", file=sys.stderr, flush=True)
             results[mode] = new_state(skipped=reason)
-            h2h_support.write_report(args.out, summarize(args, runner, dict(results)))
+            h2h_support.write_report(args.out, summarize(args, runner, dict(results), started))
             continue
         results[mode] = search(mode, runner, on_trial)
-    return summarize(args, runner, results)
+    if not args.no_compare:
+        compare(runner, results, on_trial)
+    return summarize(args, runner, results, started)
 
 
 def check_device(args):
@@ -463,9 +700,10 @@ def main(argv):
         return 2
     import spillarena  # only for the default spill directory (never tmpfs)
 
+    started = datetime.datetime.now(datetime.timezone.utc)
     args.spill_dir = args.spill_dir or spillarena.default_spill_directory()
     with tempfile.TemporaryDirectory(prefix="spillarena-longest-", dir=args.spill_dir) as spill:
-        report = run_searches(args, Runner(args, spill))
+        report = run_searches(args, Runner(args, spill), started)
     h2h_support.write_report(args.out, report)
     print(table(report))
     return 0
