@@ -105,3 +105,31 @@ def test_sweep_runs_with_counters_per_step(tmp_path):
     assert 0 < float(fields[4]) < math.inf  # the fastest steps' ratio
     # 1 MiB written and read back per step: of 2 layers, the last one's input stays (keep_last)
     assert fields[6].startswith("1, 1, ")
+
+
+def test_offload_modes_ratios_come_from_the_medians_of_its_rounds():
+    import offload_modes
+
+    def row(mode, step, anon):
+        return {"mode": mode, "step_s": step, "times_s": [step, step + 0.5],
+                "peak_added_mib": anon + 10, "peak_anon_added_mib": anon, "inputs_stored": 8}
+
+    results = [row("recompute", 2.0, 100), row("inputs", 2.2, 80), row("inputs", 2.4, 90),
+               row("inputs+attention", 2.0, 88), row("offload", 1.2, 300), row("none", 1.0, 400),
+               row("inputs", 9.0, 70)]  # a disturbed round: the median keeps it out
+    table, ratios = offload_modes.summary(results)
+    assert table["inputs"]["step_s"] == 2.4 and table["inputs"]["peak_anon_added_mib"] == 80
+    assert ratios["inputs+attention_step_vs_inputs"] == pytest.approx(2.0 / 2.4)
+    assert ratios["inputs+attention_anon_peak_vs_inputs"] == pytest.approx(88 / 80)
+    assert ratios["offload_step_vs_none"] == pytest.approx(1.2)
+    assert ratios["offload_fastest_vs_none"] == pytest.approx(1.2)
+    assert table["inputs"]["fastest_s"] == 2.2  # the fastest step of any round
+    assert table["recompute"]["step_vs_none"] == pytest.approx(2.0)
+
+
+def test_offload_modes_refuses_a_width_its_heads_do_not_divide(capsys):
+    import offload_modes
+
+    with pytest.raises(SystemExit):
+        offload_modes.main(["--hidden", "66"])
+    assert "--hidden 66 must be a multiple of the 4 heads" in capsys.readouterr().err

@@ -1,0 +1,228 @@
+"""What spilling more than the layer input buys (issue 51): five ways to train one Llama-like
+model on the CPU, each in a process of its own, timed in one run.
+
+    .venv/bin/python bench/python/offload_modes.py [--layers 8] [--seq 2048] [--batch 1]
+        [--hidden 256] [--warmup 2] [--steps 3] [--rounds 3] [--dir /var/tmp] [--json out.json]
+
+Modes: recompute (transformers' own non-reentrant checkpointing: every layer recomputed),
+inputs (spillarena.enable: layer inputs to the disk arena, the rest recomputed),
+inputs+attention (the same with selective_checkpoint_contexts(ATTENTION_OPS): attention's
+outputs to the arena too, not recomputed), offload (spillarena.offload, no checkpointing: every
+saved tensor of at least 64 KiB to the arena), none (no checkpointing). SDPA attention without
+dropout: on the CPU its kernel is _scaled_dot_product_flash_attention_for_cpu. Each mode runs
+--rounds times, in alternating order, each time in a fresh child with the same malloc policy
+(GLIBC_TUNABLES mmap_threshold 128 KiB, so freed memory goes back and peaks mean something):
+--warmup steps (the arena made and grown), then --steps timed ones. Per mode: the median step;
+the peak RSS of the timed steps (VmHWM, reset after the warm-up) over the RSS before them, in
+MiB, which counts the arena's mapped file pages too; and the peak of its anonymous memory (RssAnon,
+sampled every 2 ms), what a memory limit cannot reclaim. Ratios: each mode's median step over
+recompute's and over none's, and its fastest step over none's (noise on a shared machine only
+adds time, so the fastest steps are the least disturbed); inputs+attention's step and anonymous
+peak over inputs'.
+"""
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from bench_args import count
+
+MODES = ("recompute", "inputs", "inputs+attention", "offload", "none")
+
+
+def _status_mib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _reset_peak_rss():
+    """VmHWM back to the RSS of now (Linux: clear_refs 5), so the peak is the timed steps'."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+class AnonPeak:
+    """The highest RssAnon seen while active, read every 2 ms on a thread: anonymous memory is
+    what a memory limit cannot reclaim, where VmHWM also counts the arena's mapped file pages."""
+
+    def __init__(self):
+        self.peak = _status_mib("RssAnon")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self):
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, _status_mib("RssAnon"))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _status_mib("RssAnon"))
+
+
+def run_mode(args):
+    """In the child: builds the model, trains, prints one JSON line."""
+    import torch
+    import transformers
+
+    import spillarena
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=1024, hidden_size=args.hidden,
+                                   intermediate_size=args.hidden * 8 // 3,
+                                   num_hidden_layers=args.layers, num_attention_heads=4,
+                                   num_key_value_heads=4, max_position_embeddings=args.seq)
+    model = transformers.LlamaForCausalLM(cfg)
+    model.config._attn_implementation = "sdpa"
+    model.config.use_cache = False
+    model.train()
+    context = None
+    arena = None
+    if args.mode == "recompute":
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False})
+    elif args.mode in ("inputs", "inputs+attention"):
+        arena = spillarena.AutomaticArena(args.dir)
+        extra = {}
+        if args.mode == "inputs+attention":
+            extra["context_fn"] = functools.partial(spillarena.selective_checkpoint_contexts,
+                                                    spillarena.ATTENTION_OPS, arena=arena)
+        spillarena.enable(model, arena, **extra)
+    elif args.mode == "offload":
+        arena = spillarena.AutomaticArena(args.dir)
+        context = functools.partial(spillarena.offload, arena, min_bytes=64 << 10)
+    ids = torch.randint(4, 1024, (args.batch, args.seq),
+                        generator=torch.Generator().manual_seed(1))
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        if context is None:
+            loss = model(input_ids=ids, labels=ids).loss
+        else:
+            with context():
+                loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss.item()
+
+    for _ in range(args.warmup):  # the arena made and grown, the allocator warm
+        step()
+    _reset_peak_rss()
+    before, anon_before = _status_mib("VmRSS"), _status_mib("RssAnon")
+    with AnonPeak() as anon:
+        times = []
+        for _ in range(args.steps):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+    peak = _status_mib("VmHWM")
+    stash = arena.arena.stash_stats() if arena is not None and arena.arena is not None else {}
+    print(json.dumps({"mode": args.mode, "step_s": statistics.median(times), "times_s": times,
+                      "peak_rss_mib": peak, "rss_before_mib": before,
+                      "peak_added_mib": peak - before,
+                      "peak_anon_added_mib": anon.peak - anon_before,
+                      "inputs_stored": stash.get("inputs_stored", 0),
+                      "inputs_spilled": stash.get("inputs_spilled", 0)}))
+
+
+def child(args, mode):
+    env = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072",
+               OMP_WAIT_POLICY="PASSIVE")
+    command = [sys.executable, __file__, "--child", mode, "--layers", str(args.layers),
+               "--seq", str(args.seq), "--batch", str(args.batch), "--hidden", str(args.hidden),
+               "--steps", str(args.steps), "--warmup", str(args.warmup), "--dir", args.dir]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"offload_modes: {mode} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summary(results):
+    """Per mode: median step and added peak over the rounds; the ratios."""
+    by_mode = {m: [r for r in results if r["mode"] == m] for m in MODES}
+    table = {m: {"step_s": statistics.median(r["step_s"] for r in rs),
+                 "fastest_s": min(t for r in rs for t in r["times_s"]),
+                 "peak_added_mib": statistics.median(r["peak_added_mib"] for r in rs),
+                 "peak_anon_added_mib": statistics.median(r["peak_anon_added_mib"] for r in rs),
+                 "inputs_stored": rs[-1]["inputs_stored"]}
+             for m, rs in by_mode.items() if rs}
+    for row in table.values():
+        row["step_vs_recompute"] = row["step_s"] / table["recompute"]["step_s"]
+        row["step_vs_none"] = row["step_s"] / table["none"]["step_s"]
+        row["fastest_vs_none"] = row["fastest_s"] / table["none"]["fastest_s"]
+    ratios = {
+        "inputs+attention_step_vs_inputs":
+            table["inputs+attention"]["step_s"] / table["inputs"]["step_s"],
+        "inputs+attention_fastest_vs_inputs":
+            table["inputs+attention"]["fastest_s"] / table["inputs"]["fastest_s"],
+        "offload_fastest_vs_none": table["offload"]["fastest_s"] / table["none"]["fastest_s"],
+        "inputs+attention_anon_peak_vs_inputs":
+            table["inputs+attention"]["peak_anon_added_mib"]
+            / table["inputs"]["peak_anon_added_mib"],
+        "offload_step_vs_none": table["offload"]["step_s"] / table["none"]["step_s"],
+    }
+    return table, ratios
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=count(1, 256), default=8)
+    parser.add_argument("--seq", type=count(16, 1 << 17), default=2048)
+    parser.add_argument("--batch", type=count(1, 4096), default=1)
+    parser.add_argument("--hidden", type=count(64, 1 << 15), default=256)
+    parser.add_argument("--steps", type=count(1, 1000), default=3)
+    parser.add_argument("--warmup", type=count(1, 100), default=2)
+    parser.add_argument("--rounds", type=count(1, 100), default=3)
+    parser.add_argument("--dir", default=None)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--child", choices=MODES, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        args.mode = args.child
+        return run_mode(args)
+    if args.hidden % 4 != 0:
+        parser.error(f"--hidden {args.hidden} must be a multiple of the 4 heads")
+    args.dir = args.dir or tempfile.mkdtemp(prefix="offload-modes-", dir="/var/tmp")
+    results = []
+    for round_index in range(args.rounds):
+        order = MODES if round_index % 2 == 0 else tuple(reversed(MODES))
+        for mode in order:
+            results.append(child(args, mode))
+            r = results[-1]
+            print(f"round {round_index + 1} {mode:17s} step {r['step_s']:.3f} s, peak +"
+                  f"{r['peak_added_mib']:.0f} MiB (anonymous +{r['peak_anon_added_mib']:.0f})",
+                  flush=True)
+    table, ratios = summary(results)
+    print(f"\n{args.layers} layers, hidden {args.hidden}, seq {args.seq}, batch {args.batch}, "
+          f"{os.cpu_count()} threads; medians over {args.rounds} rounds of {args.steps} steps")
+    print(f"{'mode':17s} {'step s':>8s} {'÷ recompute':>12s} {'÷ none':>8s} {'fastest s':>10s} "
+          f"{'÷ none':>8s} {'peak + MiB':>11s} {'anon + MiB':>11s}")
+    for mode, row in table.items():
+        print(f"{mode:17s} {row['step_s']:8.3f} {row['step_vs_recompute']:12.3f} "
+              f"{row['step_vs_none']:8.3f} {row['fastest_s']:10.3f} {row['fastest_vs_none']:8.3f} "
+              f"{row['peak_added_mib']:11.0f} {row['peak_anon_added_mib']:11.0f}")
+    for name, value in ratios.items():
+        print(f"{name}: {value:.3f}")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"args": {k: v for k, v in vars(args).items() if k != "child"},
+                       "rounds": results, "table": table, "ratios": ratios}, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
