@@ -18,6 +18,7 @@ import torch
 from . import arena as _arena
 from . import arguments as _arguments
 from . import automatic as _automatic
+from . import layout as _layout
 from . import stash as _stash
 from .checkpoint import arena_holds, check_arena, is_weight
 from .errors import CheckpointError, InvalidArgumentError
@@ -33,7 +34,11 @@ from .errors import CheckpointError, InvalidArgumentError
 # cannot hold (sparse, nested, meta, a dispatch subclass: one SpillArenaWarning per kind).
 # Several saved views of one tensor (x and x.t() in a linear layer) are written once: the first
 # save stores the base they share, every later one of the same base and version reuses it, and
-# backward restores it once and rebuilds each view with its own sizes, strides and offset. The
+# backward restores it once and rebuilds each view with its own sizes, strides and offset — where
+# as_strided can: a contiguous base of the view's dtype, the view neither conjugated nor negated
+# and covering at least half of it. Any other view (view_as_complex, conj(), a small slice of a
+# large tensor, a view of a strided base) is stored alone with its layout (layout.compact and
+# restore, as layer inputs are), so nothing is rebuilt from bytes of another type or layout. The
 # stash is the arena's (the same regions, integrity check, overflow rule, growth and stats as
 # layer inputs), a chain of its own per context, so prefetching follows the saved tensors'
 # order, which backward reverses. Torch does not check a saved tensor's version once hooks
@@ -66,22 +71,39 @@ class _Kept:
 
 
 class _StoredBase:
-    """A base tensor's bytes in the stash, restored once for every view saved of it (the region
-    goes back when the last view's handle dies unrestored: the stash's own entry frees it)."""
+    """A tensor's bytes in the stash (its smallest dense view: layout.compact), restored once
+    for every saved tensor rebuilt from it (the region goes back when the last of their handles
+    dies unrestored: the stash's own entry frees it)."""
 
-    def __init__(self, stashed):
-        self.stashed = stashed
+    def __init__(self, stashed, layout):
+        self.stashed, self.layout = stashed, layout
         self.restored = None
 
     def get(self):
         if self.restored is None:
-            self.restored = self.stashed.restore()
-            self.stashed.free()
+            # Note [The spill's own operations are not the layer's] in layout.py
+            with _layout.outside_dispatch_modes():
+                restored = self.stashed.restore()
+                self.stashed.free()
+                self.restored = _layout.restore(restored, self.layout)
         return self.restored
 
 
+class _SavedWhole:
+    """A saved tensor that is itself what was stored."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base):
+        self.base = base
+
+    def unpack(self):
+        return self.base.get()
+
+
 class _SavedView:
-    """One saved tensor: a view of a stored base."""
+    """A saved view of a stored contiguous base of its dtype, rebuilt with its sizes, strides and
+    offset."""
 
     __slots__ = ("base", "offset", "size", "stride")
 
@@ -92,6 +114,17 @@ class _SavedView:
 
     def unpack(self):
         return self.base.get().as_strided(self.size, self.stride, self.offset)
+
+
+def _shareable_base(view):
+    """The base ``view`` can be rebuilt from with as_strided, or None: a contiguous base of the
+    view's dtype, the view neither conjugated nor negated, covering at least half of it (a small
+    slice of a large tensor is stored alone, not its whole base)."""
+    base = view._base
+    if (base is None or view.is_conj() or view.is_neg() or base.dtype != view.dtype
+            or not base.is_contiguous() or 2 * view.numel() < base.numel()):
+        return None
+    return base
 
 
 class offload:  # lower case, as torch's save_on_cpu: used as a context manager
@@ -165,26 +198,37 @@ class offload:  # lower case, as torch's save_on_cpu: used as a context manager
         if not arena_holds(tensor, "spillarena.offload", "saved tensor"):
             self._counts["kept_unstorable"] += 1
             return _Kept(tensor)
-        base_tensor = tensor._base if tensor._base is not None else tensor
-        if not base_tensor.is_contiguous():
-            base_tensor = tensor  # its own bytes (the stash keeps a dense layout's strides)
-        return _SavedView(self._stored(base_tensor), tensor, base_tensor)
+        if tensor._base is None:
+            return _SavedWhole(self._stored(tensor))
+        base = _shareable_base(tensor)
+        if base is not None:
+            return _SavedView(self._stored(base), tensor, base)
+        return _SavedWhole(self._store(tensor))  # its own bytes, its own layout
 
-    def _stored(self, base_tensor):
-        key = id(base_tensor)
+    def _stored(self, root):
+        """``root`` (a tensor that is no view) in the stash: stored at its first save, shared by
+        the later ones of the same version."""
+        key = id(root)
         known = self._bases.get(key)
-        if known is not None and known[0]() is base_tensor and known[1] == base_tensor._version:
+        if known is not None and known[0]() is root and known[1] == root._version:
             stored = known[2]()
             if stored is not None:
                 self._counts["views_shared"] += 1
                 return stored
-        # the live tensor, not a detached copy: the stash checks its version at restore
-        stored = _StoredBase(self._stash_for(base_tensor).store(base_tensor))
+        stored = self._store(root)
         bases = self._bases
-        self._bases[key] = (weakref.ref(base_tensor, lambda _: bases.pop(key, None)),
-                            base_tensor._version, weakref.ref(stored))
+        self._bases[key] = (weakref.ref(root, lambda _: bases.pop(key, None)), root._version,
+                            weakref.ref(stored))
+        return stored
+
+    def _store(self, tensor):
+        # Note [The spill's own operations are not the layer's] in layout.py; the live tensor,
+        # not a detached copy: the stash checks its version at restore
+        with _layout.outside_dispatch_modes():
+            compact, layout = _layout.compact(tensor)
+            stored = _StoredBase(self._stash_for(tensor).store(compact), layout)
         self._counts["tensors_stored"] += 1
-        self._counts["bytes_stored"] += base_tensor.numel() * base_tensor.element_size()
+        self._counts["bytes_stored"] += compact.numel() * compact.element_size()
         return stored
 
     def _stash_for(self, tensor):

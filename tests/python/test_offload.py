@@ -253,3 +253,50 @@ def _exit_into(context, errors):
         context.__exit__(None, None, None)
     except spillarena.InvalidArgumentError as e:
         errors.append(e)
+
+
+def _views_case(make):
+    """Gradients of a layer that saves the views ``make(h)`` builds, with and without offload."""
+    def step(context):
+        torch.manual_seed(0)
+        a = torch.randn(4, 8, 16, 16, requires_grad=True)
+        w = torch.randn(16, 16, requires_grad=True)
+        with context:
+            out = make(a * 2, w)
+        (out.real.sum() if out.is_complex() else out.sum()).backward()
+        return [a.grad, w.grad]
+    return step
+
+
+VIEW_CASES = {
+    # Meta's RoPE: a float view as complex, multiplied (saves the complex view)
+    "view_as_complex": lambda h, w: (lambda c: c * c)(
+        torch.view_as_complex(h.reshape(4, 8, 16, 8, 2))),
+    # a conjugated view (the conj bit, not the values), saved by the product beside its base
+    "conj": lambda h, w: (lambda c: c.conj() * c)(
+        torch.view_as_complex(h.reshape(4, 8, 16, 8, 2))),
+    # a slice with gaps of a channels_last tensor (a view of a strided base), saved by sin
+    "strided_slice": lambda h, w: h.contiguous(memory_format=torch.channels_last)[..., ::2].sin(),
+    # x and x.t() through one mm
+    "transpose": lambda h, w: (lambda m: m @ m.t())(h.reshape(-1, 16)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VIEW_CASES))
+def test_views_come_back_with_their_dtype_bits_and_layout(arena, case):
+    step = _views_case(VIEW_CASES[case])
+    ours = step(spillarena.offload(arena, min_bytes=0))
+    assert_as_torch(ours, step(torch.autograd.graph.save_on_cpu()),
+                    step(contextlib.nullcontext()), case=case)
+    gc.collect()
+    assert_drained(arena)
+
+
+def test_a_small_slice_of_a_large_tensor_stores_the_slice_not_the_tensor(arena):
+    big = torch.randn(1024, 1024, requires_grad=True)
+    with spillarena.offload(arena, min_bytes=0) as spilled:
+        h = big * 2
+        y = h[:2].sin().sum()  # saves a 2-row slice of a 4 MiB tensor
+    y.backward()
+    assert spilled.stats()["bytes_stored"] < 64 << 10
+    assert_drained(arena)
