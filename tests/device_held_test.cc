@@ -101,3 +101,24 @@ TEST_CASE("device held: at most prefetch_depth + 1 inputs, whatever the copies' 
     }
   }
 }
+
+TEST_CASE("device held: a copy that fails is reported, and the steps after it do not hang") {
+  // store() waits for the copies beyond the window; a failed copy's slot must close with it, or
+  // every later store() would wait for it forever (a hang fails by name, not by ctest's timeout).
+  spill_test::Deadline deadline("the steps after a failed copy", 120);
+  ScratchDir dir;
+  for (bool asynchronous : {true, false}) {
+    CAPTURE(asynchronous);
+    spill::testing::AcceleratorEmulation faults{true, 2000, 3, 500};
+    faults.copies_to_host_to_fail = 1;
+    Emulation emulation(faults);
+    auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::automatic);
+    // prefetch_depth 0 and keep_last 0: store() returns only once no copy is in flight
+    spill::SpillArena arena = stash_arena(o, stash_settings(asynchronous, 0, 0));
+    auto stash = spill::make_arena_stash(arena);
+    CHECK_THROWS_WITH(one_step(*stash), doctest::Contains("emulated device copy failed"));
+    for (int step = 0; step < 2; ++step) one_step(*stash);
+    CHECK(stash->stats().device_bytes_held == 0);
+    CHECK(arena.stats().bytes_in_use == 0);
+  }
+}

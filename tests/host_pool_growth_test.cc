@@ -183,6 +183,11 @@ TEST_CASE("host pool growth: never beyond the ceiling, never a pool the user siz
   // The automatic pool is min(64 MiB, the ceiling): where the ceiling is below 15 MiB (8 MiB of
   // RLIMIT_MEMLOCK on the smallest machines seen), the first pool is at it and store() waits.
   const bool automatic_at_ceiling = ceiling() < 15 * spill::MiB;
+  if (!automatic_at_ceiling) {
+    MESSAGE(
+        "the automatic pool's first size is below the ceiling here (RLIMIT_MEMLOCK above "
+        "15 MiB): only the pool the user sized is checked");
+  }
   for (bool sized_by_user : {false, true}) {
     if (!sized_by_user && !automatic_at_ceiling) continue;  // the first pool holds a step
     CAPTURE(sized_by_user);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 #include <c10/util/Exception.h>
@@ -27,8 +28,8 @@ using detail::MutexLock;
 
 class EmulatedCopy final : public Copy {
  public:
-  EmulatedCopy(detail::Buffer from, detail::Buffer to)
-      : from_(std::move(from)), to_(std::move(to)) {}
+  EmulatedCopy(detail::Buffer from, detail::Buffer to, bool fails = false)
+      : from_(std::move(from)), to_(std::move(to)), fails_(fails) {}
   void run() {
     if (to_.defined()) std::memcpy(to_.data(), from_.data(), static_cast<std::size_t>(to_.bytes()));
     MutexLock lock(mutex_);
@@ -44,6 +45,11 @@ class EmulatedCopy final : public Copy {
   void synchronize() const override {
     MutexLock lock(mutex_);
     finished_.wait(lock, [this]() REQUIRES(mutex_) { return done_; });
+    if (fails_) {
+      throw std::runtime_error(
+          "emulated device copy failed (AcceleratorEmulation::"
+          "copies_to_host_to_fail)");
+    }
   }
   void order_current_stream() override { synchronize(); }
 
@@ -53,6 +59,7 @@ class EmulatedCopy final : public Copy {
   // Read by run() before it takes the mutex: set at construction, before the copy is queued.
   detail::Buffer from_;
   detail::Buffer to_;
+  const bool fails_;
   bool done_ GUARDED_BY(mutex_) = false;
 };
 
@@ -62,15 +69,13 @@ class EmulatedEngine final : public detail::CopyEngine {
       : min_delay_us_(std::min(e.min_delay_us, e.max_delay_us)),
         max_delay_us_(e.max_delay_us),
         random_(e.seed),
-        allocations_to_fail_(e.device_allocations_to_fail) {}
+        allocations_to_fail_(e.device_allocations_to_fail),
+        copies_to_fail_(e.copies_to_host_to_fail) {}
 
   detail::Buffer empty(const detail::Device&, std::uint64_t bytes,
                        const detail::ExplainOutOfMemory& explain) override {
-    std::uint32_t left = allocations_to_fail_.load();
-    while (left > 0 && !allocations_to_fail_.compare_exchange_weak(left, left - 1)) {
-    }
     TORCH_CHECK_WITH(
-        OutOfMemoryError, left == 0,
+        OutOfMemoryError, !take_one(allocations_to_fail_),
         explain("emulated device out of memory (spill::testing::AcceleratorEmulation)"));
     return detail::Buffer::host(bytes, 64);
   }
@@ -78,7 +83,7 @@ class EmulatedEngine final : public detail::CopyEngine {
 
   CopyPtr to_host(const detail::Buffer& source, std::uint64_t offset, std::uint64_t bytes,
                   const detail::Buffer& host) override {
-    return queue(source.slice(offset, bytes), host);
+    return queue(source.slice(offset, bytes), host, take_one(copies_to_fail_));
   }
   CopyPtr to_device(const detail::Buffer& host, const detail::Buffer& dest,
                     std::uint64_t offset) override {
@@ -91,8 +96,16 @@ class EmulatedEngine final : public detail::CopyEngine {
   }
 
  private:
-  CopyPtr queue(detail::Buffer from, detail::Buffer to) {
-    auto copy = std::make_shared<EmulatedCopy>(std::move(from), std::move(to));
+  // Whether a fault is left in `count` (one is taken): the next that many operations fail.
+  static bool take_one(std::atomic<std::uint32_t>& count) {
+    std::uint32_t left = count.load();
+    while (left > 0 && !count.compare_exchange_weak(left, left - 1)) {
+    }
+    return left > 0;
+  }
+
+  CopyPtr queue(detail::Buffer from, detail::Buffer to, bool fails = false) {
+    auto copy = std::make_shared<EmulatedCopy>(std::move(from), std::move(to), fails);
     std::uint32_t delay_us = 0;
     {
       MutexLock lock(mutex_);
@@ -110,6 +123,7 @@ class EmulatedEngine final : public detail::CopyEngine {
   Mutex mutex_;
   std::mt19937 random_ GUARDED_BY(mutex_);
   std::atomic<std::uint32_t> allocations_to_fail_;
+  std::atomic<std::uint32_t> copies_to_fail_;
   detail::SerialWorker worker_;  // last: runs the copies already queued, then joins
 };
 

@@ -35,6 +35,9 @@ struct AcceleratorEmulation {
   // pageable, with one warning (TORCH_WARN). An explicit host_pool_bytes above RLIMIT_MEMLOCK
   // is an InvalidArgumentError before any of this.
   bool pinning_refused = false;
+  // ... or the next this many device -> host copies fail as a device fails one (their
+  // synchronize() throws std::runtime_error, as a CUDA error reaches LibTorch's callers).
+  std::uint32_t copies_to_host_to_fail = 0;
 };
 void set_accelerator_emulation(const AcceleratorEmulation& emulation);
 

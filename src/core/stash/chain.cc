@@ -150,8 +150,8 @@ void Progress::throw_abandoned_wait() {
   rethrow_failure();
   throw IoError(EIO,
                 "spill::checkpoint: the wait for room in the host pool or for device copies ended "
-                "on a failure "
-                "already reported by another call; free the step's graph and run again");
+                "on a failure already reported by another call; free the step's graph and run "
+                "again");
 }
 
 // ---------------------------------------------------------------------------------------------

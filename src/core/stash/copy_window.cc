@@ -19,13 +19,22 @@ namespace spill::detail {
 // waiting for an earlier input's disk write. So:
 //   - the releases have a thread of their own (Progress's copies worker, chain.cc): a slow disk
 //     delays the pool's blocks, never the device's memory;
+//   - each copy holds a Slot of the window from its start until the job that waited for it and
+//     released its input is gone — also when the copy failed, so a failure never leaves a slot
+//     counted and the next store() waiting for it;
 //   - store() returns only once at most max(prefetch_depth, keep_last) - keep_last copies are in
 //     flight (this window; Chain::stored), so with the keep_last inputs kept the stash holds at
 //     most max(prefetch_depth, keep_last) inputs between stores, one more while a store() runs.
 //     It waits for the oldest copies, which a layer's compute normally covers (a device -> host
 //     copy at 25 GB/s moves 128 MiB in 5 ms); the wait is counted (copy_waits, copy_wait_ns).
 // The cost is the bound itself: a forward whose copies are slower than its layers runs at the
-// copies' pace, as it runs at the disk's when the host pool is full. An input backward reaches
+// copies' pace, as it runs at the disk's when the host pool is full. And a copy on the side
+// stream starts only after the compute stream's work queued before it, so store() waiting for
+// the oldest copy lets the training thread run at most about max(prefetch_depth, keep_last) -
+// keep_last layers ahead of the device (none where prefetch_depth <= keep_last: every store()
+// then waits for the device). Whether that costs step time on a GPU is not measured yet (the GPU
+// check's first call reports copy_waits and copy_wait_ns per mode); bounding device bytes held
+// instead of copies would let small inputs run further ahead. An input backward reaches
 // while its copy is still in flight goes back as it is (it never left the device) and is counted
 // in inputs_back_before_copied: the step was shorter than the copy.
 
@@ -37,7 +46,7 @@ void CopyWindow::opened() {
 void CopyWindow::closed() {
   {
     MutexLock lock(mutex_);
-    if (in_flight_ > 0) --in_flight_;
+    --in_flight_;  // each Slot opened one
   }
   changed_.notify_all();
 }

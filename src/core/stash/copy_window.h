@@ -3,9 +3,10 @@
 // until few enough are. See Note [The device-held bound] in copy_window.cc.
 //
 //   spill::detail::CopyWindow window;
-//   window.opened();                          // a copy started (the input still on its device)
-//   window.closed();                          // its device memory released (progress thread)
-//   window.wait_until_at_most(1, [] { return failed(); });  // store(), on the training thread
+//   std::atomic<std::uint64_t> waits{0}, wait_ns{0};
+//   auto slot = std::make_shared<spill::detail::CopyWindow::Slot>(window);  // a copy started
+//   ...                                       // its job releases the input, then drops the slot
+//   window.wait_until_at_most(1, [] { return false; }, waits, wait_ns);  // in store()
 #pragma once
 
 #include <atomic>
@@ -20,8 +21,19 @@ namespace spill::detail {
 
 class CopyWindow {
  public:
-  void opened() EXCLUDES(mutex_);
-  void closed() EXCLUDES(mutex_);
+  // One copy in flight, from construction until destroyed: held by the job that waits for the
+  // copy and releases its input, so a copy that fails closes its slot too.
+  class Slot {
+   public:
+    explicit Slot(CopyWindow& window) : window_(window) { window_.opened(); }
+    ~Slot() { window_.closed(); }
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+
+   private:
+    CopyWindow& window_;
+  };
+
   std::uint64_t in_flight() const EXCLUDES(mutex_);
   // Waits until at most `most` copies are in flight: true. `give_up` is asked every `poll`
   // while waiting; true ends the wait, false returned (a failure elsewhere). A wait is counted
@@ -32,6 +44,9 @@ class CopyWindow {
                           std::chrono::milliseconds poll = kPoll) EXCLUDES(mutex_);
 
  private:
+  void opened() EXCLUDES(mutex_);
+  void closed() EXCLUDES(mutex_);
+
   mutable Mutex mutex_;
   std::condition_variable changed_;
   std::uint64_t in_flight_ GUARDED_BY(mutex_) = 0;

@@ -86,8 +86,9 @@ void DevicePath::spill(const EntryPtr& e) {
   e->device_io.piece.copy =
       e->engine->to_host(e->input, 0, e->bytes, e->device_io.piece.lease.host());
   advance(*e, State::copying);
-  copies_.opened();
-  progress_.when_copied(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
+  // Closed when the job is gone, after finish_copy, or when the copy failed
+  auto slot = std::make_shared<CopyWindow::Slot>(copies_);
+  progress_.when_copied(e, [this, slot](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
     finish_copy(x);  // under x->mutex (when_copied)
   });
 }
@@ -124,13 +125,11 @@ void DevicePath::spill_in_pieces(Entry& e, HostPool& pool) {
 void DevicePath::finish_copy(const EntryPtr& e) {
   if (e->state != State::copying) {  // restored meanwhile: the input went back as it was
     e->device_io.piece = Piece();
-    copies_.closed();
     return;
   }
   e->device_io.piece.io = e->region.write_async(e->device_io.piece.lease.host().data(), e->bytes);
   e->input = Buffer();
   context_.counters->sub_device_bytes(e->bytes);
-  copies_.closed();
   e->device_io.piece.copy.reset();
   advance(*e, State::writing);
   if (!progress_.asynchronous()) {
@@ -228,10 +227,10 @@ bool DevicePath::begin_restore(Entry& e) {
 }
 
 Buffer DevicePath::finish_restore(Entry& e) {
-  if (e.state == State::spilled && e.region) {  // queue_read left it: larger than the pool
-    const std::shared_ptr<HostPool> pool = pool_for(e);
-    if (e.bytes > pool->largest_piece()) return restore_in_pieces(e, *pool);
-  }
+  // queue_read left it spilled: larger than the pool when begin_restore asked. Decided by the
+  // state alone: the pool may have grown since (Note [A pool sized from what the disk does] in
+  // host_pool.cc), and pieces of any pool's size restore it.
+  if (e.state == State::spilled && e.region) return restore_in_pieces(e, *pool_for(e));
   if (!e.region) {
     advance(e, State::restored);
     return device_buffer(e, context_.options.prefetch_depth);

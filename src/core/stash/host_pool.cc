@@ -148,18 +148,25 @@ std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t
 // faster than the disk writes, the pool fills and store() waits for the oldest write: on an H200
 // (128 MiB inputs, a 512 MiB pool) 14-51 times per four steps, 1.4-2.1 s, the step 1.13x
 // recompute's in buffered mode and 1.69x in direct mode. How much more the pool would have had to
-// hold is measured, not guessed: the bytes given back to it while a store() waited for room are
+// hold is measured, not guessed: the bytes given back to it while a take() waited for room are
 // what the disk wrote meanwhile, and a pool larger by that many bytes would have taken those
 // inputs without waiting (the forward's rate of stored bytes and the disk's write rate are both
 // in that figure: the backlog beyond the pool drains at the disk's rate while the forward stands
-// still). So when a step's store() waited, the first spill after the pool fell idle again (the
+// still). A restore's own read that waited for room counts the same way (backward is then
+// bounded by the pool too). So after such a wait, the first spill that finds the pool idle (the
 // next forward's, normally) makes a new pool that much larger — a power of two when pinned, the
-// size the device's allocator reserves — and the old one goes when its last lease does. It costs
-// that much more host RAM, pinned where the device pins, never beyond the automatic budget's
-// ceiling: half the memory this process may still use, and RLIMIT_MEMLOCK. At the ceiling it
-// stays, store() waits as before, and the stats say so (pool_waits, host_pool_bytes). A pool
-// sized with ArenaOptions::host_pool_bytes is the user's and never grows. Grows are counted
-// (host_pool_grows).
+// size the device's allocator reserves — and the old one goes when its last lease does. What it
+// costs, in host RAM: the larger pool, pinned where the device pins, never beyond the automatic
+// budget's ceiling (half the memory this process may still use, and RLIMIT_MEMLOCK); and, on a
+// device whose host allocator caches what it pinned (LibTorch's caching host allocator does),
+// the old pool's block too, kept by that cache for a request of its size: as the pools at least
+// double, at most the final pool's size again. Two stashes growing the pool at once make two
+// successors, of which one is kept; a lease taken from the old pool after the idle check keeps
+// it alive a while longer. At the ceiling the pool stays, store() waits as before, and the
+// stats say so (pool_waits, host_pool_bytes); the stats keep the replaced pools' waits as they
+// were when each was replaced. A pool sized with ArenaOptions::host_pool_bytes is the user's and
+// never grows, nor does one under PoolFull::keep_on_device, which never waits (its overflow is
+// inputs_kept_on_device). Grows are counted (host_pool_grows). Not yet measured on a GPU.
 std::uint64_t grown_host_pool_bytes(std::uint64_t bytes, std::uint64_t drained, bool pinned) {
   static RecentReading ceiling(std::chrono::milliseconds(50), budget_ceiling);
   constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();

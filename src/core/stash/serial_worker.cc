@@ -4,8 +4,9 @@
 
 namespace spill::detail {
 
-// Jobs still queued may post more (a copy's job queues its write's): they run too, on the same
-// thread, before the join returns. So thread_ stays where post() sees it running.
+// Jobs still queued may post more to this worker: they run too, on the same thread, before the
+// join returns. So thread_ stays where post() sees it running. (A copy's job posts its write's
+// to the other worker of the stash's Progress, which is destroyed after it: stash_path.h.)
 SerialWorker::~SerialWorker() {
   {
     MutexLock lock(mutex_);
