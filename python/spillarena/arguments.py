@@ -15,12 +15,12 @@ _MAX_MIN_BYTES = 1 << 62
 
 def integer(value):
     """``value`` as an int where operator.index takes it (an int, a numpy integer, an integer
-    0-dim tensor), never a bool; None for anything else. Only TypeError, ValueError and
-    OverflowError mean "not an integer": a KeyboardInterrupt or MemoryError raised by its
-    __index__ propagates as itself (Note [Only a bad argument becomes another error] in
-    python/src/py.h)."""
-    if isinstance(value, bool):
-        return None
+    0-dim tensor), never a bool (numpy's and torch's neither); None for anything else. Only
+    TypeError, ValueError and OverflowError mean "not an integer": a KeyboardInterrupt or
+    MemoryError raised by its __index__ propagates as itself (Note [Only a bad argument becomes
+    another error] in python/src/py.h)."""
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+        return None  # numpy's and torch's booleans convert to 0 and 1 too
     try:
         return operator.index(value)
     except (TypeError, ValueError, OverflowError):

@@ -51,12 +51,24 @@ struct Convert<bool> {
   }
 };
 
+// bool, or a boolean scalar of numpy or torch (np.True_, torch.tensor(True)): they convert to 0
+// and 1 and would pass for a number; none is one here.
+inline bool bool_like(PyObject* v) {
+  if (PyBool_Check(v)) return true;
+  if (!has_attribute(v, "dtype")) return false;
+  const Ref name = Ref::steal(PyObject_Str(Ref::steal(PyObject_GetAttrString(v, "dtype")).get()));
+  const char* text = PyUnicode_AsUTF8AndSize(name.get(), nullptr);
+  if (text == nullptr) throw PythonError();
+  const std::string_view dtype(text);
+  return dtype == "bool" || dtype == "torch.bool";
+}
+
 // Note [Numbers from Python are bounded before they reach C++]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A negative int cast to uint64 wraps to 2^64 - 1 and a float truncates; both once broke the CLI.
 // Only an integer — a Python int or what operator.index accepts (numpy integers, integer 0-dim
-// tensors), never bool or float — in [0, max] is accepted; anything else is an
-// InvalidArgumentError naming the field.
+// tensors), never a bool (bool_like: numpy's and torch's too) or float — in [0, max] is
+// accepted; anything else is an InvalidArgumentError naming the field.
 template <class T>
 struct Convert<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
   static Ref to_python(T v) {
@@ -65,7 +77,7 @@ struct Convert<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, b
   }
   static T from_python(PyObject* v, const std::string& field) {
     const std::string expected = std::is_signed_v<T> ? "an integer" : "a non-negative integer";
-    if (PyBool_Check(v) || !PyIndex_Check(v)) throw_bad_value(field, expected, v);
+    if (!PyIndex_Check(v) || bool_like(v)) throw_bad_value(field, expected, v);
     PyObject* index = PyNumber_Index(v);
     if (index == nullptr) {
       clear_bad_argument();  // Note [Only a bad argument becomes another error] (py.h)
@@ -108,7 +120,7 @@ struct Convert<T, std::enable_if_t<std::is_floating_point_v<T>>> {
   static Ref to_python(T v) { return Ref::steal(PyFloat_FromDouble(v)); }
   static T from_python(PyObject* v, const std::string& field) {
     const bool has_float = PyType_GetSlot(Py_TYPE(v), Py_nb_float) != nullptr;
-    if (PyBool_Check(v) || !(has_float || PyIndex_Check(v))) throw_bad_value(field, "a number", v);
+    if (!(has_float || PyIndex_Check(v)) || bool_like(v)) throw_bad_value(field, "a number", v);
     const bool integer = PyLong_Check(v) || !has_float;
     PyObject* converted = integer ? PyNumber_Index(v) : PyNumber_Float(v);
     if (converted == nullptr) {

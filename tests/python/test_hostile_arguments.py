@@ -138,7 +138,8 @@ def test_a_number_option_takes_every_real_number_python_and_numpy_spell(spill_di
 
 def test_a_number_option_refuses_what_is_no_finite_number(spill_dir):
     np = pytest.importorskip("numpy")
-    for bad, expected in [("2", "a number"), (True, "a number"), (None, "a number"),
+    for bad, expected in [("2", "a number"), (True, "a number"), (np.True_, "a number"),
+                          (torch.tensor(True), "a number"), (None, "a number"),
                           (b"2", "a number"), (float("nan"), "a finite number"),
                           (math.inf, "a finite number"), (np.float64("nan"), "a finite number"),
                           (10 ** 400, "a finite number"), (torch.tensor([2.0, 3.0]), "a number")]:
@@ -154,7 +155,10 @@ def test_integer_options_take_numpy_integers_everywhere(spill_dir):
     assert spillarena.AutomaticArena(spill_dir, layers=np.int64(3)).layers == 3
     assert spillarena.bytes_for_layer_inputs(np.int64(2), (np.int32(1), 2, 3), 4) == \
         spillarena.bytes_for_layer_inputs(2, (1, 2, 3), 4)
-    for bad in (np.float64(3.0), True, 0, -1):
+    for bad in (np.float64(3.0), True, np.True_, torch.tensor(True), 0, -1):
         with pytest.raises(spillarena.InvalidArgumentError, match="layers must be an integer"):
             spillarena.AutomaticArena(spill_dir, layers=bad)
+    for bad in (np.True_, torch.tensor(True)):
+        with pytest.raises(spillarena.InvalidArgumentError, match="keep_last must be"):
+            spillarena.SpillArena(1 << 20, spill_dir, keep_last=bad)
     del arena
