@@ -34,19 +34,22 @@ from .errors import InvalidArgumentError
 # input; keeping it costs that much memory per layer. Here the third choice is honoured, and it
 # is the disk: selective_checkpoint_contexts returns the pair of dispatch modes torch's
 # create_selective_checkpoint_contexts returns — one caching in the forward, one serving the
-# recomputation — with the same keying (each op's n-th call), the same errors for a
-# recomputation that does not match, the same version check on what was saved. *_SAVE outputs
-# stay in memory as torch keeps them; *_CPU_OFFLOAD outputs go to the arena's shared stash (the
-# chain of the layer inputs: same regions, integrity check, overflow rule, growth, stats) as the
-# forward produces them, asynchronously like layer inputs, and the recomputation gets them back
-# instead of running the op. When the recomputation of a layer starts, the reads of all of its
-# offloaded outputs are queued at once, so they overlap the ops recomputed before them. An
-# output of fewer than min_bytes, or one the arena cannot hold (sparse, nested, a dispatch
-# subclass: one SpillArenaWarning per kind), is kept in memory as *_SAVE keeps it. The spill's
-# own operations (the copy out, the restore) run outside every dispatch mode (Note [The spill's
-# own operations are not the layer's] in layout.py). The policy sees only the forward (torch
-# calls it there alone, too); what it returns must be a CheckpointPolicy or a bool, and an op it
-# offloads must return tensors. Python decides what spills; the C++ stash moves the bytes.
+# recomputation — with the same keying (each op's n-th call, torch's storage key), the same
+# errors for a recomputation that does not match, the same version check on what was saved, and
+# compile internals left alone. Not its compile-time branch: where torch.compile traces the
+# checkpoint itself (torch's own; spillarena's is a graph break), use torch's own contexts.
+# *_SAVE outputs stay in memory as torch keeps them; *_CPU_OFFLOAD outputs go to the arena's
+# shared stash (the chain of the layer inputs: same regions, integrity check, overflow rule,
+# growth, stats) as the forward produces them, asynchronously like layer inputs, and the
+# recomputation gets them back instead of running the op. When the recomputation of a layer
+# starts, the reads of all of its offloaded outputs are queued at once, so they overlap the ops
+# recomputed before them. An output of fewer than min_bytes, or one the arena cannot hold
+# (sparse, nested, a dispatch subclass: one SpillArenaWarning per kind), is kept in memory as
+# *_SAVE keeps it. The spill's own operations (the copy out, the restore) run outside every
+# dispatch mode (Note [The spill's own operations are not the layer's] in layout.py). The policy
+# sees only the forward (torch calls it there alone, too); what it returns must be a
+# CheckpointPolicy or a bool, and an op it offloads must return tensors. Python decides what
+# spills; the C++ stash moves the bytes.
 
 
 def _attention_ops():
@@ -69,6 +72,13 @@ _SAVE = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
 _RECOMPUTE = object()  # a storage entry: run the op again
 _CONSUMED = object()   # ... already served once
 
+def _storage_key(func, args):
+    """Where the n-th call of an op is kept: torch's own key where this torch has one (a
+    compiled region's calls get a queue of their own: pytorch gh-175258), else the op."""
+    key = getattr(torch.utils.checkpoint, "_sac_storage_key", None)
+    return key(func, args) if key is not None else func
+
+
 _MISMATCH = ("This can happen if the operations in the checkpointed region are nondeterministic "
              "or depend on global state that changed between forward and backward.")
 
@@ -86,7 +96,6 @@ class _Kept:
             raise RuntimeError(
                 "Tensor cached during selective activation checkpoint has been mutated")
         return self.tensor
-
 
 
 class _Spilled:
@@ -164,6 +173,10 @@ class _Storage:
 class _CachingMode(TorchDispatchMode):
     """The forward: runs each op, asks the policy, keeps or spills its output."""
 
+    @classmethod
+    def ignore_compile_internals(cls):
+        return True  # as torch's: a compiled function inside the layer is still compiled
+
     def __init__(self, policy_fn, storage):
         super().__init__()
         self.policy_fn, self.storage = policy_fn, storage
@@ -174,8 +187,9 @@ class _CachingMode(TorchDispatchMode):
         if func in SAC_IGNORED_OPS:
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
-        index = self.calls[func]
-        self.calls[func] += 1
+        key = _storage_key(func, args)
+        index = self.calls[key]
+        self.calls[key] += 1
         policy = _policy_of(self.policy_fn(
             SelectiveCheckpointContext(is_recompute=False, op_output=out), func, *args, **kwargs),
             func)
@@ -186,15 +200,19 @@ class _CachingMode(TorchDispatchMode):
                     f"spillarena.selective_checkpoint_contexts: the policy offloads {func}, "
                     f"whose output {out!r} holds no tensor; offload ops that return tensors")
             offload = policy in _OFFLOAD
-            self.storage.entries[func][index] = (
+            self.storage.entries[key][index] = (
                 [self.storage.keep(t, offload) for t in leaves], spec)
         else:
-            self.storage.entries[func][index] = _RECOMPUTE
+            self.storage.entries[key][index] = _RECOMPUTE
         return out
 
 
 class _CachedMode(TorchDispatchMode):
     """The recomputation: serves kept and spilled outputs by op and call index, runs the rest."""
+
+    @classmethod
+    def ignore_compile_internals(cls):
+        return True
 
     def __init__(self, storage, allow_cache_entry_mutation):
         super().__init__()
@@ -210,9 +228,10 @@ class _CachedMode(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in SAC_IGNORED_OPS:
             return func(*args, **kwargs)
-        index = self.calls[func]
-        self.calls[func] += 1
-        calls = self.storage.entries.get(func)
+        key = _storage_key(func, args)
+        index = self.calls[key]
+        self.calls[key] += 1
+        calls = self.storage.entries.get(key)
         if calls is None:
             raise RuntimeError(f"{func} encountered during backward but not found in storage. "
                                f"{_MISMATCH}")

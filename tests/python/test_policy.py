@@ -306,3 +306,23 @@ def test_the_reentrant_form_refuses_a_policy_as_torch_refuses_context_fn(arena):
         spillarena.checkpoint(layer, x, torch.randn(64, 64), arena=arena, use_reentrant=True,
                               context_fn=context_fn)
     assert_drained(arena)
+
+
+def test_a_compiled_function_inside_the_layer_is_still_compiled(arena):
+    # as under torch's own selective checkpoint: the modes leave compile internals alone
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    inner = torch.compile(lambda t: t.sin() * 2, backend=backend)
+    w = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(32, 64, requires_grad=True)
+    context_fn = functools.partial(spillarena.selective_checkpoint_contexts, [COUNTED],
+                                   arena=arena)
+    out = torch.utils.checkpoint.checkpoint(lambda x, w: inner(counted_tanh(x @ w)), x, w,
+                                            use_reentrant=False, context_fn=context_fn)
+    out.sum().backward()
+    assert graphs  # dynamo traced the inner function under the caching mode
+    assert_drained(arena)
