@@ -187,16 +187,22 @@ def main(argv=None):
     parser.add_argument("--steps", type=count(1, 1000), default=3)
     parser.add_argument("--warmup", type=count(1, 100), default=2)
     parser.add_argument("--rounds", type=count(1, 100), default=3)
-    parser.add_argument("--dir", default=None)
+    parser.add_argument("--dir", default=None,
+                        help="where the arenas' temporary folder goes (default /var/tmp: a disk)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--child", choices=MODES, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         args.mode = args.child
         return run_mode(args)
-    if args.hidden % 4 != 0:
-        parser.error(f"--hidden {args.hidden} must be a multiple of the 4 heads")
-    args.dir = args.dir or tempfile.mkdtemp(prefix="offload-modes-", dir="/var/tmp")
+    if args.hidden % 8 != 0:  # 4 heads of an even width (rotary embeddings pair the dimensions)
+        parser.error(f"--hidden {args.hidden} must be a multiple of 8: 4 heads of an even width")
+    with tempfile.TemporaryDirectory(prefix="offload-modes-", dir=args.dir or "/var/tmp") as tmp:
+        args.dir = tmp  # the arenas' files have no name; the folder goes too
+        return measure(args)
+
+
+def measure(args):
     results = []
     for round_index in range(args.rounds):
         order = MODES if round_index % 2 == 0 else tuple(reversed(MODES))

@@ -127,9 +127,10 @@ def test_offload_modes_ratios_come_from_the_medians_of_its_rounds():
     assert table["recompute"]["step_vs_none"] == pytest.approx(2.0)
 
 
-def test_offload_modes_refuses_a_width_its_heads_do_not_divide(capsys):
+@pytest.mark.parametrize("hidden", ["66", "68"])
+def test_offload_modes_refuses_a_width_its_heads_do_not_divide_evenly(capsys, hidden):
     import offload_modes
 
     with pytest.raises(SystemExit):
-        offload_modes.main(["--hidden", "66"])
-    assert "--hidden 66 must be a multiple of the 4 heads" in capsys.readouterr().err
+        offload_modes.main(["--hidden", hidden])
+    assert f"--hidden {hidden} must be a multiple of 8" in capsys.readouterr().err
