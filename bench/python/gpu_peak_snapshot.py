@@ -59,6 +59,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_args
 import peak_owners
+from provenance import commit_of
 
 import h2h_support  # status_bytes, write_report
 
@@ -367,18 +368,6 @@ def run_child(args):
 # The runs (parent process).
 
 
-def commit_of(args):
-    if args.commit:
-        return args.commit
-    try:
-        done = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)),
-                               "describe", "--always", "--dirty", "--abbrev=12"],
-                              capture_output=True, text=True, timeout=10)
-        return done.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def environment(args):
     import torch
 
@@ -442,7 +431,7 @@ def summarize(args, results, started, raw_left_out=()):
             r["meets_gpu_goal"] = r["gpu_peak_bytes"] <= r["gpu_goal_bytes"]
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("child", "pool_factor", "snapshot_to", "classify")}
-    return {"date": started.isoformat(timespec="seconds"), "commit": commit_of(args),
+    return {"date": started.isoformat(timespec="seconds"), "commit": commit_of(args.commit),
             "settings": settings, "environment": environment(args),
             "goal": "gpu_peak_bytes <= recompute's - (inputs spilled per step - prefetch_depth"
                     " - 1) x input_bytes (issue 50)",

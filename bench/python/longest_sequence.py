@@ -56,13 +56,13 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_args
+from provenance import commit_of
 
 import boundary_search
 import h2h_support  # write_report
@@ -518,16 +518,20 @@ def ok_trial(state, seq):
                  if t["seq"] == seq and t["status"] == "ok"), None)
 
 
-def compare(runner, results, on_trial):
-    """Both modes of each pair at the shorter of their longest lengths, where one has not
-    trained there yet (deadline permitting)."""
+def _shared_lengths(results):
+    """(a, b, seq) for each compared pair that both trained: the shorter of their longest."""
     for a, b in COMPARE_PAIRS:
         if a not in results or b not in results:
             continue
         lengths = [results[m]["largest_ok_seq"] for m in (a, b)]
-        if not all(lengths):
-            continue
-        seq = min(lengths)
+        if all(lengths):
+            yield a, b, min(lengths)
+
+
+def compare(runner, results, on_trial):
+    """Both modes of each pair at the shorter of their longest lengths, where one has not
+    trained there yet (deadline permitting)."""
+    for a, b, seq in _shared_lengths(results):
         for mode in (a, b):
             if ok_trial(results[mode], seq) is None and runner.time_left() > 0:
                 record_trial(runner, mode, results[mode], runner.trial(mode, seq), on_trial)
@@ -554,7 +558,7 @@ def summarize(args, runner, results, started):
         "torch.cuda.max_memory_allocated (weights and grads included)"
         if args.device.startswith("cuda") else
         "host peak RSS growth during the steps (VmHWM), the fake budget")
-    return {"date": started.isoformat(timespec="seconds"), "commit": commit_of(args),
+    return {"date": started.isoformat(timespec="seconds"), "commit": commit_of(args.commit),
             "settings": settings,
             "goals": {"longest_vs_hf_checkpointing": GOAL,
                       "step_per_token_vs_hf_checkpointing": STEP_GOAL,
@@ -567,13 +571,7 @@ def summarize(args, runner, results, started):
 def same_length(results):
     """Each compared pair at the shorter of their longest lengths, from the trials there."""
     out = []
-    for a, b in COMPARE_PAIRS:
-        if a not in results or b not in results:
-            continue
-        lengths = [results[m]["largest_ok_seq"] for m in (a, b)]
-        if not all(lengths):
-            continue
-        seq = min(lengths)
+    for a, b, seq in _shared_lengths(results):
         ta, tb = ok_trial(results[a], seq), ok_trial(results[b], seq)
         row = {"modes": [a, b], "seq": seq, "measured": bool(ta and tb)}
         if ta and tb:
@@ -587,18 +585,6 @@ def same_length(results):
                     (tb.get("host_peak_rss_bytes") or 0)
         out.append(row)
     return out
-
-
-def commit_of(args):
-    if args.commit:
-        return args.commit
-    try:
-        done = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)),
-                               "describe", "--always", "--dirty", "--abbrev=12"],
-                              capture_output=True, text=True, timeout=10)
-        return done.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def budget_line(settings):
