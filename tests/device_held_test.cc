@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -63,42 +64,73 @@ Held one_step(spill::TensorStash& stash) {
 
 }  // namespace
 
+// SPILLARENA_PREFETCH_THREAD for the scope (Note [Prefetching off the training thread] in
+// src/core/stash/chain.cc; read when a chain is made).
+class PrefetchThread {
+ public:
+  explicit PrefetchThread(const char* where) { setenv("SPILLARENA_PREFETCH_THREAD", where, 1); }
+  ~PrefetchThread() { unsetenv("SPILLARENA_PREFETCH_THREAD"); }
+  PrefetchThread(const PrefetchThread&) = delete;
+  PrefetchThread& operator=(const PrefetchThread&) = delete;
+};
+
 TEST_CASE("device held: at most prefetch_depth + 1 inputs, whatever the copies' delays") {
-  ScratchDir dir;
-  // Copies slower than the layers, in random order; writes slower still; a pool from roomy to
-  // one input.
-  Emulation emulation(8000, 2000, 11);
-  HookScope slow(slow_writes(5));
-  for (std::uint64_t pool_inputs : {0ull, 1ull, 4ull}) {  // 0: the automatic pool (64 MiB)
-    for (std::uint32_t depth : {0u, 1u, 2u}) {
-      for (std::uint32_t keep_last : {0u, 1u}) {
-        CAPTURE(pool_inputs);
-        CAPTURE(depth);
-        CAPTURE(keep_last);
-        auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::automatic);
-        if (pool_inputs != 0) o.host_pool_bytes = pool_inputs * kInputBytes;
-        spill::SpillArena arena = stash_arena(o, stash_settings(true, keep_last, depth));
-        auto stash = spill::make_arena_stash(arena);
-        const std::uint64_t bound = (std::max(depth, keep_last) + 1) * kInputBytes;
-        const Held held = one_step(*stash);
-        CHECK(held.forward <= bound);
-        CHECK(held.backward <= bound);
-        CHECK(held.peak <= bound);
-        const spill::StashStats s = stash->stats();
-        // The copies are slower than the layers, so store() waited for them; with a pool of one
-        // input it waits for room in the pool instead.
-        if (pool_inputs != 1) {
-          CHECK(s.copy_waits > 0);
-          CHECK(s.copy_wait_ns > 0);
+  for (const char* where : {"training", "worker"}) {
+    CAPTURE(where);
+    const PrefetchThread prefetches(where);
+    ScratchDir dir;
+    // Copies slower than the layers, in random order; writes slower still; a pool from roomy to
+    // one input.
+    Emulation emulation(8000, 2000, 11);
+    HookScope slow(slow_writes(5));
+    for (std::uint64_t pool_inputs : {0ull, 1ull, 4ull}) {  // 0: the automatic pool (64 MiB)
+      for (std::uint32_t depth : {0u, 1u, 2u}) {
+        for (std::uint32_t keep_last : {0u, 1u}) {
+          CAPTURE(pool_inputs);
+          CAPTURE(depth);
+          CAPTURE(keep_last);
+          auto o = engine_options(dir.path(), spill::IoMode::direct, spill::IoBackend::automatic);
+          if (pool_inputs != 0) o.host_pool_bytes = pool_inputs * kInputBytes;
+          spill::SpillArena arena = stash_arena(o, stash_settings(true, keep_last, depth));
+          auto stash = spill::make_arena_stash(arena);
+          const std::uint64_t bound = (std::max(depth, keep_last) + 1) * kInputBytes;
+          const Held held = one_step(*stash);
+          CHECK(held.forward <= bound);
+          CHECK(held.backward <= bound);
+          CHECK(held.peak <= bound);
+          const spill::StashStats s = stash->stats();
+          // The copies are slower than the layers, so store() waited for them; with a pool of one
+          // input it waits for room in the pool instead.
+          if (pool_inputs != 1) {
+            CHECK(s.copy_waits > 0);
+            CHECK(s.copy_wait_ns > 0);
+          }
+          // Every input that left keep_last was written, or is counted as taken back from the
+          // device mid-copy: at most the copies the window leaves in flight when forward ends.
+          CHECK(s.inputs_spilled + s.inputs_back_before_copied == kLayers - keep_last);
+          CHECK(s.inputs_back_before_copied <= std::max(depth, keep_last) - keep_last);
+          CHECK(s.device_bytes_held == 0);
+          CHECK(arena.stats().bytes_in_use == 0);
         }
-        // Every input that left keep_last was written, or is counted as taken back from the
-        // device mid-copy: at most the copies the window leaves in flight when forward ends.
-        CHECK(s.inputs_spilled + s.inputs_back_before_copied == kLayers - keep_last);
-        CHECK(s.inputs_back_before_copied <= std::max(depth, keep_last) - keep_last);
-        CHECK(s.device_bytes_held == 0);
-        CHECK(arena.stats().bytes_in_use == 0);
       }
     }
+  }
+}
+
+TEST_CASE("device held: prefetching on a worker gives the same gradients on the CPU path") {
+  // the device path's are checked above; the CPU path's prefetches are reads ahead in direct
+  // mode and the page cache's readahead in buffered mode
+  const PrefetchThread prefetches("worker");
+  ScratchDir dir;
+  for (auto io : {spill::IoMode::buffered, spill::IoMode::direct}) {
+    CAPTURE(static_cast<int>(io));
+    auto o = engine_options(dir.path(), io, spill::IoBackend::automatic);
+    spill::SpillArena arena = stash_arena(o, stash_settings(true, 0, 2));
+    auto stash = spill::make_arena_stash(arena);
+    // how many prefetches the worker makes before backward reaches their inputs is timing
+    for (int step = 0; step < 2; ++step) one_step(*stash);
+    CHECK(stash->stats().restores == 2 * kLayers);
+    CHECK(arena.stats().bytes_in_use == 0);
   }
 }
 

@@ -106,18 +106,23 @@ def test_gpu_check_snapshots_every_mode_and_three_pool_sizes():
     assert args.raw and args.out
 
 
-def test_gpu_check_benchmarks_the_four_modes_at_16_blocks_only():
+def test_gpu_check_benchmarks_the_four_modes_at_16_blocks_and_the_prefetch_a_b():
     with open(os.path.join(REPO, "bench", "accelerator_benchmark.cc")) as f:
         source = f.read()
     registered = re.findall(r'"(\w+)"', re.search(r"for \(const std::string mode :\s*\{([^}]*)\}",
                                                     source).group(1))
     text = gpu_check_text()
     filters = re.findall(r"--benchmark_filter='([^']*)'", text)
-    assert len(filters) == 1, filters
+    assert len(filters) == 2, filters
     assert "SPILLARENA_BENCH_ACCEL_SHAPE" not in text  # the default shape: 16 blocks
     names = [f"BM_AcceleratorStep/{m}/iterations:3/real_time" for m in registered]
-    chosen = [m for m, name in zip(registered, names) if re.search(filters[0], name)]
-    assert chosen == ["recompute", "ram", "disk_async", "disk_direct"]
+    chosen = [[m for m, name in zip(registered, names) if re.search(f, name)] for f in filters]
+    assert chosen == [["recompute", "ram", "disk_async", "disk_direct"], ["disk_async"]]
+    # the second with the predecessors' prefetches on a worker (Note [Prefetching off the
+    # training thread]), the name the library reads
+    assert "env SPILLARENA_PREFETCH_THREAD=worker" in text
+    with open(os.path.join(REPO, "src", "core", "stash", "chain.cc")) as f:
+        assert 'std::getenv("SPILLARENA_PREFETCH_THREAD")' in f.read()
 
 
 def test_gpu_check_fits_each_call_in_8_minutes():
@@ -125,10 +130,12 @@ def test_gpu_check_fits_each_call_in_8_minutes():
     budget = int(re.search(r"SPILLARENA_GPU_BUDGET_S:-(\d+)", text).group(1))
     assert budget <= 480
     caps = {name: int(cap) for name, cap in re.findall(r'step "?(install|b[^"]*)"? (\d+) ', text)}
-    assert set(caps) == {"install", "b (BM_AcceleratorStep, 16 blocks)"}, caps
+    assert set(caps) == {"install", "b (BM_AcceleratorStep, 16 blocks)",
+                         "b2 (BM_AcceleratorStep, prefetches on a worker)"}, caps
     tests_cap = int(re.search(r"cap=\$\(\((\d+) - \(SECONDS - start\)\)\)", text).group(1))
-    # call 1: the installs, a, b and at least a minute for c's first runs
-    assert caps["install"] + tests_cap + caps["b (BM_AcceleratorStep, 16 blocks)"] + 60 <= budget
+    # call 1: the installs, a, b, b2 and at least a minute for c's first runs
+    assert caps["install"] + tests_cap + sum(v for k, v in caps.items() if k != "install") \
+        + 60 <= budget
     # every Python step runs under `step` (a timeout), within what is left
     for script in SCRIPTS:
         (line,) = gpu_check_lines(script)

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -102,6 +103,17 @@ void Progress::post(std::function<void()> job) {
   job();
 }
 
+void Progress::post_prefetch(std::function<void()> job) {
+  if (!asynchronous_) return job();
+  prefetches_.post([this, job = std::move(job)] {
+    try {
+      job();
+    } catch (...) {
+      record_failure(std::current_exception());
+    }
+  });
+}
+
 void Progress::when_copied(const EntryPtr& e, std::function<void(const EntryPtr&)> next) {
   if (asynchronous_) {
     return copies_.post([this, e, next = std::move(next)] { after_copy(e, next); });
@@ -158,8 +170,30 @@ void Progress::throw_abandoned_wait() {
 // The chain
 // ---------------------------------------------------------------------------------------------
 
+// Note [Prefetching off the training thread]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A restore queues its predecessors' reads after its own (Note [Overlapped spilling]). In
+// buffered mode a read of pages the page cache holds is a copy out of the mapping, made by the
+// thread that queues it (Note [A small write is made at once] and ArenaCore::read_async in
+// src/core/arena/arena_core.cc), so the training thread copied its predecessors' inputs itself:
+// 128 MiB each on the H200 run, where backward waited 0.7-3.5 s per four steps for reads. The
+// hypothesis that this bounds backward is untested; SPILLARENA_PREFETCH_THREAD=worker (read when
+// a chain is made) is its A/B switch for the GPU check: the predecessors' prefetches then run on
+// a thread of the chain's own, after the restore's own read was queued, each under its entry's
+// mutex as before, their failures kept for the training thread. Unset (or "training"), they run
+// where they always did. Whichever measures faster on the GPU becomes the only way.
+namespace {
+
+bool prefetch_on_worker() {
+  const char* where = std::getenv("SPILLARENA_PREFETCH_THREAD");
+  return where != nullptr && std::string(where) == "worker";
+}
+
+}  // namespace
+
 Chain::Chain(const SpillArena& arena, const StashOptions& options)
     : context_(arena, options),
+      prefetch_on_worker_(prefetch_on_worker()),
       cpu_(make_cpu_path(context_, progress_)),
       device_(uses_gds(context_.arena) ? make_gds_path(context_, progress_)
                                        : make_device_path(context_, progress_)),
@@ -274,6 +308,12 @@ void Chain::prefetch(Entry& e) {
 
 void Chain::prefetch_predecessors(const Entry& e) {
   EntryPtr p = e.previous.lock();
+  if (!p) return;
+  if (!prefetch_on_worker_) return prefetch_from(std::move(p));
+  progress_.post_prefetch([this, p] { prefetch_from(p); });
+}
+
+void Chain::prefetch_from(EntryPtr p) {
   for (std::uint32_t i = 0; p && i < context_.options.prefetch_depth; ++i) {
     {
       MutexLock lock(p->mutex);

@@ -46,8 +46,11 @@ class Chain {
   SpillPath& path_for(const Entry& e) const;
   void spill(const EntryPtr& e) REQUIRES(e->mutex);
   void prefetch_predecessors(const Entry& e);
+  void prefetch_from(EntryPtr p);  // p and its predecessors, prefetch_depth in all
 
   StashContext context_;
+  // SPILLARENA_PREFETCH_THREAD=worker: Note [Prefetching off the training thread] in chain.cc
+  const bool prefetch_on_worker_;
   mutable Mutex mutex_;
   std::weak_ptr<Entry> last_ GUARDED_BY(mutex_);
   // Stored, not yet spilled, oldest first.

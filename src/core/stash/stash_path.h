@@ -41,6 +41,10 @@ class Progress {
   // On the progress thread that waits for writes and returns pool blocks, or at once when the
   // stash is synchronous.
   void post(std::function<void()> job);
+  // On a thread of the prefetches' own, or at once when the stash is synchronous; what `job`
+  // throws is kept for the training thread (Note [Prefetching off the training thread] in
+  // chain.cc).
+  void post_prefetch(std::function<void()> job);
   // Runs `next(e)` under e's mutex once e's copy (or stream marker) completed: on the progress
   // thread of copies, which waits without holding the mutex and keeps a failure for the training
   // thread, and never waits for a write (Note [The device-held bound] in copy_window.cc); or at
@@ -59,10 +63,11 @@ class Progress {
   const bool asynchronous_;
   mutable Mutex mutex_;
   std::exception_ptr failure_ GUARDED_BY(mutex_);
-  // Last: joined before the failure they may record is destroyed; copies_ first, as its jobs
-  // post to writes_.
+  // Last: joined before the failure they may record is destroyed; prefetches_ and copies_
+  // first, as their jobs post to writes_.
   SerialWorker writes_;
   SerialWorker copies_;
+  SerialWorker prefetches_;
 };
 
 // What a path needs of its stash, made once per stash.
