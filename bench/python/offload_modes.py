@@ -3,6 +3,7 @@ model on the CPU, each in a process of its own, timed in one run.
 
     .venv/bin/python bench/python/offload_modes.py [--layers 8] [--seq 2048] [--batch 1]
         [--hidden 256] [--warmup 2] [--steps 3] [--rounds 3] [--dir /var/tmp] [--json out.json]
+        [--modes offload,none] [--no-verify]
 
 Modes: recompute (transformers' own non-reentrant checkpointing: every layer recomputed),
 inputs (spillarena.enable: layer inputs to the disk arena, the rest recomputed),
@@ -97,14 +98,14 @@ def run_mode(args):
         model.activation_checkpointing_enable(
             activation_checkpointing_kwargs={"use_reentrant": False})
     elif args.mode in ("inputs", "inputs+attention"):
-        arena = spillarena.AutomaticArena(args.dir)
+        arena = spillarena.AutomaticArena(args.dir, verify_integrity=args.verify)
         extra = {}
         if args.mode == "inputs+attention":
             extra["context_fn"] = functools.partial(spillarena.selective_checkpoint_contexts,
                                                     spillarena.ATTENTION_OPS, arena=arena)
         spillarena.enable(model, arena, **extra)
     elif args.mode == "offload":
-        arena = spillarena.AutomaticArena(args.dir)
+        arena = spillarena.AutomaticArena(args.dir, verify_integrity=args.verify)
         context = functools.partial(spillarena.offload, arena, min_bytes=64 << 10)
     ids = torch.randint(4, 1024, (args.batch, args.seq),
                         generator=torch.Generator().manual_seed(1))
@@ -145,6 +146,8 @@ def child(args, mode):
     command = [sys.executable, __file__, "--child", mode, "--layers", str(args.layers),
                "--seq", str(args.seq), "--batch", str(args.batch), "--hidden", str(args.hidden),
                "--steps", str(args.steps), "--warmup", str(args.warmup), "--dir", args.dir]
+    if not args.verify:
+        command.append("--no-verify")
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"offload_modes: {mode} failed:\n{done.stderr[-2000:]}")
@@ -152,7 +155,8 @@ def child(args, mode):
 
 
 def summary(results):
-    """Per mode: median step and added peak over the rounds; the ratios."""
+    """Per mode: median step and added peak over the rounds; the ratios (None where a mode they
+    need was not run)."""
     by_mode = {m: [r for r in results if r["mode"] == m] for m in MODES}
     table = {m: {"step_s": statistics.median(r["step_s"] for r in rs),
                  "fastest_s": min(t for r in rs for t in r["times_s"]),
@@ -160,22 +164,27 @@ def summary(results):
                  "peak_anon_added_mib": statistics.median(r["peak_anon_added_mib"] for r in rs),
                  "inputs_stored": rs[-1]["inputs_stored"]}
              for m, rs in by_mode.items() if rs}
-    for row in table.values():
-        row["step_vs_recompute"] = row["step_s"] / table["recompute"]["step_s"]
-        row["step_vs_none"] = row["step_s"] / table["none"]["step_s"]
-        row["fastest_vs_none"] = row["fastest_s"] / table["none"]["fastest_s"]
+
+    def ratio(a, b, key):
+        return table[a][key] / table[b][key] if a in table and b in table else None
+
+    for mode, row in table.items():
+        row["step_vs_recompute"] = ratio(mode, "recompute", "step_s")
+        row["step_vs_none"] = ratio(mode, "none", "step_s")
+        row["fastest_vs_none"] = ratio(mode, "none", "fastest_s")
     ratios = {
-        "inputs+attention_step_vs_inputs":
-            table["inputs+attention"]["step_s"] / table["inputs"]["step_s"],
-        "inputs+attention_fastest_vs_inputs":
-            table["inputs+attention"]["fastest_s"] / table["inputs"]["fastest_s"],
-        "offload_fastest_vs_none": table["offload"]["fastest_s"] / table["none"]["fastest_s"],
+        "inputs+attention_step_vs_inputs": ratio("inputs+attention", "inputs", "step_s"),
+        "inputs+attention_fastest_vs_inputs": ratio("inputs+attention", "inputs", "fastest_s"),
+        "offload_fastest_vs_none": ratio("offload", "none", "fastest_s"),
         "inputs+attention_anon_peak_vs_inputs":
-            table["inputs+attention"]["peak_anon_added_mib"]
-            / table["inputs"]["peak_anon_added_mib"],
-        "offload_step_vs_none": table["offload"]["step_s"] / table["none"]["step_s"],
+            ratio("inputs+attention", "inputs", "peak_anon_added_mib"),
+        "offload_step_vs_none": ratio("offload", "none", "step_s"),
     }
     return table, ratios
+
+
+def _shown(value, width, digits=3):
+    return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}s}"
 
 
 def main(argv=None):
@@ -190,11 +199,20 @@ def main(argv=None):
     parser.add_argument("--dir", default=None,
                         help="where the arenas' temporary folder goes (default /var/tmp: a disk)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--no-verify", dest="verify", action="store_false",
+                        help="the arenas without their XXH3 integrity check (verify_integrity)")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="which of the modes to run, comma-separated (all by default)")
     parser.add_argument("--child", choices=MODES, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         args.mode = args.child
         return run_mode(args)
+    args.modes = [m.strip() for m in args.modes.split(",")]
+    unknown = sorted(set(args.modes) - set(MODES))
+    if unknown or not args.modes:
+        parser.error(f"--modes: unknown {', '.join(unknown) or 'none given'}; the modes are "
+                     f"{', '.join(MODES)}")
     if args.hidden % 8 != 0:  # 4 heads of an even width (rotary embeddings pair the dimensions)
         parser.error(f"--hidden {args.hidden} must be a multiple of 8: 4 heads of an even width")
     with tempfile.TemporaryDirectory(prefix="offload-modes-", dir=args.dir or "/var/tmp") as tmp:
@@ -205,7 +223,8 @@ def main(argv=None):
 def measure(args):
     results = []
     for round_index in range(args.rounds):
-        order = MODES if round_index % 2 == 0 else tuple(reversed(MODES))
+        chosen = tuple(m for m in MODES if m in args.modes)
+        order = chosen if round_index % 2 == 0 else tuple(reversed(chosen))
         for mode in order:
             results.append(child(args, mode))
             r = results[-1]
@@ -218,11 +237,13 @@ def measure(args):
     print(f"{'mode':17s} {'step s':>8s} {'÷ recompute':>12s} {'÷ none':>8s} {'fastest s':>10s} "
           f"{'÷ none':>8s} {'peak + MiB':>11s} {'anon + MiB':>11s}")
     for mode, row in table.items():
-        print(f"{mode:17s} {row['step_s']:8.3f} {row['step_vs_recompute']:12.3f} "
-              f"{row['step_vs_none']:8.3f} {row['fastest_s']:10.3f} {row['fastest_vs_none']:8.3f} "
-              f"{row['peak_added_mib']:11.0f} {row['peak_anon_added_mib']:11.0f}")
+        print(f"{mode:17s} {row['step_s']:8.3f} {_shown(row['step_vs_recompute'], 12)} "
+              f"{_shown(row['step_vs_none'], 8)} {row['fastest_s']:10.3f} "
+              f"{_shown(row['fastest_vs_none'], 8)} {row['peak_added_mib']:11.0f} "
+              f"{row['peak_anon_added_mib']:11.0f}")
     for name, value in ratios.items():
-        print(f"{name}: {value:.3f}")
+        if value is not None:
+            print(f"{name}: {value:.3f}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"args": {k: v for k, v in vars(args).items() if k != "child"},

@@ -134,3 +134,19 @@ def test_offload_modes_refuses_a_width_its_heads_do_not_divide_evenly(capsys, hi
     with pytest.raises(SystemExit):
         offload_modes.main(["--hidden", hidden])
     assert f"--hidden {hidden} must be a multiple of 8" in capsys.readouterr().err
+
+
+def test_offload_modes_ratios_of_modes_not_run_are_none_and_unknown_modes_refused(capsys):
+    import offload_modes
+
+    table, ratios = offload_modes.summary([
+        {"mode": "offload", "step_s": 1.2, "times_s": [1.2], "peak_added_mib": 30,
+         "peak_anon_added_mib": 26, "inputs_stored": 8},
+        {"mode": "none", "step_s": 1.0, "times_s": [1.0], "peak_added_mib": 340,
+         "peak_anon_added_mib": 336, "inputs_stored": 0}])
+    assert ratios["offload_step_vs_none"] == pytest.approx(1.2)
+    assert ratios["inputs+attention_step_vs_inputs"] is None
+    assert table["offload"]["step_vs_recompute"] is None
+    with pytest.raises(SystemExit):
+        offload_modes.main(["--modes", "offload,everything"])
+    assert "--modes: unknown everything" in capsys.readouterr().err
