@@ -15,6 +15,7 @@
 #include "chain.h"
 #include "core/arena/arena_internals.h"
 #include "core/os/counted_wait.h"
+#include "core/text/quote.h"
 #include "spill/error.h"
 
 namespace spill {
@@ -105,11 +106,13 @@ void Progress::post(std::function<void()> job) {
 
 void Progress::post_prefetch(std::function<void()> job) {
   if (!asynchronous_) return job();
-  prefetches_.post([this, job = std::move(job)] {
+  prefetches_.post([job = std::move(job)] {
     try {
       job();
-    } catch (...) {
-      record_failure(std::current_exception());
+    } catch (const std::exception&) {
+      // A prefetch that failed changed nothing its entry's own restore relies on: that restore
+      // reads again, or waits for the failed read, and reports what failed then. Kept for the
+      // training thread it would come out of some later call, and make waits for room give up.
     }
   });
 }
@@ -180,20 +183,33 @@ void Progress::throw_abandoned_wait() {
 // hypothesis that this bounds backward is untested; SPILLARENA_PREFETCH_THREAD=worker (read when
 // a chain is made) is its A/B switch for the GPU check: the predecessors' prefetches then run on
 // a thread of the chain's own, after the restore's own read was queued, each under its entry's
-// mutex as before, their failures kept for the training thread. Unset (or "training"), they run
-// where they always did. Whichever measures faster on the GPU becomes the only way.
+// mutex as before; a prefetch that fails there is dropped, as the entry's own restore reads
+// again or waits for the failed read and reports it. Unset (or "training"), they run where they
+// always did; another value is named in a notice. Limits of the switch, for reading its figures:
+// the worker's device copies go on the device's current stream of that thread (the default
+// stream), which is the training thread's only where training runs on the default stream (the
+// benchmark does); and how many prefetches reach an entry before backward does is timing, so
+// prefetches and prefetch_hits do not compare between the arms. Whichever arm measures faster
+// on the GPU becomes the only way.
 namespace {
 
-bool prefetch_on_worker() {
+// Whether SPILLARENA_PREFETCH_THREAD says "worker"; a value that is neither that nor "training"
+// gets a notice naming it (an A/B run with a typo would otherwise measure one arm twice).
+bool prefetch_on_worker(std::string& notice) {
   const char* where = std::getenv("SPILLARENA_PREFETCH_THREAD");
-  return where != nullptr && std::string(where) == "worker";
+  const std::string value = where != nullptr ? where : "";
+  if (!value.empty() && value != "worker" && value != "training") {
+    notice = "spillarena: SPILLARENA_PREFETCH_THREAD=" + quote(value) +
+             " is neither \"worker\" nor \"training\"; prefetches run on the training thread";
+  }
+  return value == "worker";
 }
 
 }  // namespace
 
 Chain::Chain(const SpillArena& arena, const StashOptions& options)
     : context_(arena, options),
-      prefetch_on_worker_(prefetch_on_worker()),
+      prefetch_on_worker_(prefetch_on_worker(prefetch_notice_)),
       cpu_(make_cpu_path(context_, progress_)),
       device_(uses_gds(context_.arena) ? make_gds_path(context_, progress_)
                                        : make_device_path(context_, progress_)),
@@ -328,6 +344,8 @@ std::vector<std::string> Chain::take_notices() {
   for (std::string& notice : context_.shared->host_pool.take_notices()) {
     notices.push_back(std::move(notice));
   }
+  MutexLock lock(mutex_);
+  if (!prefetch_notice_.empty()) notices.push_back(std::exchange(prefetch_notice_, {}));
   return notices;
 }
 

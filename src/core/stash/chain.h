@@ -50,6 +50,7 @@ class Chain {
 
   StashContext context_;
   // SPILLARENA_PREFETCH_THREAD=worker: Note [Prefetching off the training thread] in chain.cc
+  std::string prefetch_notice_ GUARDED_BY(mutex_);  // a value it does not know, said once
   const bool prefetch_on_worker_;
   mutable Mutex mutex_;
   std::weak_ptr<Entry> last_ GUARDED_BY(mutex_);

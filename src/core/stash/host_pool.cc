@@ -165,8 +165,9 @@ std::uint64_t automatic_host_pool_bytes(std::uint64_t input_bytes, std::uint64_t
 // it alive a while longer. At the ceiling the pool stays, store() waits as before, and the
 // stats say so (pool_waits, host_pool_bytes); the stats keep the replaced pools' waits as they
 // were when each was replaced. A pool sized with ArenaOptions::host_pool_bytes is the user's and
-// never grows, nor does one under PoolFull::keep_on_device, which never waits (its overflow is
-// inputs_kept_on_device). Grows are counted (host_pool_grows). Not yet measured on a GPU.
+// never grows. Under PoolFull::keep_on_device store() never waits (its overflow is
+// inputs_kept_on_device), so only restores that waited for room grow the pool there. Grows are
+// counted (host_pool_grows). Not yet measured on a GPU.
 std::uint64_t grown_host_pool_bytes(std::uint64_t bytes, std::uint64_t drained, bool pinned) {
   static RecentReading ceiling(std::chrono::milliseconds(50), budget_ceiling);
   constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();

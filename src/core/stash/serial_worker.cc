@@ -34,6 +34,9 @@ void SerialWorker::run() {
     jobs_.pop_front();
     lock.unlock();
     job();
+    // What the job held (an entry whose destructor waits for its I/O and may take the GIL) goes
+    // before the mutex is taken again, so post() is never kept waiting behind it.
+    job = nullptr;
     lock.lock();
   }
 }
