@@ -113,16 +113,18 @@ class _SavedView:
         self.offset = tensor.storage_offset() - base_tensor.storage_offset()
 
     def unpack(self):
-        return self.base.get().as_strided(self.size, self.stride, self.offset)
+        base = self.base.get()  # the arenas give it back at offset 0; a stand-in may not
+        return base.as_strided(self.size, self.stride, base.storage_offset() + self.offset)
 
 
 def _shareable_base(view):
     """The base ``view`` can be rebuilt from with as_strided, or None: a contiguous base of the
-    view's dtype, the view neither conjugated nor negated, covering at least half of it (a small
-    slice of a large tensor is stored alone, not its whole base)."""
+    view's dtype, neither of them conjugated or negated, the view covering at least half of it (a
+    small slice of a large tensor is stored alone, not its whole base)."""
     base = view._base
-    if (base is None or view.is_conj() or view.is_neg() or base.dtype != view.dtype
-            or not base.is_contiguous() or 2 * view.numel() < base.numel()):
+    if (base is None or view.is_conj() or view.is_neg() or base.is_conj() or base.is_neg()
+            or base.dtype != view.dtype or not base.is_contiguous()
+            or 2 * view.numel() < base.numel()):
         return None
     return base
 
@@ -135,11 +137,7 @@ class offload:  # lower case, as torch's save_on_cpu: used as a context manager
     offload; InvalidArgumentError otherwise, with nothing changed."""
 
     def __init__(self, arena=None, *, min_bytes=1 << 20):
-        if isinstance(arena, _stash.TensorStash):
-            raise InvalidArgumentError(
-                "spillarena.offload: arena= must be a SpillArena, an AutomaticArena or None, got "
-                f"a {type(arena).__name__}")
-        check_arena(arena)
+        check_arena(arena, "spillarena.offload", stash_too=False)
         self.min_bytes = _arguments.min_bytes(min_bytes, "spillarena.offload")
         self._arena = arena
         self._stash = None  # a chain of its own in _stash_arena, made at the first spill
@@ -181,10 +179,23 @@ class offload:  # lower case, as torch's save_on_cpu: used as a context manager
             raise InvalidArgumentError(
                 "spillarena.offload: exited on another thread than it was entered on; torch's "
                 "saved-tensor hooks belong to the thread that set them: exit it there")
+        if not self._on_top():
+            raise InvalidArgumentError(
+                "spillarena.offload: exited while saved-tensor hooks entered after it are still "
+                "active (save_on_cpu, another saved_tensors_hooks); exit those first: torch's "
+                "hooks are a stack, and this exit would remove theirs, not its own")
         hooks, self._hooks = self._hooks, None
         _OFFLOAD_ACTIVE.context = None
         hooks.__exit__(*exc)
         return False
+
+    def _on_top(self):
+        """Whether this context's hooks are the innermost (True where torch cannot say)."""
+        top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+        if top is None:
+            return True
+        hooks = top(False)
+        return hooks is not None and hooks[0] == self._pack
 
     # -- packing and unpacking ------------------------------------------------------------------
 

@@ -83,13 +83,16 @@ class TensorStash(SharedOnCopy):
 
 def storable_kind(tensor: torch.Tensor):
     """None when a stash can hold ``tensor``'s bytes (a dense tensor with data of its own);
-    else what it is, for messages: "sparse_coo", "nested", "meta", "MyWrapper subclass"."""
+    else what it is, for messages: "sparse_coo", "nested", "meta", "quantized",
+    "MyWrapper subclass"."""
     if tensor.is_nested:
         return "nested"
     if tensor.layout != torch.strided:
         return str(tensor.layout).replace("torch.", "")
     if tensor.is_meta:
         return "meta"
+    if tensor.is_quantized:  # its scale and zero point are no bytes of its storage
+        return "quantized"
     # A subclass with a __torch_dispatch__ of its own (DTensor, a functional or wrapper tensor)
     # may have no storage behind it: what its data_ptr() shows is not its values.
     if type(tensor).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
@@ -122,18 +125,60 @@ def _describe(tensor: torch.Tensor) -> str:
     return f"layer input of shape {shape}, dtype {dtype}, {nbytes} bytes"
 
 
+# Note [A version kept without the bytes]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Autograd refuses a saved tensor changed in place after it was saved; the stash must too, or it
+# gives back changed bytes: it holds the live input until the input is written (keep_last, a
+# write in flight), and a write that starts after the change writes the change. The check needs
+# the tensor's version counter, which Python reads only through a tensor sharing it. A weak
+# reference to the input missed every change made before its last Python reference died (h =
+# x * 2; s = h.sin(); h.mul_(3); return s: a silent wrong gradient under offload and offload
+# policies, found by a red-team run). A strong one would keep the bytes the stash exists to let
+# go. So the stash keeps a watch: a detached alias of the input (which shares its version
+# counter) whose storage is then swapped for an empty one below autograd's in-place tracking
+# (set_() under _AutoDispatchBelowADInplaceOrView: no version bump, no bytes held). It reads the
+# input's version for as long as the stashed tensor lives. A torch without the guard gets the
+# weak reference's check instead.
+def version_watch(tensor: torch.Tensor):
+    """An object whose ``_version`` is ``tensor``'s, now and after ``tensor`` is gone, holding
+    none of its bytes (Note [A version kept without the bytes])."""
+    below = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", None)
+    exclude = getattr(torch._C, "_SetExcludeDispatchKeyGuard", None)
+    if below is None or exclude is None:
+        return _WeakVersion(tensor)
+    # inside a dispatch mode (an offload policy's), a detach made below autograd would not share
+    # the version counter: the view tracking is switched back on for it, as torch's own does
+    with exclude(torch._C.DispatchKey.ADInplaceOrView, False):
+        alias = tensor.detach()
+    with below():
+        alias.set_()
+    return alias
+
+
+class _WeakVersion:
+    """The version of a tensor while it lives; the last one seen after (the weak check)."""
+
+    def __init__(self, tensor):
+        base = tensor._base if tensor._base is not None else tensor
+        self._ref, self._seen = weakref.ref(base), tensor._version
+
+    @property
+    def _version(self):
+        base = self._ref()
+        if base is not None:
+            self._seen = base._version
+        return self._seen
+
+
 class _ArenaStashed(StashedTensor):
     def __init__(self, stored, tensor: torch.Tensor, description: str):
         self._stored = stored
         self._shape, self._dtype = tensor.shape, tensor.dtype
         dense = not tensor.is_contiguous() and _non_overlapping_and_dense(tensor)
         self._strides = tensor.stride() if dense else None
-        # Autograd's rule for saved tensors: an in-place change after store() is refused. Views
-        # share their base's version counter, and only a live tensor can change, so a weak
-        # reference to the base (the tensor itself when it is no view) is enough, whatever view
-        # of it was stored or dropped since (a layout's compact view, a caller's slice).
-        base = tensor._base if tensor._base is not None else tensor
-        self._input, self._version = weakref.ref(base), tensor._version
+        # Autograd's rule for saved tensors: an in-place change after store() is refused (Note
+        # [A version kept without the bytes]).
+        self._watch, self._version = version_watch(tensor), tensor._version
         self._describe = description
 
     @property
@@ -147,8 +192,7 @@ class _ArenaStashed(StashedTensor):
         self._stored.free()
 
     def restore(self) -> torch.Tensor:
-        source = self._input()
-        if source is not None and source._version != self._version:
+        if self._watch._version != self._version:
             raise CheckpointError(
                 "spill::checkpoint: one of the variables needed for gradient computation has "
                 f"been modified by an inplace operation: the stashed {self._describe} was "

@@ -224,7 +224,7 @@ def test_min_bytes_out_of_range_is_refused(arena, bad):
 
 
 def test_a_stash_is_no_arena_for_it():
-    with pytest.raises(spillarena.InvalidArgumentError, match="arena= must be a SpillArena"):
+    with pytest.raises(spillarena.InvalidArgumentError, match="an AutomaticArena or None"):
         spillarena.offload(spillarena.make_in_memory_stash())
 
 
@@ -299,4 +299,59 @@ def test_a_small_slice_of_a_large_tensor_stores_the_slice_not_the_tensor(arena):
         y = h[:2].sin().sum()  # saves a 2-row slice of a 4 MiB tensor
     y.backward()
     assert spilled.stats()["bytes_stored"] < 64 << 10
+    assert_drained(arena)
+
+
+@pytest.mark.parametrize("bit", ["conj", "neg"])
+def test_a_view_that_clears_its_bases_bit_is_not_rebuilt_from_the_base(arena, bit):
+    # the base's bytes are not the view's values when the base carries the conj or neg bit
+    def step(context):
+        torch.manual_seed(0)
+        x = torch.randn(64, 32, dtype=torch.complex64)
+        base = (x.conj() if bit == "conj" else torch._neg_view(x)).detach().requires_grad_()
+        with context:
+            view = base.conj() if bit == "conj" else torch._neg_view(base)
+            out = (view * view).real.sum()
+        out.backward()
+        return base.grad
+
+    ours = step(spillarena.offload(arena, min_bytes=0))
+    assert_as_torch(ours, step(torch.autograd.graph.save_on_cpu()),
+                    step(contextlib.nullcontext()), case=bit)
+    assert_drained(arena)
+
+
+def test_a_tensor_changed_in_place_after_its_last_reference_is_gone_still_raises(arena):
+    # h dies before backward; the stash still knew its version (Note [A version kept without the
+    # bytes] in python/spillarena/stash.py): no silent wrong gradient
+    def layer(x):
+        h = x * 2
+        s = h.sin()
+        h.mul_(3)
+        return s
+
+    for keep_last in (0, 1, 4):
+        local = spillarena.SpillArena(1 << 22, arena.directory, keep_last=keep_last)
+        x = torch.randn(256, 256, requires_grad=True)
+        with spillarena.offload(local, min_bytes=0):
+            y = layer(x)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+        del y
+        gc.collect()
+        assert_drained(local)
+
+
+def test_exiting_before_hooks_entered_after_it_is_refused_and_changes_nothing(arena):
+    context = spillarena.offload(arena, min_bytes=0)
+    context.__enter__()
+    inner = torch.autograd.graph.save_on_cpu()
+    inner.__enter__()
+    with pytest.raises(spillarena.InvalidArgumentError, match="exit those first"):
+        context.__exit__(None, None, None)
+    inner.__exit__(None, None, None)
+    context.__exit__(None, None, None)  # now in order
+    a = torch.randn(64, 64, requires_grad=True)
+    (a * 2).sin().sum().backward()  # no hooks left: nothing goes to the arena
+    assert context.stats()["tensors_stored"] == 0
     assert_drained(arena)
