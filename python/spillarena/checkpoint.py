@@ -53,14 +53,17 @@ def _warn_ignored_by_the_reentrant_form(use_reentrant, early_stop, determinism_c
             stacklevel=3,
         )
 
-def check_arena(arena):
-    if arena is None or isinstance(
-        arena, (_stash.TensorStash, _arena.SpillArena, _automatic.AutomaticArena)
-    ):
+def check_arena(arena, who="spillarena.checkpoint", stash_too=True):
+    """``arena`` as ``who`` takes it: a SpillArena, an AutomaticArena, None (the process's
+    default_arena()) and, with ``stash_too``, any TensorStash; InvalidArgumentError else."""
+    kinds = (_arena.SpillArena, _automatic.AutomaticArena) + ((_stash.TensorStash,) if stash_too
+                                                              else ())
+    if arena is None or isinstance(arena, kinds):
         return
+    stash = ", a TensorStash" if stash_too else ""
     raise InvalidArgumentError(
-        "spillarena.checkpoint: arena= must be a spillarena.SpillArena, an AutomaticArena, a "
-        f"TensorStash or None (the process's default_arena()), got {type(arena).__name__}"
+        f"{who}: arena= must be a spillarena.SpillArena, an AutomaticArena{stash} or None (the "
+        f"process's default_arena()), got {type(arena).__name__}"
     )
 
 

@@ -195,7 +195,8 @@ class _CachingMode(TorchDispatchMode):
             func)
         if policy in _SAVE or policy in _OFFLOAD:
             leaves, spec = tree_flatten(out)
-            if policy in _OFFLOAD and not any(isinstance(t, torch.Tensor) for t in leaves):
+            if policy in _OFFLOAD and leaves and \
+                    not any(isinstance(t, torch.Tensor) for t in leaves):  # [] is no refusal
                 raise InvalidArgumentError(
                     f"spillarena.selective_checkpoint_contexts: the policy offloads {func}, "
                     f"whose output {out!r} holds no tensor; offload ops that return tensors")
@@ -274,8 +275,10 @@ def selective_checkpoint_contexts(policy_fn_or_list, *, arena=None, min_bytes=0,
     default_arena()) in the forward and come back in backward instead of being recomputed
     (Note [Operation outputs to the arena]). ``policy_fn_or_list``: a policy function, as
     torch's, or a list or tuple of ops to offload (ATTENTION_OPS: transformers' attention), all
-    others recomputed. Pass it as ``context_fn`` to spillarena.checkpoint, enable() or torch's
-    own checkpoint (use_reentrant=False)."""
+    others recomputed. ``allow_cache_entry_mutation`` applies to saved outputs, as torch's; an
+    offloaded output changed in place after the forward stored it is always refused: the arena
+    holds the bytes from before the change. Pass it as ``context_fn`` to spillarena.checkpoint,
+    enable() or torch's own checkpoint (use_reentrant=False)."""
     if isinstance(policy_fn_or_list, (list, tuple)):
         policy_fn = _policy_from_list(policy_fn_or_list)
     elif callable(policy_fn_or_list):
@@ -284,11 +287,11 @@ def selective_checkpoint_contexts(policy_fn_or_list, *, arena=None, min_bytes=0,
         raise InvalidArgumentError(
             "spillarena.selective_checkpoint_contexts: pass a policy function or a list of ops, "
             f"got {type(policy_fn_or_list).__name__}")
-    if isinstance(arena, _stash.TensorStash):
+    check_arena(arena, "spillarena.selective_checkpoint_contexts", stash_too=False)
+    if not isinstance(allow_cache_entry_mutation, bool):
         raise InvalidArgumentError(
-            "spillarena.selective_checkpoint_contexts: arena= must be a SpillArena, an "
-            f"AutomaticArena or None, got a {type(arena).__name__}")
-    check_arena(arena)
+            "spillarena.selective_checkpoint_contexts: allow_cache_entry_mutation must be True "
+            f"or False, got {allow_cache_entry_mutation!r}")
     storage = _Storage(arena, _arguments.min_bytes(
         min_bytes, "spillarena.selective_checkpoint_contexts"))
     return _CachingMode(policy_fn, storage), _CachedMode(storage, allow_cache_entry_mutation)

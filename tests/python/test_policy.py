@@ -288,12 +288,27 @@ def test_min_bytes_out_of_range_is_refused(arena, bad):
         spillarena.selective_checkpoint_contexts([COUNTED], arena=arena, min_bytes=bad)
 
 
+def test_allow_cache_entry_mutation_must_be_a_bool_and_an_empty_output_may_be_offloaded(arena):
+    with pytest.raises(spillarena.InvalidArgumentError, match="must be True or False, got 'no'"):
+        spillarena.selective_checkpoint_contexts([COUNTED], arena=arena,
+                                                 allow_cache_entry_mutation="no")
+    unbind = torch.ops.aten.unbind.int
+    x = torch.randn(8, 4, requires_grad=True)
+    context_fn = functools.partial(spillarena.selective_checkpoint_contexts, [unbind],
+                                   arena=arena)
+    out = spillarena.checkpoint(lambda x: sum(x[:, :0].unbind(1), (x * 2).sum()), x,
+                                arena=arena, context_fn=context_fn)  # unbind returns []
+    out.backward()
+    assert torch.equal(x.grad, torch.full((8, 4), 2.0))
+    assert_drained(arena)
+
+
 def test_ops_must_be_overloads_and_the_policy_a_function_or_list(arena):
     with pytest.raises(spillarena.InvalidArgumentError, match="OpOverloads"):
         spillarena.selective_checkpoint_contexts([torch.ops.aten.mm], arena=arena)
     with pytest.raises(spillarena.InvalidArgumentError, match="a policy function or a list"):
         spillarena.selective_checkpoint_contexts(3, arena=arena)
-    with pytest.raises(spillarena.InvalidArgumentError, match="arena= must be a SpillArena"):
+    with pytest.raises(spillarena.InvalidArgumentError, match="an AutomaticArena or None"):
         spillarena.selective_checkpoint_contexts([COUNTED],
                                                  arena=spillarena.make_in_memory_stash())
 
@@ -325,4 +340,27 @@ def test_a_compiled_function_inside_the_layer_is_still_compiled(arena):
                                             use_reentrant=False, context_fn=context_fn)
     out.sum().backward()
     assert graphs  # dynamo traced the inner function under the caching mode
+    assert_drained(arena)
+
+
+def test_an_offloaded_output_changed_in_place_later_raises_instead_of_training_wrong(arena):
+    mul = torch.ops.aten.mul.Tensor
+
+    def layer(x):
+        h = x * 2
+        h.mul_(3)  # the offloaded output, changed after the forward stored it
+        return h.sin()
+
+    def policy_fn(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_CPU_OFFLOAD if op is mul else \
+            CheckpointPolicy.PREFER_RECOMPUTE
+
+    context_fn = functools.partial(spillarena.selective_checkpoint_contexts, policy_fn,
+                                   arena=arena)
+    x = torch.randn(256, 256, requires_grad=True)
+    out = spillarena.checkpoint(layer, x, arena=arena, context_fn=context_fn)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    del out
+    gc.collect()
     assert_drained(arena)

@@ -129,3 +129,19 @@ def test_a_layer_that_returns_no_tensor_returns_what_torchs_returns(form, return
     assert spillarena.checkpoint(layer, x, arena=arena, use_reentrant=use_reentrant) == expected
     assert arena.stats()["bytes_in_use"] == 0  # no backward will come: nothing kept for one
     assert_drained(arena)
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_a_quantized_input_trains_as_torchs_checkpoint_trains_it(form, arena, notices):
+    use_reentrant = FORMS[form]
+
+    def step(checkpoint):
+        torch.manual_seed(0)
+        w = torch.randn(4, 4, requires_grad=True)
+        q = torch.quantize_per_tensor(torch.randn(4, 4), 0.1, 0, torch.qint8)
+        checkpoint(lambda q, w: (q.dequantize() @ w).tanh(), q, w).sum().backward()
+        return w.grad
+
+    assert torch.equal(step(_ours(arena, use_reentrant)), step(_torchs(use_reentrant)))
+    assert any("a quantized tensor argument stays in memory" in str(w.message) for w in notices)
+    assert_drained(arena)
