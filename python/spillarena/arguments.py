@@ -19,12 +19,20 @@ def integer(value):
     TypeError, ValueError and OverflowError mean "not an integer": a KeyboardInterrupt or
     MemoryError raised by its __index__ propagates as itself (Note [Only a bad argument becomes
     another error] in python/src/py.h)."""
-    if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
-        return None  # numpy's and torch's booleans convert to 0 and 1 too
     try:
+        if isinstance(value, bool) or _no_integer_scalar(value):
+            return None
         return operator.index(value)
     except (TypeError, ValueError, OverflowError):
         return None
+
+
+def _no_integer_scalar(value):
+    """numpy's and torch's booleans (0 and 1 to operator.index too) and arrays of one element
+    (torch.tensor([[3]])): none is an integer here, as none is in the extension's options."""
+    if getattr(value, "ndim", 0) != 0:
+        return True
+    return str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
 
 
 def min_bytes(value, who):

@@ -51,24 +51,50 @@ struct Convert<bool> {
   }
 };
 
-// bool, or a boolean scalar of numpy or torch (np.True_, torch.tensor(True)): they convert to 0
-// and 1 and would pass for a number; none is one here.
-inline bool bool_like(PyObject* v) {
-  if (PyBool_Check(v)) return true;
-  if (!has_attribute(v, "dtype")) return false;
-  const Ref name = Ref::steal(PyObject_Str(Ref::steal(PyObject_GetAttrString(v, "dtype")).get()));
-  const char* text = PyUnicode_AsUTF8AndSize(name.get(), nullptr);
-  if (text == nullptr) throw PythonError();
-  const std::string_view dtype(text);
-  return dtype == "bool" || dtype == "torch.bool";
+// Whether `v` converts to a number but is none here: a bool, or a numpy or torch value that is a
+// boolean (np.True_, torch.tensor(True): 0 and 1), complex (its real part alone), or not a scalar
+// (torch.tensor([[3]]): one element, but an array); a dtype or ndim that cannot be read counts as
+// none too (Note [Only a bad argument becomes another error]).
+inline bool no_real_scalar(PyObject* v) {
+  if (PyBool_Check(v) || PyComplex_Check(v)) return true;
+  const auto read = [v](const char* name) {
+    PyObject* value = PyObject_GetAttrString(v, name);
+    if (value == nullptr && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+      PyErr_Clear();
+      return Ref();
+    }
+    if (value == nullptr) clear_bad_argument();  // else a TypeError or ValueError: refused
+    return value != nullptr ? Ref::steal(value) : Ref::borrow(Py_None);
+  };
+  if (const Ref ndim = read("ndim")) {
+    if (ndim.get() == Py_None || !PyLong_Check(ndim.get())) return true;
+    const long n = PyLong_AsLong(ndim.get());
+    if (n == -1 && PyErr_Occurred() != nullptr) clear_bad_argument();
+    if (n != 0) return true;
+  }
+  const Ref dtype = read("dtype");
+  if (!dtype) return false;
+  PyObject* text = dtype.get() == Py_None ? nullptr : PyObject_Str(dtype.get());
+  if (text == nullptr) {
+    if (dtype.get() != Py_None) clear_bad_argument();
+    return true;
+  }
+  const Ref name = Ref::steal(text);
+  const char* utf8_name = PyUnicode_AsUTF8AndSize(name.get(), nullptr);
+  if (utf8_name == nullptr) {
+    clear_bad_argument();
+    return true;
+  }
+  const std::string_view n(utf8_name);
+  return n == "bool" || n == "torch.bool" || n.find("complex") != std::string_view::npos;
 }
 
 // Note [Numbers from Python are bounded before they reach C++]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A negative int cast to uint64 wraps to 2^64 - 1 and a float truncates; both once broke the CLI.
 // Only an integer — a Python int or what operator.index accepts (numpy integers, integer 0-dim
-// tensors), never a bool (bool_like: numpy's and torch's too) or float — in [0, max] is
-// accepted; anything else is an InvalidArgumentError naming the field.
+// tensors), never a bool (no_real_scalar: numpy's and torch's too, nor an array of one element) or
+// float — in [0, max] is accepted; anything else is an InvalidArgumentError naming the field.
 template <class T>
 struct Convert<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
   static Ref to_python(T v) {
@@ -77,7 +103,7 @@ struct Convert<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, b
   }
   static T from_python(PyObject* v, const std::string& field) {
     const std::string expected = std::is_signed_v<T> ? "an integer" : "a non-negative integer";
-    if (!PyIndex_Check(v) || bool_like(v)) throw_bad_value(field, expected, v);
+    if (!PyIndex_Check(v) || no_real_scalar(v)) throw_bad_value(field, expected, v);
     PyObject* index = PyNumber_Index(v);
     if (index == nullptr) {
       clear_bad_argument();  // Note [Only a bad argument becomes another error] (py.h)
@@ -101,7 +127,12 @@ struct Convert<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, b
     } else if (fits) {
       fits = low <= static_cast<long long>(std::numeric_limits<T>::max());
     }
-    if (!fits) throw_bad_value(field, expected + " that fits the field", v);
+    if (!fits) {
+      throw_bad_value(field,
+                      expected + " that fits the field (at most " +
+                          std::to_string(std::numeric_limits<T>::max()) + ")",
+                      v);
+    }
     return static_cast<T>(low);
   }
 };
@@ -120,7 +151,8 @@ struct Convert<T, std::enable_if_t<std::is_floating_point_v<T>>> {
   static Ref to_python(T v) { return Ref::steal(PyFloat_FromDouble(v)); }
   static T from_python(PyObject* v, const std::string& field) {
     const bool has_float = PyType_GetSlot(Py_TYPE(v), Py_nb_float) != nullptr;
-    if (!(has_float || PyIndex_Check(v)) || bool_like(v)) throw_bad_value(field, "a number", v);
+    if (!(has_float || PyIndex_Check(v)) || no_real_scalar(v))
+      throw_bad_value(field, "a number", v);
     const bool integer = PyLong_Check(v) || !has_float;
     PyObject* converted = integer ? PyNumber_Index(v) : PyNumber_Float(v);
     if (converted == nullptr) {

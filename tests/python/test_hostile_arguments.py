@@ -140,6 +140,8 @@ def test_a_number_option_refuses_what_is_no_finite_number(spill_dir):
     np = pytest.importorskip("numpy")
     for bad, expected in [("2", "a number"), (True, "a number"), (np.True_, "a number"),
                           (torch.tensor(True), "a number"), (None, "a number"),
+                          (np.complex128(1.5 + 3j), "a number"), (2 + 0j, "a number"),
+                          (torch.tensor(2 + 3j), "a number"), (torch.tensor([[2.0]]), "a number"),
                           (b"2", "a number"), (float("nan"), "a finite number"),
                           (math.inf, "a finite number"), (np.float64("nan"), "a finite number"),
                           (10 ** 400, "a finite number"), (torch.tensor([2.0, 3.0]), "a number")]:
@@ -155,10 +157,33 @@ def test_integer_options_take_numpy_integers_everywhere(spill_dir):
     assert spillarena.AutomaticArena(spill_dir, layers=np.int64(3)).layers == 3
     assert spillarena.bytes_for_layer_inputs(np.int64(2), (np.int32(1), 2, 3), 4) == \
         spillarena.bytes_for_layer_inputs(2, (1, 2, 3), 4)
-    for bad in (np.float64(3.0), True, np.True_, torch.tensor(True), 0, -1):
+    for bad in (np.float64(3.0), True, np.True_, torch.tensor(True), torch.tensor([[3]]), 0, -1):
         with pytest.raises(spillarena.InvalidArgumentError, match="layers must be an integer"):
             spillarena.AutomaticArena(spill_dir, layers=bad)
-    for bad in (np.True_, torch.tensor(True)):
+    for bad in (np.True_, torch.tensor(True), torch.tensor([[3]])):
         with pytest.raises(spillarena.InvalidArgumentError, match="keep_last must be"):
             spillarena.SpillArena(1 << 20, spill_dir, keep_last=bad)
+    with pytest.raises(spillarena.InvalidArgumentError, match="at most 4294967295"):
+        spillarena.SpillArena(1 << 20, spill_dir, keep_last=1 << 32)
     del arena
+
+
+@pytest.mark.parametrize("error", BAD_ARGUMENT, ids=lambda e: e.__name__)
+def test_a_dtype_that_cannot_say_what_it_is_is_a_bad_argument(error, spill_dir):
+    class Odd:
+        def __index__(self):
+            return 2
+
+        def __float__(self):
+            return 2.0
+
+        @property
+        def dtype(self):
+            raise error("no dtype here")
+
+    for call in (lambda: spillarena.SpillArena(1 << 20, spill_dir, keep_last=Odd()),
+                 lambda: spillarena.SpillArena(1 << 20, spill_dir, growth_margin=Odd())):
+        with pytest.raises(spillarena.InvalidArgumentError, match="must be"):
+            call()
+    with pytest.raises(spillarena.InvalidArgumentError, match="layers must be an integer"):
+        spillarena.AutomaticArena(spill_dir, layers=Odd())
