@@ -11,8 +11,9 @@
 #              fp32 and bf16 with dropout, autocast replay, random queue delays; the engine's
 #              CPU tests beside them), each under its own timeout;
 #           b. BM_AcceleratorStep at 16 blocks for recompute, ram, disk_async and disk_direct,
-#              then disk_async with SPILLARENA_PREFETCH_THREAD=worker (the A/B of Note
-#              [Prefetching off the training thread]),
+#              then recompute and disk_async with SPILLARENA_PREFETCH_THREAD=worker (the A/B
+#              of Note [Prefetching off the training thread]: disk_async's ratio to recompute,
+#              each arm measured beside its own recompute),
 #              (bench/accelerator_benchmark.cc: step time, GPU peak and its goal, host RSS
 #              added, pool and copy waits, inputs spilled);
 #           c. bench/python/gpu_peak_snapshot.py: the same stack and modes through the wheel,
@@ -27,8 +28,9 @@
 # Files, in $OUT, named as docs/bench/ keeps them (the session copies them there), DATE the
 # machine's UTC date: gpu-env_DATE.txt (torch, driver, cores, disk, the commit measured) and
 # gpu-check-N_DATE.log (this script's output) in both calls; call 1: accelerator-tests_DATE.log,
-# accelerator_DATE.json and accelerator-prefetch-worker_DATE.json (google-benchmark's, b and b2),
-# accelerator-bench_DATE.log (its console and the
+# accelerator_DATE.json and accelerator-prefetch-worker_DATE.json (google-benchmark's, b and b2,
+# with b2's console in accelerator-prefetch-worker_DATE.log), accelerator-bench_DATE.log (b's
+# console and the
 # snapshot's table), accelerator-peaks_DATE.json, accelerator-peaks_DATE.tar (the raw
 # snapshots, for gpu_peak_snapshot.py --classify or pytorch.org/memory_viz); call 2:
 # longest_sequence_DATE.json, longest-sequence_DATE.log. Every JSON carries its date and the
@@ -43,9 +45,9 @@
 # of ~15 s (a fresh process each: CUDA context, the 16-block stack, 5 steps of 0.8-1.4 s, the
 # trace's replay) ~150 s; (d) ~4-5 trials per mode (two short ones, then lengths fitted to the
 # budget) of 10-25 s each (a fresh process: torch and transformers imported, the model built,
-# 2 steps of up to ~5 s at 50k tokens) ~300 s; (b2) one mode ~36 s. So call 1 ~390 s (c gets
+# 2 steps of up to ~5 s at 50k tokens) ~300 s; (b2) two modes ~72 s. So call 1 ~425 s (c gets
 # what b2 leaves), call 2 ~320 s. Each step runs under `timeout` with a cap (installs 60 s, a
-# 100 s, b 180 s, b2 60 s, c and d what is left), all within
+# 70 s, b 180 s, b2 90 s, c and d what is left), all within
 # SPILLARENA_GPU_BUDGET_S (470 s by default; pass less when less device time is left), and the
 # Python steps start no run or trial after their own deadline and rewrite their JSON after
 # each, so a slow step neither eats the call nor loses what it measured.
@@ -147,8 +149,8 @@ if [[ $call == 1 ]]; then
     start=$SECONDS
     for t in accelerator_test device_path_test overlapped_checkpoint_test checkpoint_test \
         integrity_test io_engine_test arena_test; do
-      cap=$((100 - (SECONDS - start)))
-      ((cap < 5)) && { echo "$t: not run (a's 100 s are spent)"; status=1; continue; }
+      cap=$((70 - (SECONDS - start)))
+      ((cap < 5)) && { echo "$t: not run (a's 70 s are spent)"; status=1; continue; }
       echo "=== $t" >> "$tests_log"
       timeout --kill-after=5 "$(within "$cap")" "$bin/$t" >> "$tests_log" 2>&1
       rc=$?
@@ -164,15 +166,17 @@ if [[ $call == 1 ]]; then
       --benchmark_out_format=json --benchmark_out="$out/accelerator_$day.json" \
       > "$bench_log" 2>&1 || status=1
     grep -E 'BM_AcceleratorStep|ERROR' "$bench_log"
-    # b2: the buffered mode again with the predecessors' prefetches on a worker thread: the A/B
-    # of Note [Prefetching off the training thread] (src/core/stash/chain.cc); the hypothesis is
-    # about buffered reads of resident pages, which direct mode does not make.
-    step "b2 (BM_AcceleratorStep, prefetches on a worker)" 60 \
+    # b2: the buffered mode again with the predecessors' prefetches on a worker thread, beside
+    # recompute in the same run so its ratio is measured as b's is: the A/B of Note
+    # [Prefetching off the training thread] (src/core/stash/chain.cc); the hypothesis is about
+    # buffered reads of resident pages, which direct mode does not make.
+    b2_log=$out/accelerator-prefetch-worker_$day.log
+    step "b2 (BM_AcceleratorStep, prefetches on a worker)" 90 \
       env SPILLARENA_PREFETCH_THREAD=worker "$bin/spillarena_bench" \
-      --benchmark_filter='BM_AcceleratorStep/disk_async/' \
+      --benchmark_filter='BM_AcceleratorStep/(recompute|disk_async)/' \
       --benchmark_out_format=json --benchmark_out="$out/accelerator-prefetch-worker_$day.json" \
-      >> "$bench_log" 2>&1 || status=1
-    grep -E 'BM_AcceleratorStep|ERROR' "$bench_log" | tail -n 4
+      > "$b2_log" 2>&1 || status=1
+    grep -E 'BM_AcceleratorStep|ERROR' "$b2_log"
   fi
 
   # c: what is left of the budget, less 10 s; a run starts only when it is expected to end
