@@ -105,8 +105,8 @@ class _NoArenaYet:
     def name(self):
         return self._owner._in_memory.name
 
-    def store(self, tensor):
-        held = _HeldInMemory(self._owner._in_memory.store(tensor), self._owner)
+    def store(self, tensor, *, what="layer input"):
+        held = _HeldInMemory(self._owner._in_memory.store(tensor, what=what), self._owner)
         self._owner._hold(held, tensor.numel() * tensor.element_size())
         return held
 

@@ -237,7 +237,8 @@ class offload:  # lower case, as torch's save_on_cpu: used as a context manager
         # not a detached copy: the stash checks its version at restore
         with _layout.outside_dispatch_modes():
             compact, layout = _layout.compact(tensor)
-            stored = _StoredBase(self._stash_for(tensor).store(compact), layout)
+            stored = _StoredBase(self._stash_for(tensor).store(compact, what="saved tensor"),
+                                 layout)
         self._counts["tensors_stored"] += 1
         self._counts["bytes_stored"] += compact.numel() * compact.element_size()
         return stored

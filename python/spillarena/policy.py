@@ -151,7 +151,8 @@ class _Storage:
             if offload and tensor.numel() * tensor.element_size() >= self.min_bytes and \
                     arena_holds(tensor, "spillarena.selective_checkpoint_contexts", "op output"):
                 stored, layout = _layout.compact(tensor)
-                return _Spilled(self._stash(tensor).store(stored), layout)
+                return _Spilled(self._stash(tensor).store(stored, what="offloaded op output"),
+                                layout)
             return _Kept(_detached(tensor))
 
     def _stash(self, tensor):

@@ -73,7 +73,8 @@ class TensorStash(SharedOnCopy):
     name = "?"
     spills = False  # whether it keeps layer inputs outside the process (malloc.py asks)
 
-    def store(self, tensor: torch.Tensor) -> StashedTensor:
+    def store(self, tensor: torch.Tensor, *, what: str = "layer input") -> StashedTensor:
+        """Keeps ``tensor``; ``what`` names it in messages ("saved tensor", "op output")."""
         raise NotImplementedError
 
     def stats(self) -> dict:
@@ -118,11 +119,11 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
 
 
-def _describe(tensor: torch.Tensor) -> str:
+def _describe(tensor: torch.Tensor, what: str = "layer input") -> str:
     dtype = str(tensor.dtype).replace("torch.", "")
     shape = "[" + ", ".join(str(s) for s in tensor.shape) + "]"
     nbytes = tensor.numel() * tensor.element_size()
-    return f"layer input of shape {shape}, dtype {dtype}, {nbytes} bytes"
+    return f"{what} of shape {shape}, dtype {dtype}, {nbytes} bytes"
 
 
 # Note [A version kept without the bytes]
@@ -197,7 +198,7 @@ class _ArenaStashed(StashedTensor):
                 "spill::checkpoint: one of the variables needed for gradient computation has "
                 f"been modified by an inplace operation: the stashed {self._describe} was "
                 "changed between forward and backward; clone it before changing it, or do not "
-                "modify layer inputs in place"
+                "modify it in place"
             )
         capsule = self._stored.restore()
         restored = _dlpack.from_dlpack(capsule).view(self._dtype).view(self._shape)
@@ -279,7 +280,7 @@ class _ArenaStash(TensorStash):
     def stats(self) -> dict:
         return self._chain.stats()
 
-    def store(self, tensor: torch.Tensor) -> StashedTensor:
+    def store(self, tensor: torch.Tensor, *, what: str = "layer input") -> StashedTensor:
         """Keeps the tensor in the stash (spilled to the arena once keep_last newer ones were
         stored). An input that finds no room stays in memory (when_full='keep_in_memory', with one
         SpillArenaWarning per arena) or raises ArenaExhaustedError (when_full='error')."""
@@ -291,7 +292,7 @@ class _ArenaStash(TensorStash):
                 f"one on {tensor.device}. Keep it with make_in_memory_stash(), or move it"
             )
         capsule = _dlpack.to_dlpack(_bytes_of(tensor))
-        description = _describe(tensor)
+        description = _describe(tensor, what)
         stored = self._chain.store(capsule, accelerator, description)
         return _ArenaStashed(stored, tensor, description)
 
@@ -319,7 +320,7 @@ class _InMemoryStashed(StashedTensor):
 class _InMemoryStash(TensorStash):
     name = "recompute"
 
-    def store(self, tensor):
+    def store(self, tensor, *, what="layer input"):
         return _InMemoryStashed(tensor.detach())
 
 
@@ -346,7 +347,7 @@ class _PerFileStash(TensorStash):
     def __init__(self, directory):
         self._files = _C._per_file_files(directory)
 
-    def store(self, tensor):
+    def store(self, tensor, *, what="layer input"):
         _check_storable(tensor, self.name)
         buffer = io.BytesIO()
         torch.save(tensor.detach().cpu(), buffer)
