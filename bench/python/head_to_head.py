@@ -24,6 +24,10 @@ Modes (each run is a fresh process in its own memory cgroup):
   spillarena_direct    the same with io="direct" (O_DIRECT through the staging pool)
   spillarena_reentrant spillarena_buffered with use_reentrant=True: the autograd Function per
                        layer that was the only form before the non-reentrant default
+  attention_trimmed    spillarena_trimmed with context_fn=selective_checkpoint_contexts(
+                       ATTENTION_OPS): attention's outputs to the arena too, not recomputed
+  offload_trimmed      no checkpointing, every saved tensor of at least 64 KiB to an
+                       AutomaticArena (spillarena.offload), under the same tunables
 
 The model: transformers' StableLM architecture configured as a Llama (SwiGLU MLP, full rotary,
 sequential residual; LayerNorm instead of RMSNorm) because it has a dropout in its config that
@@ -73,6 +77,7 @@ enable()/checkpoint() call it (--malloc keep: glibc's default behaviour, for com
 """
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -90,10 +95,11 @@ import boundary_search
 import h2h_support
 
 MODES = ("none", "torch", "torch_trimmed", "disco", "spillarena_buffered", "spillarena_direct",
-         "spillarena_reentrant", "spillarena_trimmed")
+         "spillarena_reentrant", "spillarena_trimmed", "attention_trimmed", "offload_trimmed")
 SPILLING = ("spillarena_buffered", "spillarena_direct", "spillarena_reentrant",
-            "spillarena_trimmed")
-TRIMMED = ("torch_trimmed", "spillarena_trimmed")  # started with GLIBC_TUNABLES below
+            "spillarena_trimmed", "attention_trimmed")
+TRIMMED = ("torch_trimmed", "spillarena_trimmed", "attention_trimmed",
+           "offload_trimmed")  # started with GLIBC_TUNABLES below
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AXOLOTL_VERSION = "0.21.0"
 AXOLOTL_DIR = os.path.join(REPO, ".deps", "axolotl-wheel", "axolotl-" + AXOLOTL_VERSION)
@@ -237,7 +243,20 @@ def disco_call(disco, wrapper):
 
 
 def prepare(args, mode, shape, model, torch):
-    """Turns the mode on; returns the arena (or None)."""
+    """Turns the mode on; returns the arena (or None) and the context each step runs in."""
+    arena = _prepare(args, mode, shape, model, torch)
+    if mode != "offload_trimmed":
+        return arena, contextlib.nullcontext
+    import spillarena
+
+    return arena, functools.partial(spillarena.offload, arena, min_bytes=64 << 10)
+
+
+def _prepare(args, mode, shape, model, torch):
+    if mode == "offload_trimmed":
+        import spillarena
+
+        return spillarena.AutomaticArena(args.workdir)  # offload puts the malloc policy in force
     if mode in ("torch", "torch_trimmed"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     elif mode == "disco":
@@ -250,8 +269,11 @@ def prepare(args, mode, shape, model, torch):
         capacity = spillarena.bytes_for_layer_inputs(args.layers, shape, torch.float32)
         io = "direct" if mode == "spillarena_direct" else "buffered"
         arena = spillarena.SpillArena(capacity, args.workdir, io=io)
-        spillarena.enable(model, arena, **({"use_reentrant": True}
-                                           if mode == "spillarena_reentrant" else {}))
+        extra = {"use_reentrant": True} if mode == "spillarena_reentrant" else {}
+        if mode == "attention_trimmed":
+            extra["context_fn"] = functools.partial(spillarena.selective_checkpoint_contexts,
+                                                    spillarena.ATTENTION_OPS, arena=arena)
+        spillarena.enable(model, arena, **extra)
         if args.malloc == "package" and not package_calls_malloc_hook(spillarena):
             apply_malloc_policy_here(model, arena, spillarena, torch)
         return arena
@@ -261,7 +283,10 @@ def prepare(args, mode, shape, model, torch):
 def package_calls_malloc_hook(spillarena):
     import inspect
 
-    return "layer_done" in inspect.getsource(sys.modules["spillarena.checkpoint"]._SpillCheckpoint)
+    # job.py runs both forms' layers since the non-reentrant default; checkpoint.py held the
+    # reentrant Function before (this looked there, and raised once it moved)
+    module = sys.modules.get("spillarena.job") or sys.modules["spillarena.checkpoint"]
+    return "layer_done" in inspect.getsource(module)
 
 
 def apply_malloc_policy_here(model, arena, spillarena, torch):
@@ -336,6 +361,12 @@ def gradient_comparison(model, reference_path, torch):
     }
 
 
+def _arena_stats(arena):
+    """An arena's stats; an AutomaticArena's are its SpillArena's once it made one."""
+    made = getattr(arena, "arena", None)
+    return (made if made is not None else arena).stats()
+
+
 def run_child(args, mode, seq, batch):
     import torch
 
@@ -343,7 +374,7 @@ def run_child(args, mode, seq, batch):
     created = h2h_support.CreatedFiles(args.workdir)
     model = build_model(args, seq, torch)
     shape = (batch, seq, args.hidden)
-    arena = prepare(args, mode, shape, model, torch)
+    arena, step_context = prepare(args, mode, shape, model, torch)
     torch.manual_seed(1)
     ids = torch.randint(0, args.vocab, (batch, seq))
     times, losses, result = [], [], {
@@ -355,9 +386,10 @@ def run_child(args, mode, seq, batch):
         for step in range(args.steps + 1):
             if step == 1:
                 io_before = h2h_support.io_counters()
-                written_before = arena.stats()["bytes_written"] if arena else 0
+                written_before = _arena_stats(arena).get("bytes_written", 0) if arena else 0
             start = time.perf_counter()
-            loss = model(input_ids=ids, labels=ids).loss
+            with step_context():
+                loss = model(input_ids=ids, labels=ids).loss
             loss.backward()
             if step > 0:
                 times.append(time.perf_counter() - start)
@@ -373,10 +405,11 @@ def run_child(args, mode, seq, batch):
                   write_bytes_per_step=(io_after.get("write_bytes", 0)
                                         - io_before.get("write_bytes", 0)) / args.steps)
     if arena is not None:
-        stats = arena.stats()
+        stats = _arena_stats(arena)
         result["arena_bytes_written_per_step"] = (
-            (stats["bytes_written"] - written_before) / args.steps)
-        result["io"] = {k: stats[k] for k in ("io_mode", "io_backend", "io_note", "staging_bytes")}
+            (stats.get("bytes_written", 0) - written_before) / args.steps)
+        result["io"] = {k: stats.get(k) for k in ("io_mode", "io_backend", "io_note",
+                                                   "staging_bytes")}
         from spillarena import malloc
 
         result["malloc"] = malloc.state()
