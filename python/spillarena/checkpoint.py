@@ -67,7 +67,7 @@ def check_arena(arena, who="spillarena.checkpoint", stash_too=True):
     )
 
 
-def _stash_for(arena, tensor):
+def stash_for(arena, tensor):
     """The stash for a layer input like ``tensor`` (``arena`` passed check_arena): an
     AutomaticArena (None: the default one) makes its arena now when this is its first input, or
     keeps the input in memory while a full disk leaves it none (Note [No room for the first
@@ -192,7 +192,7 @@ def _checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_st
                                            **kwargs)
     if not torch.is_grad_enabled():
         return function(*args, **kwargs)  # no backward will come: nothing to keep
-    job.stash = _stash_for(arena, tensors[job.spill_index])
+    job.stash = stash_for(arena, tensors[job.spill_index])
     _malloc.use_for_spilling(job.stash)
     if use_reentrant:
         return _reentrant.run(job, tensors)

@@ -17,12 +17,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS, CheckpointPolicy, SelectiveCheckpointContext
 
-from . import arena as _arena
 from . import arguments as _arguments
-from . import automatic as _automatic
 from . import layout as _layout
 from . import stash as _stash
-from .checkpoint import arena_holds, check_arena
+from .checkpoint import arena_holds, check_arena, stash_for
 from .errors import InvalidArgumentError
 
 # Note [Operation outputs to the arena]
@@ -115,17 +113,6 @@ class _Spilled:
         self.stashed.prefetch()
 
 
-def _detached(tensor):
-    """``tensor`` detached below autograd, sharing its version counter as a view made above it
-    would (torch's own selective checkpoint does the same; plain detach() where the guard is
-    missing: only the mutation check of a saved output is then weaker)."""
-    guard = getattr(torch._C, "_SetExcludeDispatchKeyGuard", None)
-    if guard is None:
-        return tensor.detach()
-    with guard(torch._C.DispatchKey.ADInplaceOrView, False):
-        return tensor.detach()
-
-
 def _policy_of(value, func):
     if isinstance(value, bool):
         return CheckpointPolicy.MUST_SAVE if value else CheckpointPolicy.PREFER_RECOMPUTE
@@ -151,15 +138,9 @@ class _Storage:
             if offload and tensor.numel() * tensor.element_size() >= self.min_bytes and \
                     arena_holds(tensor, "spillarena.selective_checkpoint_contexts", "op output"):
                 stored, layout = _layout.compact(tensor)
-                return _Spilled(self._stash(tensor).store(stored, what="offloaded op output"),
-                                layout)
-            return _Kept(_detached(tensor))
-
-    def _stash(self, tensor):
-        arena = _automatic.resolve(self.arena, tensor)
-        if isinstance(arena, _arena.SpillArena):
-            return _stash.shared_arena_stash(arena)
-        return arena
+                stash = stash_for(self.arena, tensor)
+                return _Spilled(stash.store(stored, what="offloaded op output"), layout)
+            return _Kept(_stash.detached(tensor))
 
     def prefetch_all(self):
         """Queues the reads of every offloaded output not served yet."""

@@ -144,16 +144,24 @@ def version_watch(tensor: torch.Tensor):
     """An object whose ``_version`` is ``tensor``'s, now and after ``tensor`` is gone, holding
     none of its bytes (Note [A version kept without the bytes])."""
     below = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", None)
-    exclude = getattr(torch._C, "_SetExcludeDispatchKeyGuard", None)
-    if below is None or exclude is None:
+    if below is None or not hasattr(torch._C, "_SetExcludeDispatchKeyGuard"):
         return _WeakVersion(tensor)
-    # inside a dispatch mode (an offload policy's), a detach made below autograd would not share
-    # the version counter: the view tracking is switched back on for it, as torch's own does
-    with exclude(torch._C.DispatchKey.ADInplaceOrView, False):
-        alias = tensor.detach()
+    alias = detached(tensor)
     with below():
         alias.set_()
     return alias
+
+
+def detached(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` detached, sharing its version counter also when called below autograd (inside
+    a dispatch mode, an offload policy's, a plain detach() would not): the view tracking is
+    switched back on for it, as torch's own selective checkpoint does. Plain detach() where this
+    torch lacks the guard."""
+    exclude = getattr(torch._C, "_SetExcludeDispatchKeyGuard", None)
+    if exclude is None:
+        return tensor.detach()
+    with exclude(torch._C.DispatchKey.ADInplaceOrView, False):
+        return tensor.detach()
 
 
 class _WeakVersion:

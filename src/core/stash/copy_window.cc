@@ -51,11 +51,6 @@ void CopyWindow::closed() {
   changed_.notify_all();
 }
 
-std::uint64_t CopyWindow::in_flight() const {
-  MutexLock lock(mutex_);
-  return in_flight_;
-}
-
 bool CopyWindow::wait_until_at_most(std::uint64_t most, const std::function<bool()>& give_up,
                                     std::atomic<std::uint64_t>& waits,
                                     std::atomic<std::uint64_t>& wait_ns,

@@ -34,7 +34,6 @@ class CopyWindow {
     CopyWindow& window_;
   };
 
-  std::uint64_t in_flight() const EXCLUDES(mutex_);
   // Waits until at most `most` copies are in flight: true. `give_up` is asked every `poll`
   // while waiting; true ends the wait, false returned (a failure elsewhere). A wait is counted
   // in `waits` and `wait_ns` (StashStats::copy_waits, copy_wait_ns).
