@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "accelerator_emulation.h"
+#include "core/stash/chain.h"
 #include "core/stash/host_pool.h"
 #include "core/stash/stash_entry.h"
 #include "emulated_device.h"
@@ -250,6 +251,30 @@ TEST_CASE("CPU path: a small input is spilled within store()") {
       CHECK(torch::equal(stored->restore(), expected));
     }
   }
+}
+
+// StashInput::layer_input: an offload policy's operation output or offload()'s saved tensor
+// goes through the same chain as layer inputs, and is counted apart from them.
+TEST_CASE("CPU path: a tensor that is no layer input is counted apart from the inputs") {
+  ScratchDir dir;
+  auto o = engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::thread_pool);
+  spill::SpillArena arena = stash_arena(o, stash_settings(false, 0));
+  auto chain = spill::detail::make_chain(arena, spill::stash_options(arena));
+  std::vector<spill::detail::EntryPtr> entries;
+  for (const bool layer_input : {true, false, false}) {
+    spill::detail::StashInput in;
+    in.bytes = spill::detail::Buffer::host(16384, 64);
+    in.layer_input = layer_input;
+    entries.push_back(std::make_shared<spill::detail::Entry>(std::move(in), chain->counters()));
+    chain->stored(entries.back());
+  }
+  const spill::StashStats s = chain->stats();
+  CHECK(s.inputs_stored == 1);
+  CHECK(s.inputs_spilled == 1);
+  CHECK(s.saved_tensors_stored == 2);
+  CHECK(s.saved_tensors_spilled == 2);
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) chain->restore(*it);
+  CHECK(chain->stats().restores == 3);
 }
 
 TEST_CASE("CPU path: an input above 512 KiB is still written in flight") {

@@ -43,6 +43,11 @@ struct StashStats {
   // Inputs whose bytes reached the arena: writes that completed, including an input backward
   // took back from memory while its write was in flight (keep_last inputs are never written).
   std::uint64_t inputs_spilled = 0;
+  // The same two counts for the tensors that are not layer inputs, counted apart from them: the
+  // operation outputs an offload policy spills and the saved tensors of spillarena.offload()
+  // (front ends say which through StashInput::layer_input).
+  std::uint64_t saved_tensors_stored = 0;
+  std::uint64_t saved_tensors_spilled = 0;
   std::uint64_t device_bytes_held = 0;
   std::uint64_t peak_device_bytes_held = 0;
   std::uint64_t host_pool_bytes = 0;  // the pool's size once made (first accelerator input)

@@ -74,7 +74,9 @@ class TensorStash(SharedOnCopy):
     spills = False  # whether it keeps layer inputs outside the process (malloc.py asks)
 
     def store(self, tensor: torch.Tensor, *, what: str = "layer input") -> StashedTensor:
-        """Keeps ``tensor``; ``what`` names it in messages ("saved tensor", "op output")."""
+        """Keeps ``tensor``; ``what`` names it in messages ("saved tensor", "op output"). A
+        stash that counts counts a "layer input" (the default) in its stats' inputs_* and
+        anything else apart, in saved_tensors_*."""
         raise NotImplementedError
 
     def stats(self) -> dict:
@@ -267,8 +269,8 @@ class _Chain(SharedOnCopy):
     def stats(self) -> dict:
         return _C._chain_stats(self._handle)
 
-    def store(self, capsule, accelerator: bool, describe: str) -> _Stored:
-        return _Stored(_C._chain_store(self._handle, capsule, accelerator, describe))
+    def store(self, capsule, accelerator: bool, describe: str, layer_input: bool) -> _Stored:
+        return _Stored(_C._chain_store(self._handle, capsule, accelerator, describe, layer_input))
 
 
 class _ArenaStash(TensorStash):
@@ -301,7 +303,7 @@ class _ArenaStash(TensorStash):
             )
         capsule = _dlpack.to_dlpack(_bytes_of(tensor))
         description = _describe(tensor, what)
-        stored = self._chain.store(capsule, accelerator, description)
+        stored = self._chain.store(capsule, accelerator, description, what == "layer input")
         return _ArenaStashed(stored, tensor, description)
 
 

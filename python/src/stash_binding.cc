@@ -150,15 +150,16 @@ PyObject* shared_chain(PyObject*, PyObject* arena) {
   });
 }
 
-// _chain_store(chain, bytes, accelerator, describe): `bytes` the capsule of the input's
-// contiguous bytes.
+// _chain_store(chain, bytes, accelerator, describe, layer_input): `bytes` the capsule of the
+// input's contiguous bytes; layer_input false counts it in saved_tensors_*.
 PyObject* store(PyObject*, PyObject* args) {
   return guarded([&] {
-    const Args a(args, 4, "_chain_store");
+    const Args a(args, 5, "_chain_store");
     const ChainPtr& chain = chain_of(a[0]);
     spill::detail::StashInput in;
     in.accelerator = Convert<bool>::from_python(a[2], "store: accelerator");
     in.describe = [text = utf8(a[3], "store: describe")] { return text; };
+    in.layer_input = Convert<bool>::from_python(a[4], "store: layer_input");
     in.bytes = buffer_of(a[1]);
     if (in.accelerator) in.engine = python_engine_for_inputs();
     EntryPtr e;
@@ -246,7 +247,7 @@ void add_stash() {
   add_function("_shared_chain", shared_chain, METH_O,
                "_shared_chain(arena): the arena's shared chain, as spill::checkpoint uses it.");
   add_function("_chain_store", store, METH_VARARGS,
-               "_chain_store(chain, bytes, accelerator, describe): a stored input's handle.");
+               "_chain_store(chain, bytes, accelerator, describe, layer_input): a stored input's handle.");
   add_function("_chain_name", chain_name, METH_O, "The chain's arena backing: 'disk' or 'ram'.");
   add_function("_chain_stats", chain_stats, METH_O,
                "A dict keyed by spill::StashStats field names.");

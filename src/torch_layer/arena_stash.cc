@@ -14,6 +14,24 @@
 #include "stream_engine.h"
 #include "tensor_bytes.h"
 
+// Note [Saved tensors and operation outputs from LibTorch]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Spilling more than a layer's input (issue 51) needs two hooks into autograd: one that sees
+// every tensor autograd saves (offload without recompute) and one that sees each operation's
+// output inside a checkpointed layer (per-operation policies). Torch has both only in Python:
+// the default saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks) are kept as Python
+// objects (at::SavedTensorDefaultHooks holds c10::SafePyObject pairs), and a dispatch mode
+// that sees each operation (TorchDispatchMode, what torch's selective checkpoint is made of)
+// is a Python object too. The C++ counterparts — torch::autograd::SavedVariableHooks, set on one
+// SavedVariable by torch's own generated code, and c10's dispatch keys — are internals of a
+// build, not stable LibTorch API (Note [One wheel for every torch] rules those out). So the
+// decision is Python's: python/spillarena/offload.py (Note [Saved tensors to the arena]) and
+// policy.py (Note [Operation outputs to the arena]) choose what spills, and hand its bytes to
+// the same chain as this file does (python/src/stash_binding.cc), with StashInput::layer_input
+// false so that StashStats counts them apart. The bytes move in the C++ core either way: the
+// regions, the writes and reads, the integrity check, the overflow rule and the prefetching are
+// the chain's. A C++ user spills layer inputs through spill::checkpoint.
+
 namespace spill {
 namespace {
 

@@ -111,7 +111,7 @@ void CpuPath::wrote(Entry& e) {
   e.input = Buffer();
   if (e.state == State::writing) {
     advance(e, State::spilled);
-    context_.counters->inputs_spilled.fetch_add(1);
+    context_.counters->record_spilled(e.layer_input);
   }
   context_.counters->sub_in_flight(e.bytes);
   MutexLock lock(mutex_);

@@ -118,7 +118,7 @@ void DevicePath::spill_in_pieces(Entry& e, HostPool& pool) {
   context_.counters->sub_device_bytes(e.bytes);
   advance(e, State::writing);
   advance(e, State::spilled);
-  context_.counters->inputs_spilled.fetch_add(1);
+  context_.counters->record_spilled(e.layer_input);
 }
 
 // The copy is done: the write from the pool block is queued and the device input released.
@@ -156,7 +156,7 @@ void DevicePath::finish_write_locked(Entry& e) {
   if (e.state != State::writing) return;
   e.device_io.piece = Piece();
   advance(e, State::spilled);
-  context_.counters->inputs_spilled.fetch_add(1);
+  context_.counters->record_spilled(e.layer_input);
 }
 
 // A read into the pool. Prefetches (wait_for_room false) take a block only when room for the

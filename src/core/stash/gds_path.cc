@@ -118,7 +118,7 @@ void GdsPath::write(const EntryPtr& e) {
     throw;
   }
   advance(*e, State::spilled);
-  context_.counters->inputs_spilled.fetch_add(1);
+  context_.counters->record_spilled(e->layer_input);
 }
 
 // The tail first (a small pageable buffer: this thread never waits for the pool), then the body

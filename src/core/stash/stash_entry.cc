@@ -111,6 +111,10 @@ void StashCounters::copy_to(StashStats& stats) const {
 #undef SPILL_STASH_NOT_COUNTED
 }
 
+void StashCounters::record_spilled(bool layer_input) {
+  (layer_input ? inputs_spilled : saved_tensors_spilled).fetch_add(1);
+}
+
 void StashCounters::add_device_bytes(std::uint64_t bytes) {
   raise_to(peak_device_bytes_held, device_bytes_held.fetch_add(bytes) + bytes);
 }
@@ -142,11 +146,12 @@ Entry::Entry(StashInput in, std::shared_ptr<StashCounters> c)
       device(input.device()),
       bytes(input.bytes()),
       accelerator(in.accelerator),
+      layer_input(in.layer_input),
       engine(std::move(in.engine)),
       counters(std::move(c)),
       describe_(std::move(in.describe)),
       changed_in_place_(std::move(in.changed_in_place)) {
-  counters->inputs_stored.fetch_add(1);
+  (layer_input ? counters->inputs_stored : counters->saved_tensors_stored).fetch_add(1);
   if (accelerator) counters->add_device_bytes(bytes);
 }
 
@@ -187,7 +192,7 @@ Buffer give_back_input(Entry& e) {
   // failed fails the step as it would had backward come later (and read the region): whether a
   // full or failing disk is reported must not depend on how fast backward caught up with it.
   if (!write_succeeded(e.cpu_io.write)) e.cpu_io.write.wait();  // throws the write's spill::IoError
-  e.counters->inputs_spilled.fetch_add(1);
+  e.counters->record_spilled(e.layer_input);
   return input;
 }
 

@@ -50,6 +50,8 @@ struct StashCounters {
   // A stashed tensor was given back; `was_ready` when its I/O had completed, `waited_ns` spent
   // waiting for it; `prefetched` when its read was queued ahead.
   void record_restore(bool prefetched, bool was_ready, std::uint64_t waited_ns);
+  // A stored tensor's bytes reached the arena: counted as a layer input or apart.
+  void record_spilled(bool layer_input);
   void add_device_bytes(std::uint64_t bytes);
   void sub_device_bytes(std::uint64_t bytes) { device_bytes_held.fetch_sub(bytes); }
   void add_in_flight(std::uint64_t bytes);
@@ -91,6 +93,9 @@ struct StashInput {
   // the stash let go of the bytes (the front end keeps the version counter). Empty: the front
   // end checks that itself.
   std::function<bool()> changed_in_place;
+  // False for a tensor that is not a layer input (an offload policy's operation output,
+  // offload()'s saved tensor): StashStats counts it apart, in saved_tensors_*.
+  bool layer_input = true;
 };
 
 // What the CPU path keeps of an entry beside the shared lifecycle (cpu_path.cc).
@@ -134,6 +139,7 @@ struct Entry {
   const Device device;  // the input's
   const std::uint64_t bytes;
   const bool accelerator;
+  const bool layer_input;  // StashInput::layer_input
   const std::shared_ptr<CopyEngine> engine;  // accelerator inputs
   const std::shared_ptr<StashCounters> counters;
 

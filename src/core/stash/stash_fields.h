@@ -37,6 +37,8 @@
 #define SPILL_STASH_STATS_FIELDS(COUNTED, READ) \
   COUNTED(inputs_stored)                        \
   COUNTED(inputs_spilled)                       \
+  COUNTED(saved_tensors_stored)                 \
+  COUNTED(saved_tensors_spilled)                \
   COUNTED(device_bytes_held)                    \
   COUNTED(peak_device_bytes_held)               \
   READ(host_pool_bytes)                         \
