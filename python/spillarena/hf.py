@@ -25,6 +25,7 @@ import sys
 
 from . import arguments as _arguments
 from . import automatic as _automatic
+from . import policy as _policy
 from .checkpoint import TORCH_ARGUMENTS, check_arena, checkpoint
 from .errors import InvalidArgumentError
 
@@ -252,12 +253,29 @@ def arena_of(model):
     return enabled.function.arena if enabled is not None else _enabled_arena(target)
 
 
-def enable(model, arena=None, every_n_layers=1, **checkpoint_kwargs):
+def _policy_context(policy, arena, checkpoint_kwargs):
+    """policy= as the context_fn it stands for (Note [Operation outputs to the arena])."""
+    if policy is None:
+        return checkpoint_kwargs
+    for given in ("context_fn", "use_reentrant"):
+        if checkpoint_kwargs.get(given):
+            raise InvalidArgumentError(
+                f"spillarena.enable: policy= and {given}={checkpoint_kwargs[given]!r} cannot go "
+                "together" + (": a policy is a context_fn" if given == "context_fn" else
+                              ": torch's reentrant form takes no context_fn"))
+    context_fn = _policy.context_fn_of(policy, arena, "spillarena.enable: policy=")
+    return {**checkpoint_kwargs, "context_fn": context_fn}
+
+
+def enable(model, arena=None, every_n_layers=1, *, policy=None, **checkpoint_kwargs):
     """Checkpoints the layers of ``model`` (a transformers PreTrainedModel, or a PEFT model
     around one) with their inputs spilled to ``arena``; every ``every_n_layers``-th layer when
     that is > 1. ``arena``: None (an AutomaticArena of the model's own), an AutomaticArena (one
     without ``layers`` is told the layers checkpointed here, to size its first arena), a
-    SpillArena or a TensorStash.
+    SpillArena or a TensorStash. ``policy``: what else of each layer goes to the arena, as
+    spillarena.selective_checkpoint_contexts takes it: a list of ops
+    (spillarena.ATTENTION_OPS: attention's output, read back instead of recomputed) or a
+    policy function; it stands for that context_fn.
     Also makes the input embeddings' output require grad, as transformers' own checkpointing
     does, so frozen embeddings (PEFT/LoRA) do not cut the graph. Returns model."""
     if "torch._dynamo" in sys.modules:  # nothing can be compiled before Dynamo is imported
@@ -280,6 +298,7 @@ def enable(model, arena=None, every_n_layers=1, **checkpoint_kwargs):
     check_arena(arena)  # a bad arena fails here, not in the first forward
     if arena is None:
         arena = _automatic.AutomaticArena()
+    checkpoint_kwargs = _policy_context(policy, arena, checkpoint_kwargs)
     function = _ArenaCheckpointFunction(arena, checkpoint_kwargs)
     options = {}
     if "every_n_layers" in parameters:

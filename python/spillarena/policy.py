@@ -10,6 +10,7 @@ forward and read back in backward instead of recomputed.
 See Note [Operation outputs to the arena].
 """
 
+import inspect
 from collections import defaultdict
 
 import torch
@@ -75,6 +76,16 @@ def _storage_key(func, args):
     compiled region's calls get a queue of their own: pytorch gh-175258), else the op."""
     key = getattr(torch.utils.checkpoint, "_sac_storage_key", None)
     return key(func, args) if key is not None else func
+
+
+# torch 2.11's context has no op_output (a policy reading it fails there as under torch's own)
+_TAKES_OP_OUTPUT = "op_output" in inspect.signature(SelectiveCheckpointContext).parameters
+
+
+def _forward_context(out):
+    if _TAKES_OP_OUTPUT:
+        return SelectiveCheckpointContext(is_recompute=False, op_output=out)
+    return SelectiveCheckpointContext(is_recompute=False)
 
 
 _MISMATCH = ("This can happen if the operations in the checkpointed region are nondeterministic "
@@ -172,9 +183,7 @@ class _CachingMode(TorchDispatchMode):
         key = _storage_key(func, args)
         index = self.calls[key]
         self.calls[key] += 1
-        policy = _policy_of(self.policy_fn(
-            SelectiveCheckpointContext(is_recompute=False, op_output=out), func, *args, **kwargs),
-            func)
+        policy = _policy_of(self.policy_fn(_forward_context(out), func, *args, **kwargs), func)
         if policy in _SAVE or policy in _OFFLOAD:
             leaves, spec = tree_flatten(out)
             if policy in _OFFLOAD and leaves and \
@@ -236,11 +245,11 @@ class _CachedMode(TorchDispatchMode):
         return tree_unflatten(values, spec)
 
 
-def _policy_from_list(ops):
+def _policy_from_list(ops, caller):
     for op in ops:
         if not isinstance(op, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
             raise InvalidArgumentError(
-                f"spillarena.selective_checkpoint_contexts: expected ops as OpOverloads "
+                f"{caller}: expected ops as OpOverloads "
                 f"(torch.ops.aten.mm.default, not torch.ops.aten.mm), got {op!r}")
     chosen = frozenset(ops)
 
@@ -248,6 +257,24 @@ def _policy_from_list(ops):
         return CheckpointPolicy.MUST_CPU_OFFLOAD if op in chosen else \
             CheckpointPolicy.PREFER_RECOMPUTE
     return policy_fn
+
+
+def _policy_fn(policy_fn_or_list, caller):
+    if isinstance(policy_fn_or_list, (list, tuple)):
+        return _policy_from_list(policy_fn_or_list, caller)
+    if callable(policy_fn_or_list):
+        return policy_fn_or_list
+    raise InvalidArgumentError(
+        f"{caller}: pass a policy function or a list of ops, "
+        f"got {type(policy_fn_or_list).__name__}")
+
+
+def context_fn_of(policy_fn_or_list, arena, caller):
+    """The context_fn that offloads what ``policy_fn_or_list`` marks to ``arena`` (enable()'s
+    policy=), checked now rather than at the first forward."""
+    policy_fn = _policy_fn(policy_fn_or_list, caller)
+    check_arena(arena, caller, stash_too=False)
+    return lambda: selective_checkpoint_contexts(policy_fn, arena=arena)
 
 
 def selective_checkpoint_contexts(policy_fn_or_list, *, arena=None, min_bytes=0,
@@ -261,14 +288,7 @@ def selective_checkpoint_contexts(policy_fn_or_list, *, arena=None, min_bytes=0,
     offloaded output changed in place after the forward stored it is always refused: the arena
     holds the bytes from before the change. Pass it as ``context_fn`` to spillarena.checkpoint,
     enable() or torch's own checkpoint (use_reentrant=False)."""
-    if isinstance(policy_fn_or_list, (list, tuple)):
-        policy_fn = _policy_from_list(policy_fn_or_list)
-    elif callable(policy_fn_or_list):
-        policy_fn = policy_fn_or_list
-    else:
-        raise InvalidArgumentError(
-            "spillarena.selective_checkpoint_contexts: pass a policy function or a list of ops, "
-            f"got {type(policy_fn_or_list).__name__}")
+    policy_fn = _policy_fn(policy_fn_or_list, "spillarena.selective_checkpoint_contexts")
     check_arena(arena, "spillarena.selective_checkpoint_contexts", stash_too=False)
     if not isinstance(allow_cache_entry_mutation, bool):
         raise InvalidArgumentError(

@@ -58,7 +58,8 @@ MODELS = {"llama": llama, "t5": t5}
 
 def two_steps(make, checkpointing, attention="sdpa", dtype=None):
     """Two steps' gradients (dropout on, a seed per step); ``checkpointing``: None, or a
-    (how, context_fn) pair: "spillarena" through enable(), "transformers" through its own."""
+    (how, context_fn) pair: "spillarena" through enable(), "transformers" through its own, or a
+    ("policy", policy, arena) triple: enable(model, arena, policy=policy)."""
     torch.manual_seed(0)
     model = make()
     model.config._attn_implementation = attention
@@ -68,6 +69,8 @@ def two_steps(make, checkpointing, attention="sdpa", dtype=None):
         how, context_fn, *arena = checkpointing
         if how == "spillarena":
             spillarena.enable(model, *arena, context_fn=context_fn)
+        elif how == "policy":
+            spillarena.enable(model, *arena, policy=context_fn)
         else:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={
                 "use_reentrant": False, "context_fn": context_fn})
@@ -98,11 +101,49 @@ def test_bitwise_as_torchs_selective_checkpoint_with_offload_read_as_save(name, 
     ours = two_steps(make, ("spillarena", ours_fn, arena), attention)
     assert_as_torch(ours, two_steps(make, ("transformers", torchs(attention_policy)), attention),
                     two_steps(make, None, attention), case=f"{name}-{attention}")
-    # per step, each layer's input and each attention's output: Llama 2 + 2; T5 4 layers
-    # (encoder 2, decoder 2) and 6 attentions (the decoder's self- and cross-attention)
-    per_step = 2 + 2 if name == "llama" else 4 + 6
-    assert arena.stash_stats()["inputs_stored"] == 2 * per_step
+    # per step, each layer's input, and apart each attention's output: Llama 2 layers and 2
+    # attentions; T5 4 layers (encoder 2, decoder 2) and 6 attentions (the decoder's self- and
+    # cross-attention)
+    layers, attentions = (2, 2) if name == "llama" else (4, 6)
+    stats = arena.stash_stats()
+    assert (stats["inputs_stored"], stats["saved_tensors_stored"]) == (2 * layers, 2 * attentions)
+    assert stats["inputs_spilled"] + stats["saved_tensors_spilled"] > 0
     assert_drained(arena)
+
+
+def listed(ops):
+    """A list of ops as a policy: those offloaded, the rest recomputed."""
+    def policy_fn(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_CPU_OFFLOAD if op in ops else \
+            CheckpointPolicy.PREFER_RECOMPUTE
+    return policy_fn
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_enable_with_a_policy_spills_attention_in_one_line(attention, arena):
+    ops = spillarena.ATTENTION_OPS
+    ours = two_steps(llama, ("policy", ops, arena), attention)
+    assert_as_torch(ours, two_steps(llama, ("transformers", torchs(listed(ops))), attention),
+                    two_steps(llama, None, attention), case=f"llama-{attention}")
+    stats = arena.stash_stats()  # two steps of two layers: their inputs, and their attentions
+    assert (stats["inputs_stored"], stats["saved_tensors_stored"]) == (4, 4)
+    assert_drained(arena)
+
+
+@pytest.mark.parametrize("policy, kwargs, match", [
+    ([torch.ops.aten.mm], {}, "OpOverloads"),
+    (3, {}, "a policy function or a list"),
+    (spillarena.ATTENTION_OPS, {"context_fn": lambda: None}, "policy= and context_fn"),
+    (spillarena.ATTENTION_OPS, {"use_reentrant": True}, "reentrant form takes no context_fn"),
+])
+def test_enable_refuses_a_bad_policy_and_leaves_the_model_as_it_was(arena, policy, kwargs, match):
+    model = llama()
+    with pytest.raises(spillarena.InvalidArgumentError, match=match):
+        spillarena.enable(model, arena, policy=policy, **kwargs)
+    assert spillarena.arena_of(model) is None and not model.is_activation_checkpointing
+    with pytest.raises(spillarena.InvalidArgumentError, match="an AutomaticArena or None"):
+        spillarena.enable(model, spillarena.make_in_memory_stash(), policy=spillarena.ATTENTION_OPS)
+    assert spillarena.arena_of(model) is None
 
 
 def test_bf16_under_autocast_is_bitwise_as_torchs(arena):
@@ -165,8 +206,9 @@ def test_an_offloaded_op_runs_once_per_step_a_recomputed_one_twice(arena, policy
     out = spillarena.checkpoint(layer, x, w, arena=arena, context_fn=context_fn)
     out.sum().backward()
     assert RUNS["count"] == runs
-    # the layer input, and the op's output where offloaded
-    assert arena.stash_stats()["inputs_stored"] == (2 if runs == 1 else 1)
+    # the layer input, and apart the op's output where offloaded
+    stats = arena.stash_stats()
+    assert (stats["inputs_stored"], stats["saved_tensors_stored"]) == (1, 1 if runs == 1 else 0)
     ours = (x.grad.clone(), w.grad.clone())
     x.grad = w.grad = None
     torch.utils.checkpoint.checkpoint(layer, x, w, use_reentrant=False).sum().backward()
