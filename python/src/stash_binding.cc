@@ -246,8 +246,9 @@ void add_stash() {
                "options as in spill::StashOptions, by default the arena's.");
   add_function("_shared_chain", shared_chain, METH_O,
                "_shared_chain(arena): the arena's shared chain, as spill::checkpoint uses it.");
-  add_function("_chain_store", store, METH_VARARGS,
-               "_chain_store(chain, bytes, accelerator, describe, layer_input): a stored input's handle.");
+  add_function(
+      "_chain_store", store, METH_VARARGS,
+      "_chain_store(chain, bytes, accelerator, describe, layer_input): a stored input's handle.");
   add_function("_chain_name", chain_name, METH_O, "The chain's arena backing: 'disk' or 'ram'.");
   add_function("_chain_stats", chain_stats, METH_O,
                "A dict keyed by spill::StashStats field names.");

@@ -139,7 +139,7 @@ struct Entry {
   const Device device;  // the input's
   const std::uint64_t bytes;
   const bool accelerator;
-  const bool layer_input;  // StashInput::layer_input
+  const bool layer_input;                    // StashInput::layer_input
   const std::shared_ptr<CopyEngine> engine;  // accelerator inputs
   const std::shared_ptr<StashCounters> counters;
 
