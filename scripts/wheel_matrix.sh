@@ -16,6 +16,8 @@
 #                  this (the issue's goal: < 30 s)
 #   architectures  tests/python/test_non_reentrant.py's bitwise test (Llama, GPT-2, BERT, BART,
 #                  T5, ViT from tiny configs) run by the venv's pytest
+#   policy         tests/python/test_policy.py and test_offload.py (issue 51): the offload policy
+#                  and offload() against that torch's own selective checkpoint and save_on_cpu
 #   enable         spillarena.enable(model) without an arena on a tiny Llama, one optimizer step,
 #                  gradients bitwise those of no checkpointing
 #   trainer        a transformers Trainer, 4 steps on random tokens, spillarena.enable(model):
@@ -364,13 +366,14 @@ def pytest_report_header(config):
 PY
 
 architectures_test=tests/python/test_non_reentrant.py
-architectures_test+=::test_bitwise_as_torchs_non_reentrant_checkpointing_and_no_checkpointing
+architectures_test+=::test_bitwise_as_torchs_own_non_reentrant_checkpointing
+policy_tests=(tests/python/test_policy.py tests/python/test_offload.py)
 
 # ---------------------------------------------------------------------------------------------
 # The matrix
 # ---------------------------------------------------------------------------------------------
 
-checks=(smoke architectures enable trainer)
+checks=(smoke architectures policy enable trainer)
 declare -A cell=()
 notes=()
 failed=0
@@ -399,6 +402,9 @@ for version in "${versions[@]}"; do
   run_check "$version" architectures "$venv/bin/python" -m pytest -p no:cacheprovider \
     -p matrix_site_check -c /dev/null --rootdir "$work" --confcutdir "$repo/tests/python" \
     "$repo/$architectures_test"
+  run_check "$version" policy "$venv/bin/python" -m pytest -p no:cacheprovider \
+    -p matrix_site_check -c /dev/null --rootdir "$work" --confcutdir "$repo/tests/python" \
+    "${policy_tests[@]/#/$repo/}"
   run_check "$version" enable "$venv/bin/python" matrix_checks.py enable
   run_check "$version" trainer "$venv/bin/python" matrix_checks.py trainer
   for check in install "${checks[@]}"; do
@@ -414,9 +420,9 @@ if $prepare_only; then
 fi
 
 table() {
-  echo "| torch | venv | install | smoke | architectures | enable | trainer |" \
+  echo "| torch | venv | install | smoke | architectures | policy | enable | trainer |" \
     "install to trained step |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "|---|---|---|---|---|---|---|---|---|"
   local version check row
   for version in "${versions[@]}"; do
     row="| $version | ${cell[$version,venv]}"
@@ -447,7 +453,9 @@ shown nothing but that venv (no index), must accept the wheel's requirements, th
 installed with \`--no-deps\`. From a temp directory, so that the installed package is the one
 imported, it then runs: a 4-block MLP through \`spillarena.checkpoint\`, gradients bitwise those
 of no checkpointing (\`smoke\`); the bitwise test on Llama, GPT-2, BERT, BART, T5 and ViT from
-tiny configs (\`tests/python/test_non_reentrant.py\`, \`architectures\`);
+tiny configs (\`tests/python/test_non_reentrant.py\`, \`architectures\`); the offload policy
+and \`spillarena.offload\` against that torch's own selective checkpoint and \`save_on_cpu\`
+(\`tests/python/test_policy.py\`, \`test_offload.py\`, \`policy\`);
 \`spillarena.enable(model)\` with no arena on a tiny Llama, one step (\`enable\`); a transformers
 \`Trainer\` run with spillarena enabled, bitwise against the same run without checkpointing
 (\`trainer\`). Cells are PASS/FAIL and seconds; "install to trained step" is the wheel's install
