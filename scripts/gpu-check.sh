@@ -21,8 +21,11 @@
 #              given an owner (weights, grads, layer inputs held, copies in flight, restored
 #              inputs, the layer at work, the allocator's cache), then disk_direct and
 #              disk_async with host_pool_bytes at 1x, 2x and 4x the default pool;
-#   call 2  d. bench/python/longest_sequence.py: the longest sequence per mode (none,
-#              transformers' checkpointing, transformers' offload=True, spillarena direct) at
+#   call 2  d0. bench/python/attention_ops.py: the attention kernels transformers' Llama runs
+#              there per attn_implementation, dropout and dtype, and what ATTENTION_OPS marks;
+#           d. bench/python/longest_sequence.py: the longest sequence per mode (none,
+#              transformers' checkpointing, transformers' offload=True, spillarena direct, and
+#              direct with policy=ATTENTION_OPS) at
 #              Llama-3-8B width, 16 layers, bf16, in an emulated 24 GB card, with the step time
 #              and host RSS at each mode's longest length and at the lengths two modes share.
 # Files, in $OUT, named as docs/bench/ keeps them (the session copies them there), DATE the
@@ -33,7 +36,7 @@
 # console and the
 # snapshot's table), accelerator-peaks_DATE.json, accelerator-peaks_DATE.tar (the raw
 # snapshots, for gpu_peak_snapshot.py --classify or pytorch.org/memory_viz); call 2:
-# longest_sequence_DATE.json, longest-sequence_DATE.log. Every JSON carries its date and the
+# attention-ops_DATE.json, longest_sequence_DATE.json, longest-sequence_DATE.log. Every JSON carries its date and the
 # commit (.deps/COMMIT, written by gpu-prepare.sh).
 #
 # Budget. Measured on the H200 on 2026-12-04 (docs/benchmarks.md) with .deps/gpu-bin carried:
@@ -188,10 +191,14 @@ if [[ $call == 1 ]]; then
     >> "$out/accelerator-bench_$day.log" 2>&1 || status=1
   tail -n 30 "$out/accelerator-bench_$day.log"
 else
+  # d0: which attention kernels transformers' Llama runs on this GPU and whether
+  # spillarena.ATTENTION_OPS marks them (README's table; seconds).
+  step "d0 (attention ops)" "$(within 60)" "$python" bench/python/attention_ops.py --device cuda \
+    --json "$out/attention-ops_$day.json" || status=1
   # d: what is left of the budget, less 10 s; no trial starts in its last 100 s (a trial's cap).
   cap=$(within 600)
   step "d (longest sequence)" "$cap" "$python" bench/python/longest_sequence.py --device cuda \
-    --modes none,hf_checkpointing,hf_offload,spillarena_direct \
+    --modes none,hf_checkpointing,hf_offload,spillarena_direct,spillarena_attention \
     --deadline-s "$((cap > 130 ? cap - 100 : 30))" --trial-timeout-s 90 \
     --out "$out/longest_sequence_$day.json" > "$out/longest-sequence_$day.log" 2>&1 || status=1
   tail -n 40 "$out/longest-sequence_$day.log"

@@ -22,6 +22,8 @@ Modes:
                      torch.autograd.graph.save_on_cpu(pin_memory=True) around each layer's
                      checkpoint, so the inputs it keeps go to pinned host memory)
   spillarena_direct  spillarena.enable with an O_DIRECT arena (inputs on disk)
+  spillarena_attention  the same with policy=spillarena.ATTENTION_OPS (issue 51): attention's
+                     outputs to the disk too, read back instead of recomputed
   spillarena_gds     io="gds"; where libcufile does not load, skipped before any trial with
                      spillarena.GdsUnavailableError's message (skipped is not a failure)
 Each trial records which checkpoint function transformers installed (checkpoint_function), so a
@@ -67,13 +69,16 @@ from provenance import commit_of
 import boundary_search
 import h2h_support  # write_report
 
-MODES = ("none", "hf_checkpointing", "hf_offload", "spillarena_direct", "spillarena_gds")
-DEFAULT_MODES = ("none", "hf_checkpointing", "hf_offload", "spillarena_direct")
-SPILLING = ("spillarena_direct", "spillarena_gds")
+MODES = ("none", "hf_checkpointing", "hf_offload", "spillarena_direct", "spillarena_attention",
+         "spillarena_gds")
+DEFAULT_MODES = ("none", "hf_checkpointing", "hf_offload", "spillarena_direct",
+                 "spillarena_attention")
+SPILLING = ("spillarena_direct", "spillarena_attention", "spillarena_gds")
 BASELINE = "hf_checkpointing"
 GOAL = 1.5                # longest sequence vs hf_checkpointing's
 STEP_GOAL = 1.15          # step time per token vs hf_checkpointing's, at the same length
-COMPARE_PAIRS = (("spillarena_direct", "hf_checkpointing"), ("spillarena_direct", "hf_offload"))
+COMPARE_PAIRS = (("spillarena_direct", "hf_checkpointing"), ("spillarena_direct", "hf_offload"),
+                 ("spillarena_attention", "hf_checkpointing"))
 FILL = 0.97               # the search's first guess aims at this fraction of the budget
 
 # Model and search defaults: the real run, and the CPU smoke run (--smoke). Explicit flags win.
@@ -233,11 +238,15 @@ def _save_on_cpu_unpinned(save_on_cpu, pin_memory=False, **kwargs):
 
 
 def make_arena(args, mode, seq, torch, spillarena):
-    """The arena for one step's layer inputs, plus one input of slack."""
+    """The arena for one step's layer inputs, plus one input of slack; with the attention
+    policy, room for as much again (each attention's output is a layer input's size; its
+    logsumexp and seeds are small)."""
     shape = (args.batch, seq, args.hidden)
     dtype = getattr(torch, args.dtype)
-    capacity = spillarena.bytes_for_layer_inputs(args.layers, shape, dtype) + \
-        spillarena.bytes_for_layer_input(shape, dtype)
+    per_step = spillarena.bytes_for_layer_inputs(args.layers, shape, dtype)
+    if mode == "spillarena_attention":
+        per_step *= 2
+    capacity = per_step + 2 * spillarena.bytes_for_layer_input(shape, dtype)
     io = "gds" if mode == "spillarena_gds" else "direct"
     return spillarena.SpillArena(capacity, args.spill_dir, io=io, keep_last=0)
 
@@ -250,7 +259,8 @@ def prepare(args, mode, seq, model, torch, spillarena, result):
     if mode not in SPILLING:
         return None
     arena = make_arena(args, mode, seq, torch, spillarena)
-    spillarena.enable(model, arena)
+    policy = spillarena.ATTENTION_OPS if mode == "spillarena_attention" else None
+    spillarena.enable(model, arena, policy=policy)
     return arena
 
 

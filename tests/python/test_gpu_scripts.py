@@ -86,11 +86,12 @@ def test_gpu_check_passes_arguments_the_script_accepts(script, cap):
         parse_args(argv)  # SystemExit (argparse's error) fails the test, naming the flag
 
 
-def test_gpu_check_searches_the_four_modes_issue_50_names():
+def test_gpu_check_searches_the_modes_issues_50_and_51_name():
     parse_args = load("longest_sequence.py").parse_args
     (argv,) = gpu_check_argument_lines("longest_sequence.py")
     args = parse_args(argv)
-    assert args.modes == ["none", "hf_checkpointing", "hf_offload", "spillarena_direct"]
+    assert args.modes == ["none", "hf_checkpointing", "hf_offload", "spillarena_direct",
+                          "spillarena_attention"]
     assert (args.layers, args.hidden, args.heads, args.kv_heads, args.intermediate) == \
         (16, 4096, 32, 8, 14336)
     assert args.dtype == "bfloat16" and args.device_memory_gb == 24.0
