@@ -24,9 +24,9 @@ Note [Reading the pressure once in a while]
 Reading the pressure (the cgroup's files and /proc/meminfo) takes 30-140 us, twice per layer: at
 1 MiB layer inputs that was about a fifth of what spilling added to a step (issue 40). A reading
 below half the threshold is reused for PRESSURE_READING_S: memory that fills at the rate pages can
-be faulted in on this machine (about 2.3 GB/s, docs/benchmarks.md) moves less than a quarter of
-a 2.9 GB limit in that time, so no reading skipped can have crossed the threshold. Near it, every
-layer reads again.
+be faulted in on this machine (2-3 GB/s: docs/benchmarks_archive.md, "Hashing beside the kernel's
+copy") moves less than a quarter of a 2.9 GB limit in that time, so no reading skipped can have
+crossed the threshold. Near it, every layer reads again.
 """
 
 import ctypes

@@ -14,7 +14,7 @@ namespace spill::detail {
 // memcpy in 512 KiB slices, for copies of host memory and of resident pages of the mapping:
 // glibc 2.36 copies a block larger than about 3/4 of the L3 cache with non-temporal stores,
 // which moved 64 MiB at 19-20 GB/s on the test VM against 22-24 GB/s in 512 KiB slices (the
-// size the hashed copies use too; docs/benchmarks.md, "Copying and hashing in one pass").
+// size the hashed copies use too; docs/benchmarks_archive.md, "Copying and hashing in one pass").
 constexpr std::uint64_t kCopySliceBytes = 512ull << 10;
 inline void copy_in_slices(char* dst, const char* src, std::uint64_t bytes) {
   for (std::uint64_t done = 0; done < bytes; done += kCopySliceBytes) {

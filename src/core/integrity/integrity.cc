@@ -88,8 +88,8 @@ namespace {
 
 // The same hashes either way: only XXH3's stripe loop changes (what XXH3's own
 // xxh_x86dispatch.c does). On the 2-core test VM (AMD EPYC) AVX2 hashes 2.6x faster from the
-// CPU cache and 1.6x faster streaming from RAM than the baseline build; see docs/benchmarks.md,
-// "Hashing at memory speed".
+// CPU cache and 1.6x faster streaming from RAM than the baseline build; see
+// docs/benchmarks_archive.md, "Hashing at memory speed".
 #if SPILLARENA_XXH3_AVX2
 bool have_avx2() {
   static const bool avx2 = __builtin_cpu_supports("avx2") != 0;
@@ -140,8 +140,8 @@ std::uint64_t hash_bytes(const void* data, std::uint64_t bytes) {
 // for every length class and alignment). On the 2-core test VM one core copied and hashed 64 MiB at
 // 0.80-0.85 of the speed of memcpy in 512 KiB slices, against 0.70-0.77 copying and hashing slice
 // by slice, and a RAM arena's hashed round trip went from 0.71-0.88 to 0.83-1.0 of its unhashed one
-// (docs/benchmarks.md, "Copying and hashing in one pass"). Inputs of XXH3's short and mid sizes
-// (240 bytes or less) and CPUs without AVX2 copy, then hash.
+// (docs/benchmarks_archive.md, "Copying and hashing in one pass"). Inputs of XXH3's short and mid
+// sizes (240 bytes or less) and CPUs without AVX2 copy, then hash.
 
 namespace {
 #if SPILLARENA_XXH3_AVX2
@@ -238,7 +238,8 @@ std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes) {
 // MiB, medians of 5 on the 2-core test VM. On a later host (2026-12-04) the same write measured
 // 0.78-0.82, and a write's hash went beside its copy again, on the I/O queue's own thread: Note
 // [Hashing beside the kernel's copy].
-// Figures: docs/benchmarks.md, "Hashing at memory speed" and "Copying and hashing in one pass".
+// Figures: docs/benchmarks_archive.md, "Hashing at memory speed" and "Copying and hashing in one
+// pass".
 
 // Note [Hashing beside the kernel's copy]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -261,14 +262,14 @@ std::uint64_t copy_and_hash(char* dst, const char* src, std::uint64_t bytes) {
 // The hash reads the source, which the caller keeps unchanged until the write completes (the
 // engine's contract; a synchronous write's own call), so it is the hash of the bytes the copy
 // took, as before; it is recorded only once every piece is on the file. Where both cores are
-// busy the hash waits for one, as it did on the copying thread. Measured (docs/benchmarks.md,
-// "Hashing beside the kernel's copy"): BM_Integrity's `copy` round trip (synchronous write +
-// resident read) went from 0.78-0.82 to 0.91-0.98 of unhashed at 16-256 MiB, and a buffered
-// write_async + wait alone to 0.93-1.0. Hashing write_async's source on the submitting thread
-// instead, as direct mode does, measured the same within the noise (0.83-0.93 against 0.81-0.90
-// at 16 MiB), with a tighter tail, but puts the hash on the training thread. A pool's workers take
-// requests in order, so the hash goes ahead of the pieces there; with io_uring it goes after them
-// (the kernel's worker starts first: fewer slow outliers).
+// busy the hash waits for one, as it did on the copying thread. Measured
+// (docs/benchmarks_archive.md, "Hashing beside the kernel's copy"): BM_Integrity's `copy` round
+// trip (synchronous write + resident read) went from 0.78-0.82 to 0.91-0.98 of unhashed at 16-256
+// MiB, and a buffered write_async + wait alone to 0.93-1.0. Hashing write_async's source on the
+// submitting thread instead, as direct mode does, measured the same within the noise (0.83-0.93
+// against 0.81-0.90 at 16 MiB), with a tighter tail, but puts the hash on the training thread. A
+// pool's workers take requests in order, so the hash goes ahead of the pieces there; with io_uring
+// it goes after them (the kernel's worker starts first: fewer slow outliers).
 //
 // Reads: io_uring completes a read of cached pages inline, in the submitting call, so a
 // read_async of resident pages was a copy on the calling thread already, and its check ran on

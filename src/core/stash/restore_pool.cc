@@ -15,11 +15,11 @@ namespace spill::detail {
 // is new pages every time: each one faults and is zeroed by the kernel before the copy writes
 // it, and is unmapped again when the restored tensor dies. bench/python/spill_sweep.py counted
 // it: with 64 MiB inputs the spilled step faulted about 49,000 pages more than in-RAM
-// checkpointing, its three restores' worth (49,152 pages; docs/benchmarks.md, "What spilling
-// costs as the input grows"). So a restored tensor's block comes back here when its last owner dies
-// (the tensor and every view of it: nothing can still read it), and the next restore of a size it
-// fits (up to a quarter larger) takes it, its pages already mapped. In a backward the layers
-// restore one after another and each restored input dies a layer later, so two blocks serve
+// checkpointing, its three restores' worth (49,152 pages; docs/benchmarks_archive.md, "What
+// spilling costs as the input grows"). So a restored tensor's block comes back here when its last
+// owner dies (the tensor and every view of it: nothing can still read it), and the next restore of
+// a size it fits (up to a quarter larger) takes it, its pages already mapped. In a backward the
+// layers restore one after another and each restored input dies a layer later, so two blocks serve
 // them all (tests/overlapped_checkpoint_test.cc checks the reuse). Memory stays bounded: at most
 // kMaxIdleBlocks idle blocks (the newest kept: the likeliest to fit the next restore), and when the
 // chain restores its oldest input — a heuristic for "the backward is over": an input freed out of
