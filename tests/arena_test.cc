@@ -8,6 +8,7 @@
 
 #include "core/alloc/slab_allocator.h"
 #include "core/arena/arena_fields.h"
+#include "core/os/memory_limits_fields.h"
 #include "field_count.h"
 #include "spill/core.h"
 #include "spill/process_memory.h"
@@ -260,12 +261,13 @@ TEST_CASE("arena: automatic I/O counts the stash's host pool beside the arena") 
   CHECK(automatic_pool.stats().io_note.find("host pool") == std::string::npos);
 }
 
-TEST_CASE("arena: visit_fields names every field of ArenaOptions and ArenaStats, each once") {
+TEST_CASE("arena: visit_fields names every field of ArenaOptions, ArenaStats, MemoryLimits once") {
   const auto visit_fields = [](const auto& s, auto&& visit) {
     spill::detail::visit_fields(s, visit);
   };
   spill_test::check_visits_every_field(spill::ArenaOptions{}, visit_fields);
   spill_test::check_visits_every_field(spill::ArenaStats{}, visit_fields);
+  spill_test::check_visits_every_field(spill::MemoryLimits{}, visit_fields);
 }
 
 TEST_CASE("arena: a virtual file system gets one refusal, from the arena and from inspection") {

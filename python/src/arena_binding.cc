@@ -215,17 +215,10 @@ PyObject* layer_inputs_bytes(PyObject*, PyObject* args) {
 PyObject* memory_limits(PyObject*, PyObject*) {
   return guarded([] {
     const spill::MemoryLimits m = spill::memory_limits();
-    Ref out = Ref::steal(PyDict_New());
+    Ref out = to_dict(m);  // the fields, then the two figures made from them
     const auto set = [&out](const char* key, const Ref& value) {
       if (PyDict_SetItemString(out.get(), key, value.get()) != 0) throw PythonError();
     };
-    set("cgroup_version", Convert<decltype(m.cgroup_version)>::to_python(m.cgroup_version));
-    set("cgroup_limit_bytes", Convert<std::uint64_t>::to_python(m.cgroup_limit_bytes));
-    set("cgroup_usage_bytes", Convert<std::uint64_t>::to_python(m.cgroup_usage_bytes));
-    set("cgroup_peak_bytes", Convert<std::uint64_t>::to_python(m.cgroup_peak_bytes));
-    set("cgroup_anon_bytes", Convert<std::uint64_t>::to_python(m.cgroup_anon_bytes));
-    set("mem_available_bytes", Convert<std::uint64_t>::to_python(m.mem_available_bytes));
-    set("mem_total_bytes", Convert<std::uint64_t>::to_python(m.mem_total_bytes));
     set("usable_bytes", Convert<std::uint64_t>::to_python(m.usable_bytes()));
     set("pressure", Convert<double>::to_python(m.pressure()));
     return out;

@@ -47,30 +47,26 @@ Ref number(std::int64_t v) { return Convert<std::int64_t>::to_python(v); }
 // A Python copy (device_copies.Copy): its methods under the GIL; released under it too.
 class PythonCopy final : public spill::detail::Copy {
  public:
-  explicit PythonCopy(Ref copy) : copy_(copy.release()) {}
-  ~PythonCopy() override {
-    PythonCall call;
-    if (call) Py_DECREF(copy_);  // else left to the OS: Note [No Python once the interpreter ends]
-  }
+  explicit PythonCopy(Ref copy) : copy_(AnyThreadRef::adopt(copy.release())) {}
   bool done() const override {
     PythonCall call;
     if (!call) return true;
-    const Ref answer = Ref::borrow(copy_).attr("done")();
+    const Ref answer = Ref::borrow(copy_.get()).attr("done")();
     const int done = PyObject_IsTrue(answer.get());
     if (done < 0) throw PythonError();
     return done != 0;
   }
   void synchronize() const override {
     PythonCall call;
-    if (call) Ref::borrow(copy_).attr("synchronize")();
+    if (call) Ref::borrow(copy_.get()).attr("synchronize")();
   }
   void order_current_stream() override {
     PythonCall call;
-    if (call) Ref::borrow(copy_).attr("order_current_stream")();
+    if (call) Ref::borrow(copy_.get()).attr("order_current_stream")();
   }
 
  private:
-  PyObject* copy_;  // owned; released under the GIL, whatever thread lets go
+  AnyThreadRef copy_;  // released under the GIL, whatever thread lets go
 };
 
 // explain(cause) as a Python callable, for device_copies.empty's out-of-memory message.

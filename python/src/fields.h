@@ -1,6 +1,7 @@
 // Options and stats structs as Python dicts by field name, through spill::detail::visit_fields:
 // the library's one list of each struct's fields (core/arena/arena_fields.h,
-// core/stash/stash_fields.h, both included here so every overload is seen).
+// core/stash/stash_fields.h, core/os/memory_limits_fields.h, all included here so every overload
+// is seen).
 //
 //   spill::ArenaOptions options;
 //   set_field(options, "capacity_bytes", value);  // checked, typed errors
@@ -13,6 +14,7 @@
 
 #include "binding.h"
 #include "core/arena/arena_fields.h"
+#include "core/os/memory_limits_fields.h"
 #include "core/stash/stash_fields.h"
 #include "core/text/quote.h"
 #include "spill/error.h"

@@ -70,30 +70,27 @@ void add_constant(const char* name, Ref value) { constants().emplace_back(name, 
 // py.h and binding.h
 // ---------------------------------------------------------------------------------------------
 
-struct PythonError::Fetched {
-  PyObject* type = nullptr;
-  PyObject* value = nullptr;
-  PyObject* traceback = nullptr;
-  ~Fetched() {
-    PythonCall call;    // the last copy may go on a stash thread
-    if (!call) return;  // left to the OS: Note [No Python once the interpreter ends]
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(traceback);
-  }
+struct PythonError::Fetched {  // the last copy may go on a stash thread
+  AnyThreadRef type;
+  AnyThreadRef value;
+  AnyThreadRef traceback;
 };
 
 PythonError::PythonError() : fetched_(std::make_shared<Fetched>()) {
-  PyErr_Fetch(&fetched_->type, &fetched_->value, &fetched_->traceback);
-  if (fetched_->type == nullptr) {
-    fetched_->type = Py_NewRef(PyExc_SystemError);
-    fetched_->value = PyUnicode_FromString("spillarena: a C API call failed without an error");
+  PyObject* fetched[3] = {nullptr, nullptr, nullptr};
+  PyErr_Fetch(&fetched[0], &fetched[1], &fetched[2]);
+  if (fetched[0] == nullptr) {
+    fetched[0] = Py_NewRef(PyExc_SystemError);
+    fetched[1] = PyUnicode_FromString("spillarena: a C API call failed without an error");
   }
+  fetched_->type = AnyThreadRef::adopt(fetched[0]);
+  fetched_->value = AnyThreadRef::adopt(fetched[1]);
+  fetched_->traceback = AnyThreadRef::adopt(fetched[2]);
 }
 
 void PythonError::restore() const {
-  PyErr_Restore(Py_XNewRef(fetched_->type), Py_XNewRef(fetched_->value),
-                Py_XNewRef(fetched_->traceback));
+  PyErr_Restore(Py_XNewRef(fetched_->type.get()), Py_XNewRef(fetched_->value.get()),
+                Py_XNewRef(fetched_->traceback.get()));
 }
 
 std::string repr(PyObject* value) {

@@ -41,6 +41,12 @@ PythonCall::~PythonCall() {
   python_calls.fetch_sub(1);
 }
 
+AnyThreadRef::~AnyThreadRef() {
+  if (p_ == nullptr) return;
+  PythonCall call;
+  if (call) Py_DECREF(p_);  // else left to the OS: Note [No Python once the interpreter ends]
+}
+
 void unless_python_closed(void (*release)(void*), void* object) {
   python_calls.fetch_add(1);
   if (!python_closed.load()) release(object);  // else: Note [No Python once the interpreter ends]

@@ -10,6 +10,7 @@
 #include <Python.h>
 
 #include <optional>
+#include <utility>
 
 namespace spillarena_python {
 
@@ -26,6 +27,31 @@ class PythonCall {
  private:
   std::optional<PyGILState_STATE> gil_;
   PyObject* kept_[3] = {nullptr, nullptr, nullptr};
+};
+
+// An owned reference that any thread may let go of: released with the GIL taken (a PythonCall),
+// or left to the OS once the interpreter ends. Ref (py.h) is for code that holds the GIL; this
+// is for what a stash thread may destroy last (a device copy, a fetched exception). The binding's
+// one other owner: no Py_XDECREF at a call site.
+class AnyThreadRef {
+ public:
+  AnyThreadRef() = default;
+  // Takes over `owned`, a new reference (nullptr: none).
+  static AnyThreadRef adopt(PyObject* owned) {
+    AnyThreadRef r;
+    r.p_ = owned;
+    return r;
+  }
+  AnyThreadRef(AnyThreadRef&& other) noexcept : p_(std::exchange(other.p_, nullptr)) {}
+  AnyThreadRef& operator=(AnyThreadRef other) noexcept {
+    std::swap(p_, other.p_);
+    return *this;
+  }
+  ~AnyThreadRef();
+  PyObject* get() const { return p_; }
+
+ private:
+  PyObject* p_ = nullptr;
 };
 
 // Runs `release` (which may take the GIL itself: torch's DLPack deleter does) unless the

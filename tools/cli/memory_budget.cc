@@ -1,7 +1,9 @@
 #include "memory_budget.h"
 
 #include <algorithm>
+#include <type_traits>
 
+#include "core/os/memory_limits_fields.h"
 #include "spill/arena.h"
 #include "spill/tensor_stash.h"
 #include "spill/units.h"
@@ -48,12 +50,17 @@ MemoryVerdict judge_memory(std::uint64_t capacity_bytes, std::uint64_t bytes_per
   return v;
 }
 
+// Each field of `m` (a byte count of 0, unknown or no limit, as null).
 nlohmann::json cgroup_json(const MemoryLimits& m) {
-  return {{"cgroup_version", m.cgroup_version},
-          {"cgroup_limit_bytes", bytes_or_null(m.cgroup_limit_bytes)},
-          {"cgroup_peak_bytes", bytes_or_null(m.cgroup_peak_bytes)},
-          {"cgroup_usage_bytes", bytes_or_null(m.cgroup_usage_bytes)},
-          {"mem_available_bytes", bytes_or_null(m.mem_available_bytes)}};
+  nlohmann::json j = nlohmann::json::object();
+  detail::visit_fields(m, [&j](const char* name, const auto& value) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::uint64_t>) {
+      j[name] = bytes_or_null(value);
+    } else {
+      j[name] = value;
+    }
+  });
+  return j;
 }
 
 std::string cgroup_text(const MemoryLimits& m) {

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "core/os/fault_injection.h"
+#include "spill/process_memory.h"
 
 namespace spill::platform {
 
@@ -183,17 +184,12 @@ std::string temp_directory();
 // [Linux] MemAvailable of /proc/meminfo in bytes (0 when unreadable).
 std::uint64_t mem_available_bytes();
 
-// [Linux] The memory cgroup this process belongs to. limit_bytes is the lowest limit on the way
-// to the root (its own or an ancestor's); "max" (v2) or the v1 "unlimited" sentinel (>= 2^62)
-// reads as 0. version = 0 when none was found; always returns 0.
-struct CgroupMemory {
-  int version = 0;
-  std::uint64_t limit_bytes = 0;
-  std::uint64_t usage_bytes = 0;
-  std::uint64_t peak_bytes = 0;
-  std::uint64_t anon_bytes = 0;  // memory.stat: v1 "total_rss", v2 "anon" (0 when unreadable)
-};
-int memory_cgroup(CgroupMemory* out);
+// [Linux] `out` reset, then its cgroup_* fields from the memory cgroup this process belongs to.
+// cgroup_limit_bytes is the lowest limit on the way to the root (its own or an ancestor's); "max"
+// (v2) or the v1 "unlimited" sentinel (>= 2^62) reads as 0; cgroup_anon_bytes is memory.stat's v1
+// "total_rss", v2 "anon" (0 when unreadable). cgroup_version = 0 when none was found; always
+// returns 0.
+int memory_cgroup(MemoryLimits* out);
 
 // [Linux] glibc: fixed mmap and trim thresholds (no dynamic growth), so large frees go back to
 // the system and the heap top is trimmed.

@@ -434,18 +434,18 @@ std::uint64_t tightest_limit(const CgroupFiles& f, const std::string& dir,
 
 }  // namespace
 
-int memory_cgroup(CgroupMemory* out) {
-  *out = CgroupMemory{};
+int memory_cgroup(MemoryLimits* out) {
+  *out = MemoryLimits{};
   for (const CgroupFiles& f : kCgroupFiles) {
     const std::string path = cgroup_path(f.controller);
     std::string dir;
     if (path.empty() || !cgroup_dir(f.root, path, f.limit, &dir)) continue;
     const auto stat = stat_fields(dir + "/memory.stat");  // read once: anon, v1's limit
-    out->version = f.version;
-    out->limit_bytes = tightest_limit(f, dir, stat);
-    read_number(dir + "/" + f.usage, &out->usage_bytes);
-    read_number(dir + "/" + f.peak, &out->peak_bytes);
-    out->anon_bytes = field_or_zero(stat, f.anon_key);
+    out->cgroup_version = f.version;
+    out->cgroup_limit_bytes = tightest_limit(f, dir, stat);
+    read_number(dir + "/" + f.usage, &out->cgroup_usage_bytes);
+    read_number(dir + "/" + f.peak, &out->cgroup_peak_bytes);
+    out->cgroup_anon_bytes = field_or_zero(stat, f.anon_key);
     return 0;
   }
   return 0;

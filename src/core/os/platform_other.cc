@@ -27,8 +27,8 @@ int read_ahead_range(int, std::uint64_t, std::uint64_t) { return ENOSYS; }
 
 std::uint64_t resident_anonymous_bytes() { return 0; }
 std::uint64_t mem_available_bytes() { return 0; }
-int memory_cgroup(CgroupMemory* out) {
-  *out = CgroupMemory{};
+int memory_cgroup(MemoryLimits* out) {
+  *out = MemoryLimits{};
   return 0;
 }
 void set_malloc_thresholds(std::uint64_t) {}

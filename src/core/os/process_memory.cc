@@ -45,14 +45,8 @@ double MemoryLimits::pressure() const {
 }
 
 MemoryLimits memory_limits() {
-  platform::CgroupMemory cg;
-  platform::memory_cgroup(&cg);
   MemoryLimits m;
-  m.cgroup_version = cg.version;
-  m.cgroup_limit_bytes = cg.limit_bytes;
-  m.cgroup_usage_bytes = cg.usage_bytes;
-  m.cgroup_peak_bytes = cg.peak_bytes;
-  m.cgroup_anon_bytes = cg.anon_bytes;
+  platform::memory_cgroup(&m);
   m.mem_available_bytes = platform::mem_available_bytes();
   m.mem_total_bytes = platform::physical_memory_bytes();
   return m;
