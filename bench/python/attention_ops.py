@@ -72,7 +72,8 @@ def main(argv=None):
         devices.remove("cuda")
     table = list(rows(devices))
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
-    print("| device | attn_implementation | dropout | dtype | operation (marked by ATTENTION_OPS) |")
+    print("| device | attn_implementation | dropout | dtype | "
+          "operation (marked by ATTENTION_OPS) |")
     print("|---|---|---|---|---|")
     for r in table:
         ops = ", ".join(f"`{o['op']}` ({'yes' if o['marked'] else 'no'})" for o in r["ops"])

@@ -25,7 +25,7 @@ Modes:
   spillarena_attention  the same with policy=spillarena.ATTENTION_OPS (issue 51): attention's
                      outputs to the disk too, read back instead of recomputed
   spillarena_gds     io="gds"; where libcufile does not load, skipped before any trial with
-                     spillarena.GdsUnavailableError's message (skipped is not a failure)
+                     spillarena.errors.GdsUnavailableError's message (skipped is not a failure)
 Each trial records which checkpoint function transformers installed (checkpoint_function), so a
 transformers without offload cannot pass for one that has it.
 
@@ -474,7 +474,7 @@ def gds_unavailable(spill_dir):
 
     try:
         spillarena.SpillArena(1 << 20, spill_dir, io="gds")
-    except spillarena.GdsUnavailableError as e:
+    except spillarena.errors.GdsUnavailableError as e:
         return first_line(e)
     except spillarena.Error:
         return None  # not cuFile's doing: the trials report it

@@ -10,7 +10,9 @@
         spillarena.bytes_for_layer_inputs(32, (1, 8192, 4096), torch.bfloat16), "/mnt/nvme")
     spillarena.enable(model, arena)
 
-The arena, its allocator and its I/O are C++ (spillarena._C); Python holds no spilled bytes.
+Errors are spillarena.errors.X (Error and the few a user catches are also spillarena.X); the
+option and stats names are spillarena.fields. The arena, its allocator and its I/O are C++
+(spillarena._C); Python holds no spilled bytes.
 """
 
 import atexit
@@ -43,18 +45,31 @@ from . import _C  # noqa: E402  (after the version check, on purpose)
 
 # Note [No Python once the interpreter ends] in python/src/python_call.cc.
 atexit.register(_C._close_python)
-from ._C import (  # noqa: E402
-    ARENA_OPTIONS,
-    ARENA_STATS,
-    MAX_CAPACITY_BYTES,
-    MAX_STAGING_BYTES,
-    STASH_OPTIONS,
-    STASH_STATS,
-    default_spill_directory,
-    memory_limits,
-)
+from ._C import default_spill_directory, memory_limits  # noqa: E402
 from . import errors  # noqa: E402  (its classes come from _C's table of error types)
-from .errors import *  # noqa: E402,F403  (Error, IoError, ...: errors.__all__)
+from . import fields  # noqa: E402  (ARENA_STATS, STASH_OPTIONS, ...: the C++ structs' fields)
+from .errors import (  # noqa: E402  (the errors a user catches; the rest: spillarena.errors.X)
+    ArenaExhaustedError,
+    Error,
+    InsufficientSpaceError,
+    InvalidArgumentError,
+    SpillArenaWarning,
+)
+
+# The other error classes stay attributes, as in 0.1.0, outside __all__: spillarena.errors.IoError
+# is their name.
+from .errors import (  # noqa: E402,F401
+    CheckpointError,
+    DirectoryError,
+    ForkedProcessError,
+    GdsUnavailableError,
+    IntegrityError,
+    IoError,
+    MemoryBackedDirectoryError,
+    MovedFromRegionError,
+    PathError,
+    PreallocationError,
+)
 from .arena import SpillArena  # noqa: E402
 from . import malloc  # noqa: E402  (the freed-memory policy of spilling arenas; see its Note)
 from .automatic import AutomaticArena, default_arena  # noqa: E402
@@ -64,24 +79,21 @@ from .offload import offload  # noqa: E402
 from .policy import ATTENTION_OPS, selective_checkpoint_contexts  # noqa: E402
 from .sequential import checkpoint_sequential  # noqa: E402
 from .sizing import bytes_for_layer_input, bytes_for_layer_inputs  # noqa: E402
-from .stash import (  # noqa: E402
-    StashedTensor,
-    TensorStash,
-    make_arena_stash,
-    make_in_memory_stash,
-    make_per_file_stash,
-)
+from .stash import StashedTensor, TensorStash  # noqa: E402
+from .arena_stash import make_arena_stash  # noqa: E402
+from .in_memory_stash import make_in_memory_stash  # noqa: E402
+from .per_file_stash import make_per_file_stash  # noqa: E402
 
+# What a user calls (docs/python_api.md counts them; tests/python/test_package.py holds the count).
 __all__ = [
-    "ARENA_OPTIONS",
-    "ARENA_STATS",
-    "MAX_CAPACITY_BYTES",
-    "MAX_STAGING_BYTES",
-    "STASH_OPTIONS",
-    "STASH_STATS",
     "ATTENTION_OPS",
+    "ArenaExhaustedError",
     "AutomaticArena",
+    "Error",
+    "InsufficientSpaceError",
+    "InvalidArgumentError",
     "SpillArena",
+    "SpillArenaWarning",
     "StashedTensor",
     "TensorStash",
     "arena_of",
@@ -93,6 +105,8 @@ __all__ = [
     "default_spill_directory",
     "disable",
     "enable",
+    "errors",
+    "fields",
     "make_arena_stash",
     "make_in_memory_stash",
     "make_per_file_stash",
@@ -100,5 +114,4 @@ __all__ = [
     "memory_limits",
     "offload",
     "selective_checkpoint_contexts",
-    *errors.__all__,
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import _C
 from .errors import InvalidArgumentError
-from .stash import SharedOnCopy
+from .shared_on_copy import SharedOnCopy
 
 
 class SpillArena(SharedOnCopy):

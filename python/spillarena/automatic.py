@@ -21,8 +21,9 @@ import weakref
 from . import _C
 from . import arena as _arena
 from . import arguments as _arguments
-from . import stash as _stash
 from .errors import InsufficientSpaceError, InvalidArgumentError, SpillArenaWarning
+from .in_memory_stash import make_in_memory_stash
+from .shared_on_copy import SharedOnCopy
 
 # A plain spillarena.checkpoint() without enable() cannot know how many layers it will see: the
 # first arena has room for this many inputs of the first one's size (at least MIN_FIRST_BYTES),
@@ -111,7 +112,7 @@ class _NoArenaYet:
         return held
 
 
-class AutomaticArena(_stash.SharedOnCopy):
+class AutomaticArena(SharedOnCopy):
     """A SpillArena made at the first stored input, sized from it; then that arena.
 
     ``directory`` and ``options`` are SpillArena's (``when_full``, ``grow``, ``growth_margin``,
@@ -148,7 +149,7 @@ class AutomaticArena(_stash.SharedOnCopy):
         self._keeps_in_memory = resolved["when_full"] == "keep_in_memory"
         self._lock = threading.Lock()
         self._arena = None
-        self._in_memory = _stash.make_in_memory_stash()
+        self._in_memory = make_in_memory_stash()
         # _HeldInMemory not yet freed: added and discarded under _lock; garbage collection also
         # drops entries (under the GIL)
         self._held = weakref.WeakSet()

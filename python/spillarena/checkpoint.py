@@ -31,8 +31,10 @@ from . import job as _job
 from . import malloc as _malloc
 from . import non_reentrant as _non_reentrant
 from . import reentrant as _reentrant
-from . import stash as _stash
+from .arena_stash import shared_arena_stash
 from .errors import InvalidArgumentError, SpillArenaWarning
+from .stash import TensorStash
+from .storable import storable_kind
 
 # torch.utils.checkpoint.checkpoint's own keyword arguments (what enable() passes on); one left
 # out stands at torch's default.
@@ -56,8 +58,7 @@ def _warn_ignored_by_the_reentrant_form(use_reentrant, early_stop, determinism_c
 def check_arena(arena, who="spillarena.checkpoint", stash_too=True):
     """``arena`` as ``who`` takes it: a SpillArena, an AutomaticArena, None (the process's
     default_arena()) and, with ``stash_too``, any TensorStash; InvalidArgumentError else."""
-    kinds = (_arena.SpillArena, _automatic.AutomaticArena) + ((_stash.TensorStash,) if stash_too
-                                                              else ())
+    kinds = (_arena.SpillArena, _automatic.AutomaticArena) + ((TensorStash,) if stash_too else ())
     if arena is None or isinstance(arena, kinds):
         return
     stash = ", a TensorStash" if stash_too else ""
@@ -74,7 +75,7 @@ def stash_for(arena, tensor):
     arena] in automatic.py)."""
     arena = _automatic.resolve(arena, tensor)
     if isinstance(arena, _arena.SpillArena):
-        return _stash.shared_arena_stash(arena)
+        return shared_arena_stash(arena)
     return arena
 
 
@@ -97,10 +98,11 @@ def _describe(value) -> str:
 # arguments (searched through their pytrees), else among the partial's and keyword arguments,
 # else the first tensor of any dtype there; never an nn.Parameter or a view of one (weights stay
 # where they are), never a tensor the arena cannot hold — sparse, nested, meta, a subclass with a
-# dispatch of its own and maybe no storage (stash.storable_kind). Torch's checkpoint trains such
-# an input (torch.sparse.mm on a sparse one), and so must spillarena's, in both forms: it is held
-# as torch holds it, in memory, and one SpillArenaWarning per kind says so (issue 49; before, a
-# sparse input reached layout.py and raised NotImplementedError from aten::as_strided).
+# dispatch of its own and maybe no storage (storable_kind in storable.py). Torch's checkpoint
+# trains such an input (torch.sparse.mm on a sparse one), and so must spillarena's, in both
+# forms: it is held as torch holds it, in memory, and one SpillArenaWarning per kind says so
+# (issue 49; before, a sparse input reached layout.py and raised NotImplementedError from
+# aten::as_strided).
 # Every other tensor — masks, position ids and embeddings, an encoder's output, T5's position
 # bias — is held as torch holds it: those are small or shared by every layer, and spilling a
 # tensor shared by L layers would write it L times. A call with no tensor to spill runs
@@ -138,7 +140,7 @@ _KEPT_IN_MEMORY_NOTICED = set()
 def arena_holds(tensor, who="spillarena.checkpoint", what="tensor argument"):
     """Whether the arena can hold ``tensor``; a notice, once per kind and caller, when it
     cannot (Note [Which argument spills])."""
-    kind = _stash.storable_kind(tensor)
+    kind = storable_kind(tensor)
     if kind is None:
         return True
     if (who, kind) not in _KEPT_IN_MEMORY_NOTICED:
@@ -239,9 +241,9 @@ def checkpoint(function, *args, arena=None, use_reentrant=None, preserve_rng_sta
     then ArenaExhaustedError (nothing is left allocated; the arena grows only to what the failed
     step reached, so a model may fail several steps before it fits), or InsufficientSpaceError
     for an AutomaticArena on a full disk. Raises torch's errors where torch raises (its
-    CheckpointError is a RuntimeError); spillarena.CheckpointError for the reentrant form's
-    second backward after the graph was released. Under torch.compile the call runs eagerly, a
-    graph break (Note [The checkpoint under torch.compile]).
+    CheckpointError is a RuntimeError); spillarena.errors.CheckpointError for the reentrant
+    form's second backward after the graph was released. Under torch.compile the call runs
+    eagerly, a graph break (Note [The checkpoint under torch.compile]).
     """
     global _checkpoint_outside_compile
     # here, so its warning names the caller's line

@@ -9,10 +9,14 @@ The C++ extension raises these and sets the numbers each C++ error carries as at
     except spillarena.Error as e:          # any other spillarena problem
         print(e)
 
+``Error``, ``SpillArenaWarning``, ``InvalidArgumentError``, ``InsufficientSpaceError`` and
+``ArenaExhaustedError`` are in ``spillarena.__all__`` as well; every class's name is
+``spillarena.errors.X``.
+
 The classes are made here from the extension's one table of error types (names, bases,
 docstrings; see Note [One table of error classes] in python/src/errors_binding.cc): ``Error``
-is a ``RuntimeError``, ``InvalidArgumentError`` also a ``ValueError``. ``help(spillarena.IoError)``
-shows what each carries.
+is a ``RuntimeError``, ``InvalidArgumentError`` also a ``ValueError``.
+``help(spillarena.errors.IoError)`` shows what each carries.
 """
 
 import builtins

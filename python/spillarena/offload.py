@@ -20,7 +20,7 @@ from . import arguments as _arguments
 from . import automatic as _automatic
 from . import layout as _layout
 from . import malloc as _malloc
-from . import stash as _stash
+from .arena_stash import make_arena_stash
 from .checkpoint import arena_holds, check_arena, is_weight
 from .errors import CheckpointError, InvalidArgumentError
 
@@ -252,7 +252,7 @@ class offload:  # lower case, as torch's save_on_cpu: used as a context manager
         if not isinstance(arena, _arena.SpillArena):
             return arena
         if self._stash is None or self._stash_arena is not arena:
-            self._stash, self._stash_arena = _stash.make_arena_stash(arena), arena
+            self._stash, self._stash_arena = make_arena_stash(arena), arena
             _malloc.use_for_spilling(self._stash)  # freed memory goes back, as under checkpoint
         return self._stash
 

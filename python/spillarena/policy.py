@@ -20,9 +20,9 @@ from torch.utils.checkpoint import SAC_IGNORED_OPS, CheckpointPolicy, SelectiveC
 
 from . import arguments as _arguments
 from . import layout as _layout
-from . import stash as _stash
 from .checkpoint import arena_holds, check_arena, stash_for
 from .errors import InvalidArgumentError
+from .version_watch import detached
 
 # Note [Operation outputs to the arena]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -151,7 +151,7 @@ class _Storage:
                 stored, layout = _layout.compact(tensor)
                 stash = stash_for(self.arena, tensor)
                 return _Spilled(stash.store(stored, what="offloaded op output"), layout)
-            return _Kept(_stash.detached(tensor))
+            return _Kept(detached(tensor))
 
     def prefetch_all(self):
         """Queues the reads of every offloaded output not served yet."""

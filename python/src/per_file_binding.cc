@@ -1,4 +1,4 @@
-// The per-file baseline's files for Python (src/core/stash/per_file.h): spillarena.stash
+// The per-file baseline's files for Python (src/core/stash/per_file.h): spillarena.per_file_stash
 // serializes with torch.save and hands the bytes here, so both front ends share the disk half.
 #include <memory>
 #include <string>

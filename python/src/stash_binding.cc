@@ -1,7 +1,7 @@
 // The arena stash for Python: spillarena.checkpoint keeps each layer input's bytes here between
 // forward and backward. Only handles cross into Python, and tensors cross as DLPack capsules,
 // so this extension links no torch (Note [The stash moves bytes] in src/core/stash/buffer.cc);
-// python/spillarena/stash.py wraps these in the TensorStash a user sees.
+// python/spillarena/chain.py wraps these, arena_stash.py in the TensorStash a user sees.
 #include <memory>
 #include <mutex>
 #include <string>

@@ -41,7 +41,8 @@ def _plugin():
 
 def test_a_missing_directory_is_refused_when_the_config_loads(config, workdir):
     missing = workdir / "no-such-directory"
-    with pytest.raises(spillarena.DirectoryError, match=r"does not exist.*spillarena_directory="):
+    with pytest.raises(spillarena.errors.DirectoryError,
+                       match=r"does not exist.*spillarena_directory="):
         load_cfg(str(config(spillarena_directory=str(missing))))
 
 
@@ -59,7 +60,7 @@ def _tmpfs(path):
 
 @pytest.mark.skipif(not _tmpfs("/dev/shm"), reason="/dev/shm is not tmpfs here")
 def test_a_memory_backed_directory_is_refused_when_the_config_loads(config):
-    with pytest.raises(spillarena.MemoryBackedDirectoryError, match="tmpfs"):
+    with pytest.raises(spillarena.errors.MemoryBackedDirectoryError, match="tmpfs"):
         load_cfg(str(config(spillarena_directory="/dev/shm")))
 
 

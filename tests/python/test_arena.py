@@ -12,13 +12,14 @@ import pytest
 import torch
 
 import spillarena
+from spillarena import fields
 from conftest import assert_drained, open_fds
 
 
 def test_stats_are_keyed_by_arena_stats_fields(spill_dir):
     arena = spillarena.SpillArena(4 << 20, spill_dir)
     stats = arena.stats()
-    assert tuple(stats) == spillarena.ARENA_STATS
+    assert tuple(stats) == fields.ARENA_STATS
     for key in ("allocations", "bytes_in_use", "bytes_written", "bytes_read", "peak_bytes_in_use",
                 "live_regions", "reuse_hits", "largest_free_block"):
         assert key in stats
@@ -33,19 +34,19 @@ def test_options_map_to_arena_options(spill_dir):
     arena = spillarena.SpillArena(4 << 20, directory=str(spill_dir),
                                   start_writeback_after_write=False, page_cache_limit_bytes=1 << 20)
     options = arena.options()
-    assert tuple(options) == spillarena.ARENA_OPTIONS
+    assert tuple(options) == fields.ARENA_OPTIONS
     # The arena's keywords, then its stash's (spill::StashOptions, kept with the arena).
-    assert spillarena.ARENA_OPTIONS[-len(spillarena.STASH_OPTIONS):] == spillarena.STASH_OPTIONS
-    assert spillarena.STASH_OPTIONS == ("asynchronous", "prefetch_depth", "keep_last",
-                                        "gds_buffer_bytes")
-    assert tuple(arena.stash_stats()) == spillarena.STASH_STATS
+    assert fields.ARENA_OPTIONS[-len(fields.STASH_OPTIONS):] == fields.STASH_OPTIONS
+    assert fields.STASH_OPTIONS == ("asynchronous", "prefetch_depth", "keep_last",
+                                    "gds_buffer_bytes")
+    assert tuple(arena.stash_stats()) == fields.STASH_STATS
     # io = gds's stats (Note [One registered staging buffer]): empty until a device input.
     gds_stats = ("gds_buffer_bytes", "gds_buffer_registered", "cufile_mode",
                  "cufile_bounce_bytes", "cufile_bytes_written", "cufile_bytes_read")
-    assert spillarena.STASH_STATS[-len(gds_stats):] == gds_stats
+    assert fields.STASH_STATS[-len(gds_stats):] == gds_stats
     assert arena.stash_stats()["cufile_mode"] == ""
     assert arena.stash_stats()["cufile_bounce_bytes"] == 0
-    assert not set(spillarena.STASH_STATS) & set(spillarena.ARENA_STATS)
+    assert not set(fields.STASH_STATS) & set(fields.ARENA_STATS)
     assert options["start_writeback_after_write"] is False
     assert options["page_cache_limit_bytes"] == 1 << 20
     ram = spillarena.SpillArena(1 << 20, backing="ram")
@@ -65,7 +66,7 @@ def test_bytes_for_layer_inputs_matches_the_arena():
         spillarena.bytes_for_layer_inputs(1, (1, 64), torch.float32)
 
 
-@pytest.mark.parametrize("capacity", [0, -1, 2.5, True, "1G", spillarena.MAX_CAPACITY_BYTES * 2])
+@pytest.mark.parametrize("capacity", [0, -1, 2.5, True, "1G", fields.MAX_CAPACITY_BYTES * 2])
 def test_a_bad_capacity_is_an_invalid_argument(capacity, spill_dir):
     with pytest.raises(spillarena.InvalidArgumentError) as caught:
         spillarena.SpillArena(capacity, spill_dir)
@@ -98,7 +99,7 @@ def test_a_tmpfs_directory_is_refused_and_leaks_nothing():
     if directory is None:
         pytest.skip("no writable tmpfs mount")
     before_files, before_fds = set(os.listdir(directory)), open_fds()
-    with pytest.raises(spillarena.MemoryBackedDirectoryError) as caught:
+    with pytest.raises(spillarena.errors.MemoryBackedDirectoryError) as caught:
         spillarena.SpillArena(1 << 20, directory)
     assert caught.value.path == directory and caught.value.file_system_type == "tmpfs"
     assert "saves no memory" in str(caught.value)
@@ -119,9 +120,9 @@ def test_the_old_spelling_of_allow_memory_backed_directory_still_works_with_a_wa
 def test_too_large_a_capacity_is_insufficient_space_and_leaks_nothing(spill_dir):
     before = open_fds()
     with pytest.raises(spillarena.InsufficientSpaceError) as caught:
-        spillarena.SpillArena(spillarena.MAX_CAPACITY_BYTES // 2, spill_dir)
+        spillarena.SpillArena(fields.MAX_CAPACITY_BYTES // 2, spill_dir)
     e = caught.value
-    assert e.needed_bytes == spillarena.MAX_CAPACITY_BYTES // 2
+    assert e.needed_bytes == fields.MAX_CAPACITY_BYTES // 2
     assert 0 < e.available_bytes < e.needed_bytes
     assert str(e.needed_bytes) in str(e)
     assert open_fds() == before
@@ -143,7 +144,7 @@ def test_a_staging_pool_below_a_page_is_refused_like_zero(spill_dir, staging):
 
 
 def test_a_missing_directory_is_a_directory_error(spill_dir):
-    with pytest.raises(spillarena.DirectoryError) as caught:
+    with pytest.raises(spillarena.errors.DirectoryError) as caught:
         spillarena.SpillArena(1 << 20, spill_dir / "missing")
     assert caught.value.errno != 0
 
@@ -194,7 +195,7 @@ ERROR_FIELDS = {
 
 @pytest.mark.parametrize("name", sorted(ERROR_FIELDS))
 def test_every_cpp_error_becomes_its_python_class_with_message_and_fields(name):
-    cls = getattr(spillarena, name)
+    cls = getattr(spillarena.errors, name)
     assert issubclass(cls, spillarena.Error) and issubclass(cls, RuntimeError)
     with pytest.raises(cls) as caught:
         spillarena._C._throw(name, f"spill: the message of {name}")
@@ -259,7 +260,7 @@ def test_a_spill_file_changed_behind_the_arena_raises_integrity_error_in_backwar
         os.pwrite(fd, bytes([byte[0] ^ 0xFF]), 0)
     finally:
         os.close(fd)
-    with pytest.raises(spillarena.IntegrityError) as caught:
+    with pytest.raises(spillarena.errors.IntegrityError) as caught:
         loss.backward()
     assert caught.value.region_offset == 0 and caught.value.bytes == 4 * 256 * 4
     assert caught.value.expected_hash != caught.value.found_hash
@@ -268,9 +269,9 @@ def test_a_spill_file_changed_behind_the_arena_raises_integrity_error_in_backwar
 
 
 def test_path_errors_share_one_base():
-    assert issubclass(spillarena.DirectoryError, spillarena.PathError)
-    assert issubclass(spillarena.PreallocationError, spillarena.PathError)
-    with pytest.raises(spillarena.PathError):
+    assert issubclass(spillarena.errors.DirectoryError, spillarena.errors.PathError)
+    assert issubclass(spillarena.errors.PreallocationError, spillarena.errors.PathError)
+    with pytest.raises(spillarena.errors.PathError):
         spillarena.SpillArena(1 << 20, directory="/nonexistent/spillarena")
 
 
@@ -290,7 +291,7 @@ def test_a_directory_with_a_nul_byte_is_refused(spill_dir):
 
 def test_the_staging_pool_never_exceeds_the_arena(spill_dir):
     arena = spillarena.SpillArena(1 << 20, spill_dir, io="direct",
-                                  staging_bytes=spillarena.MAX_STAGING_BYTES)
+                                  staging_bytes=fields.MAX_STAGING_BYTES)
     assert arena.stats()["staging_bytes"] <= 1 << 20
 
 
@@ -300,11 +301,11 @@ def test_the_staging_pool_never_exceeds_the_arena(spill_dir):
 ])
 def test_tensors_without_dense_data_are_an_invalid_argument(make, arena):
     with pytest.raises(spillarena.InvalidArgumentError, match="dense"):
-        spillarena.stash.shared_arena_stash(arena).store(make())
+        spillarena.arena_stash.shared_arena_stash(arena).store(make())
 
 
 def test_one_handle_restored_and_freed_from_two_threads_never_crashes(arena):
-    stash = spillarena.stash.shared_arena_stash(arena)
+    stash = spillarena.arena_stash.shared_arena_stash(arena)
     source = torch.randn(1 << 20)
     for i in range(20):
         handle = stash.store(source)
@@ -313,7 +314,7 @@ def test_one_handle_restored_and_freed_from_two_threads_never_crashes(arena):
         def restore(handle=handle, results=results):
             try:
                 results.append(torch.equal(handle.restore(), source))
-            except spillarena.CheckpointError:
+            except spillarena.errors.CheckpointError:
                 results.append("refused")
 
         thread = threading.Thread(target=restore)
@@ -395,7 +396,7 @@ def test_the_extension_is_one_file_for_every_cpython():
     lambda: spillarena._C._chain_stats(spillarena._C._arena_new(4096, None, {"backing": "ram"})),
     lambda: spillarena._C._stored_restore(None),
     lambda: spillarena.make_arena_stash("not an arena"),
-    lambda: spillarena.stash.shared_arena_stash(spillarena.make_in_memory_stash()),
+    lambda: spillarena.arena_stash.shared_arena_stash(spillarena.make_in_memory_stash()),
 ])
 def test_a_wrong_handle_is_a_typed_error_not_a_crash(call):
     with pytest.raises(spillarena.InvalidArgumentError):

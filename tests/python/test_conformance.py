@@ -49,7 +49,7 @@ class Form:
 def checkpoint(request, arena):
     """checkpoint(layer, *tensors) through one form and the arena's shared stash."""
     front_end, reentrant = request.param
-    return Form(front_end, spillarena.stash.shared_arena_stash(arena), reentrant)
+    return Form(front_end, spillarena.arena_stash.shared_arena_stash(arena), reentrant)
 
 
 def encoder_stack(layers=3, width=32):

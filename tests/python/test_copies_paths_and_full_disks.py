@@ -44,7 +44,7 @@ def test_pickling_an_arena_a_stash_or_an_enabled_model_is_a_typed_error(spill_di
     from test_transformers import tiny_llama
 
     arena = spillarena.SpillArena(1 << 20, spill_dir)
-    shared = spillarena.stash.shared_arena_stash(arena)
+    shared = spillarena.arena_stash.shared_arena_stash(arena)
     for thing in (arena, spillarena.make_in_memory_stash(), shared):
         with pytest.raises(spillarena.InvalidArgumentError, match="cannot be pickled"):
             pickle.dumps(thing)
@@ -124,11 +124,11 @@ def test_a_directory_whose_name_is_not_utf8_is_usable_as_bytes_str_or_path(spill
 
 def test_a_missing_non_utf8_directory_is_a_directory_error_with_its_bytes(spill_dir):
     raw = os.fsencode(spill_dir) + b"/" + NOT_UTF8 + b"-missing"
-    with pytest.raises(spillarena.DirectoryError) as caught:
+    with pytest.raises(spillarena.errors.DirectoryError) as caught:
         spillarena.SpillArena(1 << 20, raw)
     assert os.fsencode(caught.value.path) == raw
     assert "\\xff" in str(caught.value)  # printable, bytes shown escaped
-    with pytest.raises(spillarena.DirectoryError):
+    with pytest.raises(spillarena.errors.DirectoryError):
         spillarena.make_per_file_stash(raw)
 
 
@@ -145,9 +145,9 @@ def test_special_files_as_directories_are_directory_errors(spill_dir):
     os.mkfifo(fifo)
     try:
         for path in (fifo, "/dev/null"):
-            with pytest.raises(spillarena.DirectoryError):
+            with pytest.raises(spillarena.errors.DirectoryError):
                 spillarena.SpillArena(1 << 20, path)
-            with pytest.raises(spillarena.DirectoryError):
+            with pytest.raises(spillarena.errors.DirectoryError):
                 spillarena.make_per_file_stash(path)
     finally:
         os.unlink(fifo)

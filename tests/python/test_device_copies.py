@@ -68,7 +68,7 @@ def cpu_device(monkeypatch):
 def store_on_device(stash, tensor):
     """store() as for a device tensor: the chain's accelerator path."""
     bytes_ = tensor.contiguous().reshape(-1).view(torch.uint8)
-    return stash._chain.store(dlpack.to_dlpack(bytes_), True, "layer input of the test")
+    return stash._chain.store(dlpack.to_dlpack(bytes_), True, "layer input of the test", True)
 
 
 def restored(handle, like):
@@ -143,7 +143,7 @@ device_copies.pinned_host = lambda n: dlpack.to_dlpack(torch.empty(n, dtype=torc
 arena = spillarena.SpillArena(1 << 20, backing="ram")
 stash = spillarena.make_arena_stash(arena, keep_last=0)
 x = torch.randn(1024).view(torch.uint8)
-held = stash._chain.store(dlpack.to_dlpack(x), True, "in flight at exit")
+held = stash._chain.store(dlpack.to_dlpack(x), True, "in flight at exit", True)
 print("exiting", flush=True)
 """
 
@@ -166,7 +166,7 @@ def test_exiting_with_a_device_copy_in_flight_is_an_orderly_exit(tmp_path):
 EXIT_WITH_SPILLED_CPU_INPUTS = """
 import torch, spillarena
 arena = spillarena.SpillArena(1 << 24, ".")
-stash = spillarena.stash.shared_arena_stash(arena)
+stash = spillarena.arena_stash.shared_arena_stash(arena)
 held = [stash.store(torch.ones(1 << 18, dtype=torch.uint8)) for _ in range(3)]
 print("exiting", flush=True)
 """

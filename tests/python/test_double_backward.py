@@ -38,6 +38,6 @@ def test_the_default_form_computes_double_backward_as_torchs_checkpoint(spill_di
 
 def test_the_reentrant_form_refuses_double_backward(spill_dir):
     arena = spillarena.SpillArena(1 << 20, spill_dir)
-    with pytest.raises(spillarena.CheckpointError):
+    with pytest.raises(spillarena.errors.CheckpointError):
         _grad_of_grad(_layer(), lambda f, x: spillarena.checkpoint(f, x, arena=arena,
                                                                    use_reentrant=True))

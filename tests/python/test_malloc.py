@@ -74,7 +74,7 @@ def glibc_keeps_then_returns_freed_heap_pages():
 def test_a_disk_arena_turns_the_policy_on_once(fresh, arena):
     assert malloc.use_for_spilling(arena) is True
     assert malloc.use_for_spilling(arena) is True
-    assert malloc.use_for_spilling(spillarena.stash.shared_arena_stash(arena)) is True
+    assert malloc.use_for_spilling(spillarena.arena_stash.shared_arena_stash(arena)) is True
     state = malloc.state()
     assert (state["policy"], state["active"], state["applications"]) == ("pressure", True, 1)
     assert state["reason"].startswith("glibc ")
@@ -94,7 +94,7 @@ def test_keep_in_the_environment_leaves_malloc_alone(fresh, arena):
 def test_stashes_that_keep_inputs_in_the_process_do_not_turn_it_on(fresh):
     in_memory = spillarena.SpillArena(1 << 20, backing="ram")
     for stash in (spillarena.make_in_memory_stash(), spillarena.SpillArena(1 << 20, backing="ram"),
-                  spillarena.stash.shared_arena_stash(in_memory)):
+                  spillarena.arena_stash.shared_arena_stash(in_memory)):
         assert malloc.use_for_spilling(stash) is False
     assert malloc.state()["policy"] is None
     malloc.layer_done()

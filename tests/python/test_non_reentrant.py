@@ -341,7 +341,7 @@ def test_use_reentrant_true_keeps_the_old_form_and_its_refusals(arena):
     x, context = inputs()
     loss = forward(blocks, x, context,
                    functools.partial(spillarena.checkpoint, arena=arena, use_reentrant=True))
-    with pytest.raises(spillarena.CheckpointError, match=r"torch\.autograd\.grad"):
+    with pytest.raises(spillarena.errors.CheckpointError, match=r"torch\.autograd\.grad"):
         torch.autograd.grad(loss, [x])
     with pytest.raises(spillarena.InvalidArgumentError, match="use_reentrant"):
         spillarena.checkpoint(blocks[0], x, context, arena=arena, use_reentrant="yes")
@@ -425,6 +425,6 @@ def test_a_spill_file_cut_before_backward_is_an_io_error_and_no_gradient(spill_d
         os.ftruncate(fd, 0)  # the disk lost the file's bytes between forward and backward
     finally:
         os.close(fd)
-    with pytest.raises(spillarena.IoError):
+    with pytest.raises(spillarena.errors.IoError):
         out.sum().backward()
     assert layer.weight.grad is None and x.grad is None

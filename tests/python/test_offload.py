@@ -326,7 +326,7 @@ def test_a_view_that_clears_its_bases_bit_is_not_rebuilt_from_the_base(arena, bi
 
 def test_a_tensor_changed_in_place_after_its_last_reference_is_gone_still_raises(arena):
     # h dies before backward; the stash still knew its version (Note [A version kept without the
-    # bytes] in python/spillarena/stash.py): no silent wrong gradient
+    # bytes] in python/spillarena/version_watch.py): no silent wrong gradient
     def layer(x):
         h = x * 2
         s = h.sin()

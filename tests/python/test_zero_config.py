@@ -364,7 +364,7 @@ def test_a_forked_child_gets_its_own_default_arena_and_the_parents_keeps_working
             code = 2
             try:  # an arena passed explicitly stays the parent's
                 spillarena.checkpoint(blocks[0], x0.clone().requires_grad_(True), arena=parents)
-            except spillarena.ForkedProcessError:
+            except spillarena.errors.ForkedProcessError:
                 code = 0 if own_default else 1
         finally:
             os._exit(code)
@@ -475,7 +475,7 @@ def test_a_capacity_of_zero_or_below_is_refused_where_given(spill_dir, capacity)
 def test_automatic_arena_refuses_bad_settings_before_the_first_step(spill_dir):
     with pytest.raises(spillarena.InvalidArgumentError, match="sizes itself"):
         spillarena.AutomaticArena(spill_dir, capacity_bytes=1 << 20)
-    with pytest.raises(spillarena.DirectoryError, match="does not exist"):
+    with pytest.raises(spillarena.errors.DirectoryError, match="does not exist"):
         spillarena.AutomaticArena(spill_dir / "missing")
     with pytest.raises(spillarena.InvalidArgumentError, match="when_full"):
         spillarena.AutomaticArena(spill_dir, when_full="drop")

@@ -62,7 +62,7 @@ def error_table(directory):
     assert "Error" in names and len(names) > 5, names
     for name in names:
         base = UserWarning if name.endswith("Warning") else spillarena.Error
-        assert issubclass(getattr(spillarena, name), base), name
+        assert issubclass(getattr(spillarena.errors, name), base), name
     try:
         spillarena.SpillArena(0, directory)
     except spillarena.InvalidArgumentError as e:
