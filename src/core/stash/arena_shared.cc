@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "chain.h"
 #include "core/arena/arena_internals.h"
 #include "spill/error.h"
 
@@ -33,14 +32,14 @@ StashOptions StashSettings::options() const {
   return options_;
 }
 
-std::shared_ptr<Chain> StashSettings::shared_chain(const SpillArena& arena) {
+std::shared_ptr<void> StashSettings::get_or_make_shared(const MakeShared& make) {
   MutexLock lock(mutex_);
-  std::shared_ptr<Chain> chain = shared_chain_.lock();
-  if (!chain) {
-    chain = std::make_shared<Chain>(arena, options_);
-    shared_chain_ = chain;
+  std::shared_ptr<void> object = shared_.lock();
+  if (!object) {
+    object = make(options_);
+    shared_ = object;
   }
-  return chain;
+  return object;
 }
 
 // ---------------------------------------------------------------------------------------------

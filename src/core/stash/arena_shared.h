@@ -6,7 +6,7 @@
 //
 //   std::shared_ptr<spill::detail::ArenaShared> shared = spill::detail::shared_state_of(arena);
 //   shared->settings.set_options(options);                       // spill::set_stash_options
-//   std::shared_ptr<spill::detail::Chain> chain = shared->settings.shared_chain(arena);
+//   std::shared_ptr<void> chain = shared->settings.get_or_make_shared(make);  // shared_chain
 //   std::shared_ptr<spill::detail::HostPool> pool = shared->host_pool.get_or_make(
 //       [&] { return context.host_budget(bytes); }, engine.get(), true);  // the first input
 //   for (std::string& notice : shared->host_pool.take_notices()) warn(notice);
@@ -29,23 +29,23 @@
 
 namespace spill::detail {
 
-class Chain;
-
-// The options set_stash_options keeps for the arena, and the chain of shared_arena_stash made
-// with them, while a graph holds it (front ends wrap it). One mutex: a chain is made with the
-// options of that moment.
+// The options set_stash_options keeps for the arena, and the one object every front end of the
+// arena shares while a graph holds it: the shared chain (shared_chain in chain.cc, which makes
+// it; type-erased here, as these settings sit below the chain). One mutex: the object is made
+// with the options of that moment.
 class StashSettings {
  public:
   void set_options(const StashOptions& options) EXCLUDES(mutex_);
   StashOptions options() const EXCLUDES(mutex_);
-  // The live shared chain of `arena` (whose ArenaShared this is), or a new one made with the
-  // options, under the mutex.
-  std::shared_ptr<Chain> shared_chain(const SpillArena& arena) EXCLUDES(mutex_);
+  // The shared object while something holds it, or a new one, `make(options)`, kept (weakly) in
+  // its place; all under the mutex.
+  using MakeShared = std::function<std::shared_ptr<void>(const StashOptions& options)>;
+  std::shared_ptr<void> get_or_make_shared(const MakeShared& make) EXCLUDES(mutex_);
 
  private:
   mutable Mutex mutex_;
   StashOptions options_ GUARDED_BY(mutex_);
-  std::weak_ptr<Chain> shared_chain_ GUARDED_BY(mutex_);
+  std::weak_ptr<void> shared_ GUARDED_BY(mutex_);
 };
 
 // The arena's host pool: made at the first accelerator input, then reused by every step's stash

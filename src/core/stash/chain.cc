@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,20 +119,21 @@ void Progress::post_prefetch(std::function<void()> job) {
   });
 }
 
-void Progress::when_copied(const EntryPtr& e, std::function<void(const EntryPtr&)> next) {
+void Progress::when_copied(const EntryPtr& e, CopyPtr copy,
+                           std::function<void(const EntryPtr&)> next) {
   if (asynchronous_) {
-    return copies_.post([this, e, next = std::move(next)] { after_copy(e, next); });
+    return copies_.post([this, e, copy = std::move(copy), next = std::move(next)]() mutable {
+      after_copy(e, std::move(copy), next);
+    });
   }
-  e->device_io.piece.copy->synchronize();
+  copy->synchronize();
   next(e);
 }
 
-void Progress::after_copy(const EntryPtr& e, const std::function<void(const EntryPtr&)>& next) {
-  CopyPtr copy;
-  {
-    MutexLock lock(e->mutex);
-    copy = e->device_io.piece.copy;
-  }
+// `copy` is the job's own reference, dropped when this call returns (the path drops its own in
+// `next`).
+void Progress::after_copy(const EntryPtr& e, CopyPtr copy,
+                          const std::function<void(const EntryPtr&)>& next) {
   try {
     if (copy) copy->synchronize();
     MutexLock lock(e->mutex);
@@ -205,19 +208,35 @@ bool prefetch_on_worker(std::string& notice) {
   return value == "worker";
 }
 
+// The paths in the order path_for asks them (Note [A path and its state] in stash_path.h): a
+// new path is one more line here.
+using MakePath = std::unique_ptr<SpillPath> (*)(StashContext&, Progress&);
+constexpr MakePath kPaths[] = {make_gds_path, make_device_path, make_cpu_path};
+
+std::vector<std::unique_ptr<SpillPath>> make_paths(StashContext& context, Progress& progress) {
+  std::vector<std::unique_ptr<SpillPath>> paths;
+  for (const MakePath make : kPaths) paths.push_back(make(context, progress));
+  return paths;
+}
+
 }  // namespace
 
 Chain::Chain(const SpillArena& arena, const StashOptions& options)
     : context_(arena, options),
       prefetch_on_worker_(prefetch_on_worker(prefetch_notice_)),
-      cpu_(make_cpu_path(context_, progress_)),
-      device_(uses_gds(context_.arena) ? make_gds_path(context_, progress_)
-                                       : make_device_path(context_, progress_)),
+      paths_(make_paths(context_, progress_)),
       progress_(options.asynchronous) {}
 
 Chain::~Chain() = default;
 
-SpillPath& Chain::path_for(const Entry& e) const { return e.accelerator ? *device_ : *cpu_; }
+// The first path that takes `e`; the CPU path, last, takes every input the others leave.
+SpillPath& Chain::path_for(const Entry& e) const {
+  for (const std::unique_ptr<SpillPath>& path : paths_) {
+    if (path->takes(e)) return *path;
+  }
+  throw std::logic_error("spill: no path takes the stashed " + e.describe() +
+                         "; see Note [A path and its state]");
+}
 
 void Chain::stored(const EntryPtr& e) {
   std::vector<EntryPtr> to_spill;
@@ -238,7 +257,9 @@ void Chain::stored(const EntryPtr& e) {
   }
   // Note [The device-held bound] in copy_window.cc
   const StashOptions& o = context_.options;
-  device_->wait_for_copies(std::max(o.prefetch_depth, o.keep_last) - o.keep_last);
+  for (const std::unique_ptr<SpillPath>& path : paths_) {
+    path->wait_for_copies(std::max(o.prefetch_depth, o.keep_last) - o.keep_last);
+  }
 }
 
 void Chain::spill(const EntryPtr& e) {
@@ -364,8 +385,13 @@ std::shared_ptr<Chain> make_chain(const SpillArena& arena, const StashOptions& o
   return std::make_shared<Chain>(arena, checked(options));
 }
 
+// Kept by the arena's StashSettings, below the chain, type-erased: made there with the options of
+// that moment, under the settings' mutex.
 std::shared_ptr<Chain> shared_chain(const SpillArena& arena) {
-  return shared_state_of(arena)->settings.shared_chain(arena);
+  const auto make = [&arena](const StashOptions& options) -> std::shared_ptr<void> {
+    return std::make_shared<Chain>(arena, options);
+  };
+  return std::static_pointer_cast<Chain>(shared_state_of(arena)->settings.get_or_make_shared(make));
 }
 
 }  // namespace detail

@@ -1,6 +1,7 @@
 // Chain: what an arena stash and its stashed tensors share — the order in which tensors were
 // stored (for keep_last and prefetching), the restore switch on each entry's state, and the
-// three paths that move bytes (stash_path.h). See Note [Overlapped spilling] in chain.cc.
+// paths that move bytes, one picked per entry (stash_path.h). See Note [Overlapped spilling] in
+// chain.cc and Note [A path and its state] in stash_path.h.
 //
 //   std::shared_ptr<spill::detail::Chain> chain = spill::detail::make_chain(arena, options);
 //   auto entry = std::make_shared<spill::detail::Entry>(std::move(input), chain->counters());
@@ -56,8 +57,8 @@ class Chain {
   std::weak_ptr<Entry> last_ GUARDED_BY(mutex_);
   // Stored, not yet spilled, oldest first.
   std::deque<std::weak_ptr<Entry>> unspilled_ GUARDED_BY(mutex_);
-  std::unique_ptr<SpillPath> cpu_;
-  std::unique_ptr<SpillPath> device_;  // the host pool's, or cuFile's with io = gds
+  // In the order path_for asks them (kPaths in chain.cc).
+  std::vector<std::unique_ptr<SpillPath>> paths_;
   Progress progress_;  // last: its thread joined before the paths its jobs use are destroyed
 };
 

@@ -16,6 +16,14 @@ std::atomic<std::uint64_t> epoch{0};
 
 }  // namespace
 
+void settle_copy(const CopyPtr& copy) noexcept {
+  try {
+    if (copy) copy->synchronize();
+  } catch (...) {
+    // Reported by whatever uses the device next; a destructor cannot throw.
+  }
+}
+
 std::shared_ptr<CopyEngine> CopyEngine::override_engine() {
   if (!is_overridden.load(std::memory_order_acquire)) return nullptr;
   MutexLock lock(override_mutex);

@@ -31,6 +31,10 @@ class Copy {
 };
 using CopyPtr = std::shared_ptr<Copy>;
 
+// Waits for `copy`, if any, without reporting a failure (for destructors): a device error is
+// reported by whatever uses the device next.
+void settle_copy(const CopyPtr& copy) noexcept;
+
 // Says why device memory was wanted, given the allocator's own words: the out-of-memory
 // error's message names the input and the fix.
 using ExplainOutOfMemory = std::function<std::string(const std::string& cause)>;

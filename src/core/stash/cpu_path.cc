@@ -28,9 +28,21 @@ namespace {
 // arena has no file to shrink: its restore is a view of the region (Note [A RAM restore is a
 // view] in src/core/arena/arena_internals.cc).
 
+// What the CPU path keeps of an entry (Note [A path and its state] in stash_path.h): the write
+// from the input, and a direct read ahead's destination, which ~Entry destroys only after the
+// region's read into it completed.
+struct CpuState final : PathState {
+  Pending write;
+  Buffer host;
+  // Completed: the region was freed after it.
+  void check_write() const override { write.wait(); }
+};
+
 class CpuPath final : public SpillPath {
  public:
   using SpillPath::SpillPath;
+
+  bool takes(const Entry& e) const override { return !e.accelerator; }
 
   // spill: the input itself is written (spill_from); prefetch and begin_restore: read ahead:
   // the page cache, or direct reads into a host buffer; finish_restore: take_into a new tensor
@@ -57,14 +69,15 @@ void CpuPath::spill(const EntryPtr& e) {
   wait_for_room(e->bytes);
   e->region = context_.region_for(*e, e->input.data());
   if (!e->region) return advance(*e, State::kept);
-  e->cpu_io.write = e->region.pending();
+  CpuState& s = state_of<CpuState>(*e);
+  s.write = e->region.pending();
   StashCounters& counters = *context_.counters;
   counters.add_in_flight(e->bytes);
   advance(*e, State::writing);
   if (!progress_.asynchronous()) {
     // The comparison point: the write completes before store() returns, failures thrown here.
     try {
-      e->cpu_io.write.wait();
+      s.write.wait();
     } catch (...) {
       counters.sub_in_flight(e->bytes);
       throw;
@@ -73,7 +86,7 @@ void CpuPath::spill(const EntryPtr& e) {
   }
   // A write made at once (Note [A small write is made at once] in src/core/arena/arena_core.cc)
   // is finished here: the progress thread would have to be woken for it.
-  if (e->cpu_io.write.ready()) return wrote(*e);
+  if (s.write.ready()) return wrote(*e);
   progress_.post([this, e] { finish_write(e); });
 }
 
@@ -98,7 +111,7 @@ void CpuPath::finish_write(const EntryPtr& e) {
   Pending write;
   {
     MutexLock lock(e->mutex);
-    write = e->cpu_io.write;
+    write = state_of<CpuState>(*e).write;
   }
   write.settle();
   MutexLock lock(e->mutex);
@@ -121,8 +134,9 @@ void CpuPath::wrote(Entry& e) {
 // Direct reads skip the staging pool when the destination is aligned.
 void CpuPath::prefetch(Entry& e) {
   if (e.state != State::spilled || !e.region) return;
-  if (reads_into_buffer()) e.cpu_io.host = host_buffer(context_, e.bytes);
-  e.region.read_ahead(e.cpu_io.host.defined() ? e.cpu_io.host.data() : nullptr);
+  CpuState& s = state_of<CpuState>(e);
+  if (reads_into_buffer()) s.host = host_buffer(context_, e.bytes);
+  e.region.read_ahead(s.host.defined() ? s.host.data() : nullptr);
   advance(e, State::reading);
 }
 
@@ -143,8 +157,8 @@ Buffer CpuPath::finish_restore(Entry& e) {
     return host_buffer(context_, 0);
   }
   if (context_.arena.backing() == Backing::ram) return view(e);
-  Buffer out = e.cpu_io.host.defined() ? std::exchange(e.cpu_io.host, Buffer())
-                                       : host_buffer(context_, e.bytes);
+  CpuState& s = state_of<CpuState>(e);
+  Buffer out = s.host.defined() ? std::exchange(s.host, Buffer()) : host_buffer(context_, e.bytes);
   e.region.take_into(out.data(), e.bytes);  // one call: waits for the read; the region is freed
   advance(e, State::restored);
   return out;

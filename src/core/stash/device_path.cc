@@ -10,15 +10,58 @@
 #include <utility>
 
 #include "copy_window.h"
+#include "host_pool.h"
 #include "spill/error.h"
 #include "stash_path.h"
 
 namespace spill::detail {
 namespace {
 
+// One piece of an accelerator input's movement through the pool: normally the whole input.
+struct Piece {
+  std::uint64_t offset = 0;  // in the input and in its region
+  std::uint64_t bytes = 0;
+  HostPool::Lease lease;  // declared first: returned to the pool after copy and io finished
+  CopyPtr copy;
+  Pending io;
+  Piece() = default;
+  Piece(Piece&&) = default;
+  Piece& operator=(Piece&& other) noexcept {  // the old block goes back only once settled
+    settle();
+    lease = std::move(other.lease);
+    copy = std::move(other.copy);
+    io = std::move(other.io);
+    return *this;
+  }
+  ~Piece() { settle(); }
+  // Waits for the write or read, then the copy; never throws.
+  void settle() const noexcept {
+    io.settle();
+    settle_copy(copy);
+  }
+};
+
+// What the host pool's path keeps of an entry (Note [A path and its state] in stash_path.h).
+struct DeviceState final : PathState {
+  Piece piece;  // its pool block, copy and write or read
+  // The device buffer being filled (uploading) and the copy filling it (its pool block goes
+  // back on its own).
+  Buffer result;
+  CopyPtr upload;
+  // The piece's copy (its I/O completed with the region); a restore never taken gives back its
+  // device bytes. The pool block goes back when the state is destroyed.
+  void settle(const Entry& e) noexcept override {
+    piece.settle();
+    if (result.defined()) e.counters->sub_device_bytes(e.bytes);
+  }
+};
+
 class DevicePath final : public SpillPath {
  public:
   using SpillPath::SpillPath;
+
+  // Every accelerator input io = gds (listed before this path) leaves.
+  bool takes(const Entry& e) const override { return e.accelerator; }
 
   // spill: copied into a pool block, which is written; prefetch: a read into a free pool block,
   // then the upload; begin_restore: the read into the pool (waiting for room); finish_restore:
@@ -81,14 +124,14 @@ void DevicePath::spill(const EntryPtr& e) {
     lease = take(pool, e->bytes);
   }
   if (!lease) return keep(*e);
-  e->device_io.piece.bytes = e->bytes;
-  e->device_io.piece.lease = std::move(*lease);
-  e->device_io.piece.copy =
-      e->engine->to_host(e->input, 0, e->bytes, e->device_io.piece.lease.host());
+  Piece& piece = state_of<DeviceState>(*e).piece;
+  piece.bytes = e->bytes;
+  piece.lease = std::move(*lease);
+  piece.copy = e->engine->to_host(e->input, 0, e->bytes, piece.lease.host());
   advance(*e, State::copying);
   // Closed when the job is gone, after finish_copy, or when the copy failed
   auto slot = std::make_shared<CopyWindow::Slot>(copies_);
-  progress_.when_copied(e, [this, slot](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
+  progress_.when_copied(e, piece.copy, [this, slot](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
     finish_copy(x);  // under x->mutex (when_copied)
   });
 }
@@ -123,17 +166,18 @@ void DevicePath::spill_in_pieces(Entry& e, HostPool& pool) {
 
 // The copy is done: the write from the pool block is queued and the device input released.
 void DevicePath::finish_copy(const EntryPtr& e) {
+  Piece& piece = state_of<DeviceState>(*e).piece;
   if (e->state != State::copying) {  // restored meanwhile: the input went back as it was
-    e->device_io.piece = Piece();
+    piece = Piece();
     return;
   }
-  e->device_io.piece.io = e->region.write_async(e->device_io.piece.lease.host().data(), e->bytes);
+  piece.io = e->region.write_async(piece.lease.host().data(), e->bytes);
   e->input = Buffer();
   context_.counters->sub_device_bytes(e->bytes);
-  e->device_io.piece.copy.reset();
+  piece.copy.reset();
   advance(*e, State::writing);
   if (!progress_.asynchronous()) {
-    e->device_io.piece.io.wait();
+    piece.io.wait();
     return finish_write_locked(*e);
   }
   progress_.post([this, e] { finish_write(e); });
@@ -145,7 +189,7 @@ void DevicePath::finish_write(const EntryPtr& e) {
   Pending write;
   {
     MutexLock lock(e->mutex);
-    write = e->device_io.piece.io;
+    write = state_of<DeviceState>(*e).piece.io;
   }
   write.settle();
   MutexLock lock(e->mutex);
@@ -154,7 +198,7 @@ void DevicePath::finish_write(const EntryPtr& e) {
 
 void DevicePath::finish_write_locked(Entry& e) {
   if (e.state != State::writing) return;
-  e.device_io.piece = Piece();
+  state_of<DeviceState>(e).piece = Piece();
   advance(e, State::spilled);
   context_.counters->record_spilled(e.layer_input);
 }
@@ -174,29 +218,31 @@ void DevicePath::queue_read(Entry& e, bool wait_for_room) {
     if (!room) return;
     lease = std::move(*room);
   }
-  e.device_io.piece = Piece();
-  e.device_io.piece.bytes = e.bytes;
-  e.device_io.piece.lease = std::move(lease);
-  e.device_io.piece.io = e.region.read_async(e.device_io.piece.lease.host().data(), e.bytes);
+  Piece& piece = state_of<DeviceState>(e).piece;
+  piece = Piece();
+  piece.bytes = e.bytes;
+  piece.lease = std::move(lease);
+  piece.io = e.region.read_async(piece.lease.host().data(), e.bytes);
   advance(e, State::reading);
 }
 
 // The read is done: host -> device into a new buffer. The block goes back (on the progress
 // thread) as soon as that copy completed; a failed read is left for restore() to report.
 void DevicePath::start_upload(Entry& e) {
+  DeviceState& s = state_of<DeviceState>(e);
   try {
-    e.device_io.piece.io.wait();
+    s.piece.io.wait();
   } catch (const std::exception&) {
     return;
   }
   Buffer result = device_buffer(e, context_.options.prefetch_depth);
-  CopyPtr upload = e.engine->to_device(e.device_io.piece.lease.host(), result, 0);
-  e.device_io.result = std::move(result);
-  e.device_io.upload = std::move(upload);
+  CopyPtr upload = e.engine->to_device(s.piece.lease.host(), result, 0);
+  s.result = std::move(result);
+  s.upload = std::move(upload);
   context_.counters->add_device_bytes(e.bytes);
-  auto piece = std::make_shared<Piece>(std::move(e.device_io.piece));
-  piece->copy = e.device_io.upload;
-  e.device_io.piece = Piece();
+  auto piece = std::make_shared<Piece>(std::move(s.piece));
+  piece->copy = s.upload;
+  s.piece = Piece();
   advance(e, State::uploading);
   progress_.post([piece]() mutable { piece.reset(); });  // waits for the copy, then the block
 }
@@ -206,7 +252,7 @@ void DevicePath::start_upload(Entry& e) {
 void DevicePath::prefetch(Entry& e) {
   if (e.input.defined() || !e.region) return;
   queue_read(e, false);
-  if (e.state != State::reading || !e.device_io.piece.io.ready()) return;
+  if (e.state != State::reading || !state_of<DeviceState>(e).piece.io.ready()) return;
   try {
     start_upload(e);
   } catch (const std::exception&) {  // the front end's out-of-memory error
@@ -216,10 +262,10 @@ void DevicePath::prefetch(Entry& e) {
 // Ready: a prefetch's read had completed (or its upload begun). An input larger than the pool
 // is read at finish_restore, piece by piece.
 bool DevicePath::begin_restore(Entry& e) {
-  const bool ready =
-      e.state == State::uploading || (e.state == State::reading && e.device_io.piece.io.ready());
+  const Piece& piece = state_of<DeviceState>(e).piece;
+  const bool ready = e.state == State::uploading || (e.state == State::reading && piece.io.ready());
   if (e.state == State::writing) {  // its device bytes are gone: wait, then read back
-    e.device_io.piece.io.settle();
+    piece.io.settle();
     finish_write_locked(e);
   }
   queue_read(e, true);  // a no-op where a successor's restore queued it
@@ -235,16 +281,17 @@ Buffer DevicePath::finish_restore(Entry& e) {
     advance(e, State::restored);
     return device_buffer(e, context_.options.prefetch_depth);
   }
+  DeviceState& s = state_of<DeviceState>(e);
   if (e.state == State::reading) {
-    e.device_io.piece.io.wait();  // IoError, IntegrityError
+    s.piece.io.wait();  // IoError, IntegrityError
     start_upload(e);
   }
-  e.device_io.upload->order_current_stream();
-  e.device_io.upload.reset();
+  s.upload->order_current_stream();
+  s.upload.reset();
   e.region.free();
   context_.counters->sub_device_bytes(e.bytes);
   advance(e, State::restored);
-  return std::exchange(e.device_io.result, Buffer());
+  return std::exchange(s.result, Buffer());
 }
 
 Buffer DevicePath::restore_in_pieces(Entry& e, HostPool& pool) {

@@ -55,9 +55,20 @@ Buffer aligned_part(const Buffer& allocation, std::uint64_t bytes) {
 // to it then (GdsDriver::limit_bounce_bytes): in io = gds the host pool is never made (no input
 // goes through it), so they and the sub-page tails are what the host budget holds.
 
+// What the io = gds path keeps of an entry (Note [A path and its state] in stash_path.h): the
+// marker its write waits for.
+struct GdsState final : PathState {
+  CopyPtr marker;
+  void settle(const Entry&) noexcept override { settle_copy(marker); }
+};
+
 class GdsPath final : public SpillPath {
  public:
-  using SpillPath::SpillPath;
+  GdsPath(StashContext& context, Progress& progress)
+      : SpillPath(context, progress), gds_(uses_gds(context.arena)) {}
+
+  // Accelerator inputs, where the arena asks for io = gds.
+  bool takes(const Entry& e) const override { return gds_ && e.accelerator; }
 
   // spill: through the staging buffer and cuFile; prefetch and begin_restore: nothing (restores
   // read synchronously, never ready ahead); finish_restore: cuFile into the staging buffer,
@@ -72,6 +83,8 @@ class GdsPath final : public SpillPath {
   void write(const EntryPtr& e) REQUIRES(e->mutex);
   void write_through_staging(Entry& e) REQUIRES(e.mutex);
   void release_input(Entry& e) REQUIRES(e.mutex);
+
+  const bool gds_;  // the arena's io is gds
 };
 
 // Made once per arena, on the training thread at its first io = gds spill, on that input's
@@ -93,9 +106,10 @@ void GdsPath::spill(const EntryPtr& e) {
   e->region = context_.region_for(*e);
   if (!e->region) return advance(*e, State::kept);
   staging_for(*e);  // made, and cuFile's bounce buffers capped, at the arena's first gds spill
-  e->device_io.piece.copy = e->engine->marker(e->device);
+  CopyPtr& marker = state_of<GdsState>(*e).marker;
+  marker = e->engine->marker(e->device);
   advance(*e, State::copying);
-  progress_.when_copied(e, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
+  progress_.when_copied(e, marker, [this](const EntryPtr& x) NO_THREAD_SAFETY_ANALYSIS {
     write(x);  // under x->mutex (when_copied)
   });
 }
@@ -104,11 +118,8 @@ void GdsPath::spill(const EntryPtr& e) {
 // went, the entry is failed and restore() throws it. Either way it is thrown on: asynchronous,
 // kept for the training thread's next store() or restore().
 void GdsPath::write(const EntryPtr& e) {
-  if (e->state != State::copying) {  // restored meanwhile
-    e->device_io.piece = Piece();
-    return;
-  }
-  e->device_io.piece = Piece();
+  state_of<GdsState>(*e).marker.reset();   // completed (when_copied)
+  if (e->state != State::copying) return;  // restored meanwhile
   advance(*e, State::writing);
   try {
     write_through_staging(*e);

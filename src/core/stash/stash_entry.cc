@@ -49,8 +49,9 @@ namespace spill::detail {
 //   spilled              the region only
 //   reading              accelerator: a pool block; CPU: a host buffer or the page cache
 //   uploading            a pool block and the new device tensor (device_bytes_held)
-// An entry destroyed in any state first waits for its copy and its I/O, then returns its pool
-// block and its region (Piece, Region).
+// An entry destroyed in any state first frees its region after the region's I/O, then settles its
+// path's state (PathState::settle: a copy still running) and destroys it, which returns a pool
+// block (Note [A path and its state] in stash_path.h).
 
 namespace {
 
@@ -132,15 +133,6 @@ void StashCounters::add_in_flight(std::uint64_t bytes) {
   raise_to(peak_host_bytes_in_flight, host_bytes_in_flight.fetch_add(bytes) + bytes);
 }
 
-void Piece::settle() const noexcept {
-  io.settle();
-  try {
-    if (copy) copy->synchronize();
-  } catch (...) {
-    // A device error: reported by whatever uses the device next; a destructor cannot throw.
-  }
-}
-
 Entry::Entry(StashInput in, std::shared_ptr<StashCounters> c)
     : input(std::move(in.bytes)),
       device(input.device()),
@@ -155,43 +147,33 @@ Entry::Entry(StashInput in, std::shared_ptr<StashCounters> c)
   if (accelerator) counters->add_device_bytes(bytes);
 }
 
+// The region first, after its I/O: a read ahead may still land in the path's state, settled and
+// destroyed after it (a pool block goes back only then).
 Entry::~Entry() {
-  region.free();  // after its I/O: a read ahead may still land in `cpu_io.host`, destroyed first
-  device_io.piece.settle();
+  region.free();
+  if (path_state) path_state->settle(*this);
   if (accelerator && input.defined()) counters->sub_device_bytes(bytes);
-  if (device_io.result.defined()) counters->sub_device_bytes(bytes);
 }
-
-namespace {
-// A write that has completed (its region freed, so it is settled): whether it succeeded. A
-// failure was already recorded for the next store() or restore() to raise.
-bool write_succeeded(const Pending& write) {
-  try {
-    write.wait();
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-}  // namespace
 
 // The region goes back now, after a write still in flight completed (a short wait: it was
-// queued before backward began), so the arena is drained when backward ends.
+// queued before backward began), so the arena is drained when backward ends. A write in flight
+// with the input still here is a write from the input itself (a CPU input's: input_still_here in
+// chain.cc).
 Buffer give_back_input(Entry& e) {
   if (e.changed_in_place()) throw_modified(e, "between forward and backward");
   if (e.accelerator) e.counters->sub_device_bytes(e.bytes);
   // Note [The device-held bound] in copy_window.cc: the step ran shorter than the copy
   if (e.state == State::copying) e.counters->inputs_back_before_copied.fetch_add(1);
-  const bool cpu_write_in_flight = !e.accelerator && e.state == State::writing;
+  const bool write_in_flight = e.state == State::writing;
   e.region.free();  // after the write in flight, if any
   advance(e, State::restored);
   Buffer input = std::exchange(e.input, Buffer());
-  if (!cpu_write_in_flight) return input;
+  if (!write_in_flight) return input;
   // Written all the same: counted as spilled (the CLI's "wrote N inputs" must match its bytes),
   // here rather than when the write completed, which finds the entry restored. A write that
   // failed fails the step as it would had backward come later (and read the region): whether a
   // full or failing disk is reported must not depend on how fast backward caught up with it.
-  if (!write_succeeded(e.cpu_io.write)) e.cpu_io.write.wait();  // throws the write's spill::IoError
+  if (e.path_state) e.path_state->check_write();  // throws the write's spill::IoError
   e.counters->record_spilled(e.layer_input);
   return input;
 }

@@ -16,7 +16,6 @@
 
 #include "copy_engine.h"
 #include "core/os/mutex.h"
-#include "host_pool.h"
 #include "spill/arena.h"
 #include "stash_fields.h"
 
@@ -61,26 +60,6 @@ struct StashCounters {
 // Raises `max` to `value` when `value` is larger (any thread).
 void raise_to(std::atomic<std::uint64_t>& max, std::uint64_t value);
 
-// One piece of an accelerator input's movement through the pool: normally the whole input.
-struct Piece {
-  std::uint64_t offset = 0;  // in the input and in its region
-  std::uint64_t bytes = 0;
-  HostPool::Lease lease;  // declared first: returned to the pool after copy and io finished
-  CopyPtr copy;
-  Pending io;
-  Piece() = default;
-  Piece(Piece&&) = default;
-  Piece& operator=(Piece&& other) noexcept {  // the old block goes back only once settled
-    settle();
-    lease = std::move(other.lease);
-    copy = std::move(other.copy);
-    io = std::move(other.io);
-    return *this;
-  }
-  ~Piece() { settle(); }
-  void settle() const noexcept;  // waits for the copy and the write or read; never throws
-};
-
 // What a front end tells the stash about one input: its bytes (contiguous, kept alive by the
 // buffer's owner while the stash holds them) and what only the front end knows about it.
 struct StashInput {
@@ -98,23 +77,30 @@ struct StashInput {
   bool layer_input = true;
 };
 
-// What the CPU path keeps of an entry beside the shared lifecycle (cpu_path.cc).
-struct CpuIo {
-  Pending write;  // the input's write
-  Buffer host;    // direct mode: a read ahead's destination
+struct Entry;
+
+// What one path keeps of an entry beside the shared lifecycle: a subclass of the path's own, in
+// the path's file (CpuState in cpu_path.cc, DeviceState in device_path.cc, GdsState in
+// gds_path.cc), made by that path (state_of in stash_path.h) and read only by it. The lifecycle
+// reaches it through these calls alone (Note [A path and its state] in stash_path.h).
+class PathState {
+ public:
+  PathState() = default;
+  PathState(const PathState&) = delete;
+  PathState& operator=(const PathState&) = delete;
+  virtual ~PathState() = default;
+  // ~Entry, once the region was freed (so its reads and writes completed, and no read ahead
+  // still lands in this state's memory): waits for what else uses that memory (a device copy)
+  // and gives back what the state counted in `e.counters`. Never throws; the state is destroyed
+  // right after.
+  virtual void settle(const Entry& e) noexcept { static_cast<void>(e); }
+  // give_back_input of an entry in writing, its input still here: the write from the input
+  // completed (the region was freed after it); throws its failure (spill::IoError).
+  virtual void check_write() const {}
 };
 
-// What the device paths keep of an entry (device_path.cc; gds_path.cc uses the piece's copy).
-struct DeviceIo {
-  Piece piece;  // its pool block, copy and write or read
-  // The device buffer being filled (uploading) and the copy filling it (its pool block goes
-  // back on its own).
-  Buffer result;
-  CopyPtr upload;
-};
-
-// One stored input: the lifecycle every path shares (state, input, region, failure), and each
-// path's own state (cpu_io, device_io), all under one mutex.
+// One stored input: the lifecycle every path shares (state, input, region, failure), and its
+// path's own state (path_state), all under one mutex.
 struct Entry {
   Entry(StashInput input, std::shared_ptr<StashCounters> counters);
   ~Entry();
@@ -126,8 +112,9 @@ struct Entry {
   Buffer input GUARDED_BY(mutex);  // held, kept, copying; writing for a CPU input
   bool prefetched GUARDED_BY(mutex) = false;
   Region region GUARDED_BY(mutex);
-  CpuIo cpu_io GUARDED_BY(mutex);        // a CPU input's: CpuPath (cpu_path.cc)
-  DeviceIo device_io GUARDED_BY(mutex);  // an accelerator's: DevicePath, GdsPath
+  // Its path's own (a PathState subclass), made by that path at its first call for the entry;
+  // destroyed after the region was freed (~Entry).
+  std::unique_ptr<PathState> path_state GUARDED_BY(mutex);
   // failed: the write's failure; restore() throws it again instead of reading what never
   // reached the region.
   std::exception_ptr failure GUARDED_BY(mutex);

@@ -1,10 +1,10 @@
-// The arena stash's three ways of moving a stashed tensor, one type each behind SpillPath: CPU
-// inputs straight to the region (cpu_path.cc), accelerator inputs through the host pool
-// (device_path.cc), accelerator inputs through cuFile with io = gds (gds_path.cc). Chain
-// (chain.h) picks one per entry and keeps what is common, ArenaShared (arena_shared.h) what
-// every stash of the arena shares: the host pool, the cuFile resources.
-// See Note [Overlapped spilling] in chain.cc and Note [Lifecycle of a stashed tensor] in
-// stash_entry.cc.
+// The arena stash's three ways of moving a stashed tensor, one type each behind SpillPath, each
+// with a PathState of its own per entry: CPU inputs straight to the region (cpu_path.cc),
+// accelerator inputs through the host pool (device_path.cc), accelerator inputs through cuFile
+// with io = gds (gds_path.cc). Chain (chain.h) picks one per entry and keeps what is common,
+// ArenaShared (arena_shared.h) what every stash of the arena shares: the host pool, the cuFile
+// resources. See Note [A path and its state], Note [Overlapped spilling] in chain.cc and Note
+// [Lifecycle of a stashed tensor] in stash_entry.cc.
 //
 //   spill::detail::StashContext context(arena, options);
 //   spill::detail::Progress progress(/*asynchronous=*/true);
@@ -32,6 +32,36 @@
 
 namespace spill::detail {
 
+// Note [A path and its state]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A path is one file: a SpillPath that moves the entries it takes, and a PathState (stash_entry.h)
+// with what it keeps of each beside the shared lifecycle (CpuState: the input's write and a read
+// ahead's host buffer; DeviceState: the pool block's Piece and the upload; GdsState: the stream
+// marker), made by state_of at its first call for the entry and read by no one else. The chain
+// makes every path of kPaths (chain.cc), and path_for gives an entry to the first that takes it,
+// asking in that order: io = gds (where the arena asks for it), the host pool's path (the other
+// accelerator inputs), the CPU path. takes() reads only the entry's constants and the arena's, so
+// an entry keeps its path and its state for life. The lifecycle every path shares (state, input,
+// region, failure, previous, prefetched, the counters) stays in Entry, whose code never names a
+// path's fields: ~Entry frees the region first (its reads and writes complete, so a read ahead
+// no longer lands in the state's memory), then calls PathState::settle (a device copy still
+// running, the device bytes of an upload never taken) and destroys the state (a pool block goes
+// back last, after its copy and I/O); give_back_input asks PathState::check_write for the
+// failure of a write from the input itself; Progress::when_copied waits for the copy the path
+// hands it.
+//
+// So a fourth path (say, operation outputs offloaded to another device's memory) is one new
+// file and its registration; Entry, ~Entry, give_back_input, Progress and the other paths stay
+// as they are:
+//   offload_path.cc  struct OffloadState final : PathState { what it keeps; settle() };
+//                    class OffloadPath final : public SpillPath { takes(e): from what the entry
+//                    says of itself (its device, layer_input); spill, prefetch, begin_restore,
+//                    finish_restore on state_of<OffloadState>(e) }; make_offload_path
+//   chain.cc         the one line: make_offload_path in kPaths, before any path that would take
+//                    its entries otherwise
+// (with make_offload_path declared beside make_cpu_path below, and the file in the build's list
+// of sources).
+
 // The progress thread of one stash (Note [Progress on accelerators] in chain.cc) and the
 // first failure of its jobs, rethrown once on the training thread.
 class Progress {
@@ -45,11 +75,12 @@ class Progress {
   // throws is kept for the training thread (Note [Prefetching off the training thread] in
   // chain.cc).
   void post_prefetch(std::function<void()> job);
-  // Runs `next(e)` under e's mutex once e's copy (or stream marker) completed: on the progress
-  // thread of copies, which waits without holding the mutex and keeps a failure for the training
-  // thread, and never waits for a write (Note [The device-held bound] in copy_window.cc); or at
-  // once, after the wait, when the stash is synchronous.
-  void when_copied(const EntryPtr& e, std::function<void(const EntryPtr&)> next) REQUIRES(e->mutex);
+  // Runs `next(e)` under e's mutex once `copy` (e's, or a stream marker, which its path hands
+  // over) completed: on the progress thread of copies, which waits without holding the mutex and
+  // keeps a failure for the training thread, and never waits for a write (Note [The device-held
+  // bound] in copy_window.cc); or at once, after the wait, when the stash is synchronous.
+  void when_copied(const EntryPtr& e, CopyPtr copy, std::function<void(const EntryPtr&)> next)
+      REQUIRES(e->mutex);
   void record_failure(std::exception_ptr failure) EXCLUDES(mutex_);
   bool failed() const EXCLUDES(mutex_);
   void rethrow_failure() EXCLUDES(mutex_);  // once
@@ -57,7 +88,7 @@ class Progress {
   [[noreturn]] void throw_abandoned_wait();
 
  private:
-  void after_copy(const EntryPtr& e, const std::function<void(const EntryPtr&)>& next)
+  void after_copy(const EntryPtr& e, CopyPtr copy, const std::function<void(const EntryPtr&)>& next)
       EXCLUDES(e->mutex);
 
   const bool asynchronous_;
@@ -87,11 +118,15 @@ struct StashContext {
   Region region_for(const Entry& e, const void* src = nullptr);
 };
 
-// One way of moving a stashed tensor's bytes. Each call holds the entry's mutex.
+// One way of moving a stashed tensor's bytes. Each call but takes() holds the entry's mutex.
+// See Note [A path and its state].
 class SpillPath {
  public:
   SpillPath(StashContext& context, Progress& progress) : context_(context), progress_(progress) {}
   virtual ~SpillPath() = default;
+  // Whether this path moves `e`, from the entry's constants and the arena's alone: the answer
+  // never changes, so an entry keeps its path (and its PathState) for life.
+  virtual bool takes(const Entry& e) const = 0;
   // held -> writing, copying or kept: the bytes start towards the region.
   virtual void spill(const EntryPtr& e) REQUIRES(e->mutex) = 0;
   // Starts bringing the bytes back without waiting; never waits for room.
@@ -115,9 +150,20 @@ class SpillPath {
   Progress& progress_;
 };
 
+// The paths, each in its own file; the chain lists them in the order it asks them (kPaths in
+// chain.cc).
 std::unique_ptr<SpillPath> make_cpu_path(StashContext& context, Progress& progress);
 std::unique_ptr<SpillPath> make_device_path(StashContext& context, Progress& progress);
 std::unique_ptr<SpillPath> make_gds_path(StashContext& context, Progress& progress);
+
+// The state of type `S` (a PathState) that `e`'s path keeps in it, made at the path's first
+// call for the entry. An entry has one path for life (SpillPath::takes), so its state is always
+// that path's own type.
+template <class S>
+S& state_of(Entry& e) REQUIRES(e.mutex) {
+  if (!e.path_state) e.path_state = std::make_unique<S>();
+  return static_cast<S&>(*e.path_state);
+}
 
 // New device memory for `e` through its copy engine; out of device memory, the front end's own
 // error type (trainers catch it to lower the batch size), naming the input and the fix.
