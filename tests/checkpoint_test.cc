@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "core/stash/stash_fields.h"
+#include "core/stash/stored_bytes.h"
 #include "field_count.h"
 #include "gpt_test_support.h"
 #include "spill/spill.h"
@@ -124,6 +125,42 @@ TEST_CASE("checkpoint: any dtype round-trips through every stash") {
     }
   }
   CHECK(arena.stats().bytes_in_use == 0);
+}
+
+// Note [One stash protocol, two front ends]: the layout a restore rebuilds is decided once, in
+// the core, and agrees with LibTorch's own is_non_overlapping_and_dense / is_contiguous.
+TEST_CASE("stash protocol: strides_to_keep keeps exactly the dense non-contiguous layouts") {
+  const torch::Tensor base = torch::randn({2, 3, 4, 5});
+  const std::vector<torch::Tensor> layouts = {base,
+                                              base.permute({3, 1, 0, 2}),
+                                              base.transpose(0, 1),
+                                              base.select(1, 0),
+                                              base.slice(3, 0, 5, 2),
+                                              base.unsqueeze(2).permute({4, 2, 0, 1, 3}),
+                                              torch::randn({4, 1}).t(),
+                                              torch::randn({3}).expand({2, 3}),
+                                              torch::empty({0, 3}).t(),
+                                              torch::randn({6, 4}).t().slice(0, 1, 3)};
+  for (const torch::Tensor& t : layouts) {
+    CAPTURE(t.sizes());
+    CAPTURE(t.strides());
+    const bool kept_by_torch = !t.is_contiguous() && t.is_non_overlapping_and_dense();
+    const std::vector<int64_t> kept =
+        spill::detail::strides_to_keep(t.sizes().vec(), t.strides().vec());
+    CHECK(kept.empty() == !kept_by_torch);
+    if (!kept.empty()) CHECK(kept == t.strides().vec());
+  }
+}
+
+TEST_CASE_FIXTURE(MiBArena, "stash protocol: a second restore is refused, not an empty tensor") {
+  auto stash = spill::make_arena_stash(arena);
+  const torch::Tensor x = torch::randn({4, 8}).t();
+  auto stored = stash->store(x);
+  const torch::Tensor back = stored->restore();
+  CHECK(torch::equal(back, x));
+  CHECK(back.strides() == x.strides());  // the transpose's layout, rebuilt
+  CHECK_THROWS_WITH_AS(stored->restore(), doctest::Contains("already restored"),
+                       spill::CheckpointError);
 }
 
 TEST_CASE(

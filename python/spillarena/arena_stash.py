@@ -17,7 +17,7 @@ from . import _C
 from . import device_copies as _device_copies
 from .arena import handle_of
 from .chain import Chain, Stored
-from .errors import CheckpointError, InvalidArgumentError
+from .errors import InvalidArgumentError
 from .stash import StashedTensor, TensorStash
 from .storable import check_storable
 from .version_watch import version_watch
@@ -65,21 +65,21 @@ class _ArenaStash(TensorStash):
                 f"one on {tensor.device}. Keep it with make_in_memory_stash(), or move it"
             )
         capsule = _dlpack.to_dlpack(_bytes_of(tensor))
-        description = _describe(tensor, what)
-        stored = self._chain.store(capsule, accelerator, description, what == "layer input")
-        return _ArenaStashed(stored, tensor, description)
+        # Autograd's rule for saved tensors: an in-place change after store() is refused, by the
+        # stash protocol through the watch (Note [A version kept without the bytes]).
+        stored = self._chain.store(capsule, accelerator, _describe(tensor, what),
+                                   what == "layer input", version_watch(tensor), tensor._version)
+        return _ArenaStashed(stored, tensor)
 
 
 class _ArenaStashed(StashedTensor):
-    def __init__(self, stored: Stored, tensor: torch.Tensor, description: str):
+    """What only a tensor has (shape, dtype, the strides a restore rebuilds) beside its bytes in
+    the chain (Note [One stash protocol, two front ends] in src/core/stash/stored_bytes.cc)."""
+
+    def __init__(self, stored: Stored, tensor: torch.Tensor):
         self._stored = stored
         self._shape, self._dtype = tensor.shape, tensor.dtype
-        dense = not tensor.is_contiguous() and _non_overlapping_and_dense(tensor)
-        self._strides = tensor.stride() if dense else None
-        # Autograd's rule for saved tensors: an in-place change after store() is refused (Note
-        # [A version kept without the bytes]).
-        self._watch, self._version = version_watch(tensor), tensor._version
-        self._describe = description
+        self._strides = _C._strides_to_keep(tensor.shape, tensor.stride())
 
     @property
     def restored(self) -> bool:
@@ -92,13 +92,6 @@ class _ArenaStashed(StashedTensor):
         self._stored.free()
 
     def restore(self) -> torch.Tensor:
-        if self._watch._version != self._version:
-            raise CheckpointError(
-                "spill::checkpoint: one of the variables needed for gradient computation has "
-                f"been modified by an inplace operation: the stashed {self._describe} was "
-                "changed between forward and backward; clone it before changing it, or do not "
-                "modify it in place"
-            )
         capsule = self._stored.restore()
         restored = _dlpack.from_dlpack(capsule).view(self._dtype).view(self._shape)
         if self._strides is None:
@@ -120,13 +113,3 @@ def _describe(tensor: torch.Tensor, what: str = "layer input") -> str:
     nbytes = tensor.numel() * tensor.element_size()
     return f"{what} of shape {shape}, dtype {dtype}, {nbytes} bytes"
 
-
-def _non_overlapping_and_dense(t: torch.Tensor) -> bool:
-    """A permutation of a contiguous layout (a transpose): what restore() gives back as it was."""
-    dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    return True

@@ -3,7 +3,7 @@ held by its handle (Note [C++ objects Python holds]). The bytes go in and come b
 capsules (Note [The stash moves bytes] in src/core/stash/buffer.cc)::
 
     chain = Chain(_C._shared_chain(arena_handle))
-    stored = chain.store(capsule, accelerator, "layer input of shape ...", layer_input=True)
+    stored = chain.store(capsule, accelerator, "layer input of shape ...", True, watch, version)
     capsule = stored.restore()                        # 1-D uint8, once
 """
 
@@ -23,7 +23,7 @@ class Stored:
 
     def restore(self):
         """The stored bytes as a DLPack capsule (1-D uint8); CheckpointError after restore() or
-        free()."""
+        free(), or for an input changed in place since store()."""
         return _C._stored_restore(self._handle)
 
     def prefetch(self) -> None:
@@ -52,5 +52,9 @@ class Chain(SharedOnCopy):
     def stats(self) -> dict:
         return _C._chain_stats(self._handle)
 
-    def store(self, capsule, accelerator: bool, describe: str, layer_input: bool) -> Stored:
-        return Stored(_C._chain_store(self._handle, capsule, accelerator, describe, layer_input))
+    def store(self, capsule, accelerator: bool, describe: str, layer_input: bool, watch,
+              version: int) -> Stored:
+        """The bytes of ``capsule`` stored; refused at restore (or spill) once ``watch._version``
+        moved past ``version`` (an input changed in place)."""
+        return Stored(_C._chain_store(self._handle, capsule, accelerator, describe, layer_input,
+                                      watch, version))

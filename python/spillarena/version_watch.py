@@ -22,8 +22,10 @@ import torch
 # go. So the stash keeps a watch: a detached alias of the input (which shares its version
 # counter) whose storage is then swapped for an empty one below autograd's in-place tracking
 # (set_() under _AutoDispatchBelowADInplaceOrView: no version bump, no bytes held). It reads the
-# input's version for as long as the stashed tensor lives. A torch without the guard gets the
-# weak reference's check instead.
+# input's version for as long as the stashed tensor lives; the arena stash hands it to the C++
+# stash protocol, which reads it (under the GIL) before it spills and when it restores (Note [One
+# stash protocol, two front ends] in src/core/stash/stored_bytes.cc). A torch without the guard
+# gets the weak reference's check instead.
 def version_watch(tensor: torch.Tensor):
     """An object whose ``_version`` is ``tensor``'s, now and after ``tensor`` is gone, holding
     none of its bytes (Note [A version kept without the bytes])."""

@@ -2,8 +2,10 @@
 // forward and backward. Only handles cross into Python, and tensors cross as DLPack capsules,
 // so this extension links no torch (Note [The stash moves bytes] in src/core/stash/buffer.cc);
 // python/spillarena/chain.py wraps these, arena_stash.py in the TensorStash a user sees.
+#include <cstdint>
+#include <functional>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,62 +13,20 @@
 #include "binding.h"
 #include "capsules.h"
 #include "core/stash/chain.h"
+#include "core/stash/stored_bytes.h"
 #include "device_engine.h"
 #include "fields.h"
+#include "python_call.h"
 #include "spill/stash.h"
 
 namespace spillarena_python {
 namespace {
 
 using spill::detail::Chain;
-using spill::detail::EntryPtr;
 using ChainPtr = std::shared_ptr<Chain>;
-
-// One stored input, as Python holds it. restore() may run once (a second backward through the
-// same graph must fail, not read a freed region); free() frees an unrestored region at once.
-// One handle may be used from several Python threads (the GIL is released around the calls):
-// a mutex serialises them, so free() waits for a restore in flight and a second caller gets
-// CheckpointError, never a freed entry.
-class Stored {
- public:
-  Stored(ChainPtr chain, EntryPtr entry) : chain_(std::move(chain)), entry_(std::move(entry)) {}
-  Stored(Stored&& other) noexcept
-      : chain_(std::move(other.chain_)),
-        entry_(std::move(other.entry_)),
-        restored_(other.restored_) {}
-
-  spill::detail::Buffer restore() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (restored_ || !entry_) {
-      throw spill::CheckpointError(
-          "spillarena: this stashed tensor was already restored (or freed); its region was "
-          "consumed. Run forward again for a new graph (retain_graph is not supported with "
-          "spilled inputs)");
-    }
-    restored_ = true;
-    return chain_->restore(entry_);
-  }
-  void prefetch() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!entry_ || restored_) return;
-    spill::detail::MutexLock entry_lock(entry_->mutex);
-    chain_->prefetch(*entry_);
-  }
-  void free() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    entry_.reset();
-  }
-  bool restored() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return restored_;
-  }
-
- private:
-  mutable std::mutex mutex_;  // guards the three below
-  ChainPtr chain_;
-  EntryPtr entry_;
-  bool restored_ = false;
-};
+// One stored input, as Python holds it: the stash protocol's handle (restore once, in-place
+// check; Note [One stash protocol, two front ends] in src/core/stash/stored_bytes.cc).
+using Stored = spill::detail::StoredBytes;
 
 }  // namespace
 
@@ -117,6 +77,21 @@ void warn_in_python(Chain& chain) {
 
 ChainPtr& chain_of(PyObject* handle) { return held<ChainPtr>(handle); }
 
+// Autograd's rule for saved tensors, through the front end's watch (an object whose _version is
+// the input's: Note [A version kept without the bytes] in python/spillarena/version_watch.py):
+// true once it moved past `version`. The chain asks with the GIL released, from the thread
+// that stores or restores; the watch is read, and let go, under the GIL.
+std::function<bool()> changed_since(PyObject* watch, PyObject* version) {
+  const auto at = Convert<std::int64_t>::from_python(version, "store: version");
+  auto held_watch = std::make_shared<AnyThreadRef>(AnyThreadRef::adopt(Py_NewRef(watch)));
+  return [held_watch, at] {
+    PythonCall call;
+    if (!call) return false;  // the interpreter is ending: nothing is restored any more
+    const Ref now = Ref::borrow(held_watch->get()).attr("_version");
+    return Convert<std::int64_t>::from_python(now.get(), "store: version") != at;
+  };
+}
+
 // _make_chain(arena, options): a chain of its own; options as in spill::StashOptions.
 PyObject* make_chain(PyObject*, PyObject* args) {
   return guarded([&] {
@@ -150,26 +125,26 @@ PyObject* shared_chain(PyObject*, PyObject* arena) {
   });
 }
 
-// _chain_store(chain, bytes, accelerator, describe, layer_input): `bytes` the capsule of the
-// input's contiguous bytes; layer_input false counts it in saved_tensors_*.
+// _chain_store(chain, bytes, accelerator, describe, layer_input, watch, version): `bytes` the
+// capsule of the input's contiguous bytes; layer_input false counts it in saved_tensors_*;
+// `watch._version` moving past `version` refuses the input as changed in place.
 PyObject* store(PyObject*, PyObject* args) {
   return guarded([&] {
-    const Args a(args, 5, "_chain_store");
+    const Args a(args, 7, "_chain_store");
     const ChainPtr& chain = chain_of(a[0]);
     spill::detail::StashInput in;
     in.accelerator = Convert<bool>::from_python(a[2], "store: accelerator");
     in.describe = [text = utf8(a[3], "store: describe")] { return text; };
     in.layer_input = Convert<bool>::from_python(a[4], "store: layer_input");
+    in.changed_in_place = changed_since(a[5], a[6]);
     in.bytes = buffer_of(a[1]);
     if (in.accelerator) in.engine = python_engine_for_inputs();
-    EntryPtr e;
+    std::optional<Stored> stored_bytes;
     {
       Unlocked unlocked;
-      chain->rethrow_failure();
-      e = std::make_shared<spill::detail::Entry>(std::move(in), chain->counters());
-      chain->stored(e);
+      stored_bytes.emplace(Stored::store(chain, std::move(in)));
     }
-    Ref stored = hold(Stored(chain, std::move(e)));
+    Ref stored = hold(std::move(*stored_bytes));
     warn_in_python(*chain);
     return stored;
   });
@@ -226,6 +201,38 @@ PyObject* free_stored(PyObject*, PyObject* handle) {
   });
 }
 
+// A sequence of ints (a torch.Size, a tuple) as int64s; InvalidArgumentError naming `what`.
+std::vector<std::int64_t> int64s(PyObject* sequence, const char* what) {
+  const Py_ssize_t n = PySequence_Size(sequence);
+  if (n < 0) {
+    clear_bad_argument();
+    throw_bad_value(what, "a sequence of integers", sequence);
+  }
+  std::vector<std::int64_t> out;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    out.push_back(Convert<std::int64_t>::from_python(
+        Ref::steal(PySequence_GetItem(sequence, i)).get(), what));
+  }
+  return out;
+}
+
+// _strides_to_keep(sizes, strides): the strides a restore rebuilds (a tuple), or None for
+// contiguous (spill::detail::strides_to_keep).
+PyObject* strides_to_keep(PyObject*, PyObject* args) {
+  return guarded([&] {
+    const Args a(args, 2, "_strides_to_keep");
+    const std::vector<std::int64_t> kept = spill::detail::strides_to_keep(
+        int64s(a[0], "_strides_to_keep: sizes"), int64s(a[1], "_strides_to_keep: strides"));
+    if (kept.empty()) return Ref::borrow(Py_None);
+    Ref out = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(kept.size())));
+    for (std::size_t i = 0; i < kept.size(); ++i) {
+      PyTuple_SetItem(out.get(), static_cast<Py_ssize_t>(i),
+                      Convert<std::int64_t>::to_python(kept[i]).release());
+    }
+    return out;
+  });
+}
+
 PyObject* restored(PyObject*, PyObject* handle) {
   return guarded([&] {
     Stored& stored = held<Stored>(handle);
@@ -246,9 +253,11 @@ void add_stash() {
                "options as in spill::StashOptions, by default the arena's.");
   add_function("_shared_chain", shared_chain, METH_O,
                "_shared_chain(arena): the arena's shared chain, as spill::checkpoint uses it.");
-  add_function(
-      "_chain_store", store, METH_VARARGS,
-      "_chain_store(chain, bytes, accelerator, describe, layer_input): a stored input's handle.");
+  add_function("_chain_store", store, METH_VARARGS,
+               "_chain_store(chain, bytes, accelerator, describe, layer_input, watch, version): "
+               "a stored input's handle.");
+  add_function("_strides_to_keep", strides_to_keep, METH_VARARGS,
+               "_strides_to_keep(sizes, strides): the strides a restore rebuilds, or None.");
   add_function("_chain_name", chain_name, METH_O, "The chain's arena backing: 'disk' or 'ram'.");
   add_function("_chain_stats", chain_stats, METH_O,
                "A dict keyed by spill::StashStats field names.");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/stash/chain.h"
+#include "core/stash/stored_bytes.h"
 #include "shared_arena_stash.h"
 #include "spill/tensor_stash.h"
 #include "storable.h"
@@ -61,42 +62,28 @@ detail::StashInput stash_input(const torch::Tensor& t) {
   return in;
 }
 
-// One stored tensor: the chain's entry and the tensor's shape, dtype and layout.
+// One stored tensor: its bytes in the chain (the stash protocol: Note [One stash protocol, two
+// front ends] in src/core/stash/stored_bytes.cc) and the tensor's shape, dtype and layout.
 class ArenaStashed final : public StashedTensor {
  public:
-  ArenaStashed(std::shared_ptr<detail::Chain> chain, detail::EntryPtr entry, const torch::Tensor& t)
-      : chain_(std::move(chain)),
-        entry_(std::move(entry)),
+  ArenaStashed(detail::StoredBytes stored, const torch::Tensor& t)
+      : stored_(std::move(stored)),
         sizes_(t.sizes().vec()),
-        strides_(!t.is_contiguous() && t.is_non_overlapping_and_dense() ? t.strides().vec()
-                                                                        : std::vector<int64_t>()),
+        strides_(detail::strides_to_keep(sizes_, t.strides().vec())),
         dtype_(t.scalar_type()) {}
 
-  void prefetch() override {
-    detail::MutexLock lock(entry_->mutex);
-    chain_->prefetch(*entry_);
-  }
+  void prefetch() override { stored_.prefetch(); }
 
   torch::Tensor restore() override {
-    const detail::Buffer bytes = chain_->restore(entry_);
-    if (!bytes.defined()) return torch::Tensor();
-    torch::Tensor restored = detail::tensor_of(bytes).view(dtype_).view(sizes_);
-    return in_stored_layout(restored);
-  }
-
- private:
-  // The input's own layout, given back when it was non-overlapping and dense (a transpose, a
-  // permutation): kernels choose their paths by strides, and bitwise gradients need the
-  // recomputation to take the forward's. Contiguous otherwise.
-  torch::Tensor in_stored_layout(const torch::Tensor& restored) const {
+    torch::Tensor restored = detail::tensor_of(stored_.restore()).view(dtype_).view(sizes_);
     if (strides_.empty()) return restored;
     return torch::empty_strided(sizes_, strides_, restored.options()).copy_(restored);
   }
 
-  std::shared_ptr<detail::Chain> chain_;
-  detail::EntryPtr entry_;
+ private:
+  detail::StoredBytes stored_;
   const std::vector<int64_t> sizes_;
-  const std::vector<int64_t> strides_;
+  const std::vector<int64_t> strides_;  // strides_to_keep: empty for contiguous
   const torch::ScalarType dtype_;
 };
 
@@ -106,13 +93,11 @@ class ArenaStash final : public TensorStash {
 
   std::unique_ptr<StashedTensor> store(const torch::Tensor& tensor) override {
     detail::check_storable(tensor, name());
-    chain_->rethrow_failure();
-    auto e = std::make_shared<detail::Entry>(stash_input(tensor), chain_->counters());
-    chain_->stored(e);
+    detail::StoredBytes stored = detail::StoredBytes::store(chain_, stash_input(tensor));
     // The arena's sizing warnings (the first overflow, a refused grow), each once per arena,
     // and the stash's own (a pageable host pool), once per process.
     for (const std::string& notice : chain_->take_notices()) TORCH_WARN(notice);
-    return std::make_unique<ArenaStashed>(chain_, std::move(e), tensor);
+    return std::make_unique<ArenaStashed>(std::move(stored), tensor);
   }
 
   std::string name() const override { return to_string(chain_->arena().backing()); }

@@ -68,7 +68,8 @@ def cpu_device(monkeypatch):
 def store_on_device(stash, tensor):
     """store() as for a device tensor: the chain's accelerator path."""
     bytes_ = tensor.contiguous().reshape(-1).view(torch.uint8)
-    return stash._chain.store(dlpack.to_dlpack(bytes_), True, "layer input of the test", True)
+    return stash._chain.store(dlpack.to_dlpack(bytes_), True, "layer input of the test", True,
+                              tensor, tensor._version)
 
 
 def restored(handle, like):
@@ -143,7 +144,7 @@ device_copies.pinned_host = lambda n: dlpack.to_dlpack(torch.empty(n, dtype=torc
 arena = spillarena.SpillArena(1 << 20, backing="ram")
 stash = spillarena.make_arena_stash(arena, keep_last=0)
 x = torch.randn(1024).view(torch.uint8)
-held = stash._chain.store(dlpack.to_dlpack(x), True, "in flight at exit", True)
+held = stash._chain.store(dlpack.to_dlpack(x), True, "in flight at exit", True, x, x._version)
 print("exiting", flush=True)
 """
 
