@@ -113,10 +113,10 @@ TEST_CASE("io engine: work beside the caller runs on a queue thread; wait throws
       f.directory = dir.path();
       f.capacity_bytes = spill::MiB;
       const auto storage = spill::detail::make_spill_file(f);
-      spill::detail::IoEngine engine(
-          *storage,
-          options_in(dir.path(), spill::MiB, spill::IoMode::buffered, backend, kStagingBytes),
-          spill::IoMode::buffered);
+      spill::detail::IoEngineOptions options;
+      options.backend = backend;
+      options.staging_bytes = kStagingBytes;
+      spill::detail::IoEngine engine(*storage, options, spill::IoMode::buffered);
       std::thread::id ran_on;
       engine.beside([&ran_on] { ran_on = std::this_thread::get_id(); }).wait();
       CHECK(ran_on != std::thread::id());

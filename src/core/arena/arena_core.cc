@@ -14,6 +14,15 @@
 
 namespace spill::detail {
 
+IoEngineOptions io_engine_options(const ArenaOptions& o) {
+  IoEngineOptions e;
+  e.backend = o.io_backend;
+  e.staging_bytes = o.staging_bytes;
+  e.start_writeback_after_write = o.start_writeback_after_write;
+  e.page_cache_limit_bytes = o.page_cache_limit_bytes;
+  return e;
+}
+
 std::uint64_t round_to_pages(std::uint64_t bytes) {
   const std::uint64_t page = platform::capabilities().page_size_bytes;
   return (bytes + page - 1) / page * page;
@@ -28,7 +37,7 @@ ArenaCore::ArenaCore(const ArenaOptions& options, std::unique_ptr<Storage> stora
       allocator_(options.capacity_bytes, platform::capabilities().page_size_bytes) {
   if (options_.verify_integrity) ledger_ = std::make_unique<IntegrityLedger>();
   if (options_.backing == Backing::disk) {
-    engine_ = std::make_unique<IoEngine>(*storage_, options_, options_.io);
+    engine_ = std::make_unique<IoEngine>(*storage_, io_engine_options(options_), options_.io);
   }
   // Opened with the arena, so a driver cuFile cannot start is a typed error now, and the stats
   // can say which mode runs.

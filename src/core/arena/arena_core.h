@@ -24,6 +24,9 @@ namespace spill::detail {
 // to kMaxCapacityBytes (checked before), so the sum cannot overflow.
 std::uint64_t round_to_pages(std::uint64_t bytes);
 
+// What the I/O engine takes of the arena's options (IoEngineOptions in core/io/io_engine.h).
+IoEngineOptions io_engine_options(const ArenaOptions& options);
+
 class ArenaCore {
  public:
   // `options.io` is resolved (buffered or direct); `io_note` says why, for the stats.

@@ -35,14 +35,14 @@ std::uint64_t round_up(std::uint64_t bytes, std::uint64_t unit) {
 // mapping stays, untouched in direct mode; buffered mode reads resident pages through it.
 
 // Page-cache hints need writeback control (platform::Capabilities); without it they are skipped.
-IoEngine::IoEngine(Storage& storage, const ArenaOptions& options, IoMode mode)
+IoEngine::IoEngine(Storage& storage, const IoEngineOptions& options, IoMode mode)
     : storage_(storage),
       mode_(mode),
       hints_(platform::capabilities().writeback_control),
       start_writeback_(hints_ && options.start_writeback_after_write),
       page_cache_limit_(hints_ ? options.page_cache_limit_bytes : 0),
       staging_asked_(options.staging_bytes) {
-  queue_ = make_io_queue(options.io_backend, &backend_note_);
+  queue_ = make_io_queue(options.backend, &backend_note_);
   alignment_ = std::max(platform::capabilities().page_size_bytes, storage.direct_alignment());
   if (mode_ == IoMode::direct) {
     const StagingShape shape = staging_shape(storage.info().capacity_bytes);

@@ -20,9 +20,19 @@
 #include "core/io/io_queue.h"
 #include "core/io/staging_pool.h"
 #include "core/os/mutex.h"
-#include "spill/arena.h"
+#include "spill/io.h"
 
 namespace spill::detail {
+
+// What the engine takes of an arena's options (spill::ArenaOptions, whose fields of these names
+// say what they mean): the I/O layer stands below the arena's and does not include it. The
+// arena makes it with io_engine_options (core/arena/arena_core.h).
+struct IoEngineOptions {
+  IoBackend backend = IoBackend::automatic;
+  std::uint64_t staging_bytes = 0;
+  bool start_writeback_after_write = true;
+  std::uint64_t page_cache_limit_bytes = 0;
+};
 
 class IoEngine {
  public:
@@ -31,9 +41,9 @@ class IoEngine {
   static constexpr std::uint64_t kPieceBytes = 4ull << 20;
 
   // `mode` is resolved (buffered or direct); direct needs storage.direct_fd() >= 0.
-  IoEngine(Storage& storage, const ArenaOptions& options, IoMode mode);
+  IoEngine(Storage& storage, const IoEngineOptions& options, IoMode mode);
   ~IoEngine();  // drains: every queued operation completes first
-  // Direct mode: the staging pool made ArenaOptions::staging_bytes, at most `capacity_bytes`,
+  // Direct mode: the staging pool made IoEngineOptions::staging_bytes, at most `capacity_bytes`,
   // after the arena grew to that with no region live (Note [The staging pool follows the arena]).
   // Never throws: a pool that cannot grow stays as it is, and the reason is returned ("" when it
   // grew or had no need to).
@@ -148,7 +158,7 @@ class IoEngine {
   };
   StagingShape staging_shape(std::uint64_t capacity_bytes) const;
 
-  const std::uint64_t staging_asked_;     // ArenaOptions::staging_bytes
+  const std::uint64_t staging_asked_;     // IoEngineOptions::staging_bytes
   std::unique_ptr<StagingPool> staging_;  // direct mode only
   mutable Mutex mutex_;
   std::vector<IoStatus> failures_ GUARDED_BY(mutex_);  // of regions not yet freed
