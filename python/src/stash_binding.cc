@@ -179,23 +179,14 @@ PyObject* restore(PyObject*, PyObject* handle) {
   });
 }
 
-PyObject* prefetch(PyObject*, PyObject* handle) {
+// _stored_prefetch, _stored_free: `method` of the handle's Stored, the GIL released; None.
+template <void (Stored::*method)()>
+PyObject* call_unlocked(PyObject*, PyObject* handle) {
   return guarded([&] {
     Stored& stored = held<Stored>(handle);
     {
       Unlocked unlocked;
-      stored.prefetch();
-    }
-    return Ref::borrow(Py_None);
-  });
-}
-
-PyObject* free_stored(PyObject*, PyObject* handle) {
-  return guarded([&] {
-    Stored& stored = held<Stored>(handle);
-    {
-      Unlocked unlocked;
-      stored.free();
+      (stored.*method)();
     }
     return Ref::borrow(Py_None);
   });
@@ -264,9 +255,9 @@ void add_stash() {
   add_function("_stored_restore", restore, METH_O,
                "The stored bytes as a DLPack capsule (1-D uint8). Once only; CheckpointError "
                "after restore or free.");
-  add_function("_stored_prefetch", prefetch, METH_O,
+  add_function("_stored_prefetch", call_unlocked<&Stored::prefetch>, METH_O,
                "Starts bringing the bytes back without waiting.");
-  add_function("_stored_free", free_stored, METH_O, "Frees the stored bytes now.");
+  add_function("_stored_free", call_unlocked<&Stored::free>, METH_O, "Frees the stored bytes now.");
   add_function("_stored_restored", restored, METH_O, "Whether restore ran.");
 }
 

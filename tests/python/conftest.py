@@ -77,6 +77,19 @@ def fill(directory):
     return filler
 
 
+def wait_for_exit_code(pid, timeout_s=120):
+    """A forked child's exit code (its verdict), or "timed out" after killing it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return "timed out"
+
+
 def assert_drained(arena, wait_s=0.0):
     """No region live; `wait_s`: after a step that failed, writes still in flight hold their
     regions until they complete, so they get that long to drain."""

@@ -6,12 +6,12 @@ that ends with offloaded tensors still in the arena ends in order."""
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 
 import spillarena
+from conftest import wait_for_exit_code
 
 transformers = pytest.importorskip("transformers")
 
@@ -29,18 +29,6 @@ def grads(model, context):
         loss = model(x).pow(2).mean()
     loss.backward()
     return [p.grad.clone() for p in model.parameters()]
-
-
-def wait_for_exit_code(pid, timeout_s=120):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return "timed out"
 
 
 def test_a_forked_child_offloads_to_its_own_arena_and_is_refused_the_parents(tmp_path):

@@ -8,7 +8,6 @@ import gc
 import os
 import pathlib
 import re
-import time
 import warnings
 
 import pytest
@@ -17,7 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import spillarena
-from conftest import assert_as_torch, assert_drained, fill
+from conftest import assert_as_torch, assert_drained, fill, wait_for_exit_code
 
 transformers = pytest.importorskip("transformers")
 
@@ -332,18 +331,6 @@ def test_a_full_disk_at_the_first_input_keeps_inputs_in_memory_until_a_step_find
     assert_drained(arena)
     del arena, automatic, erring, made_on_a_full_disk, spill
     gc.collect()  # the spill file's descriptor, before the disk is unmounted
-
-
-def wait_for_exit_code(pid, timeout_s=120):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return "timed out"
 
 
 def test_a_forked_child_gets_its_own_default_arena_and_the_parents_keeps_working(spill_env):
