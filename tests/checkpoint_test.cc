@@ -163,6 +163,17 @@ TEST_CASE_FIXTURE(MiBArena, "stash protocol: a second restore is refused, not an
                        spill::CheckpointError);
 }
 
+TEST_CASE_FIXTURE(MiBArena, "stash protocol: a refused restore is refused again the same way") {
+  auto stash = spill::make_arena_stash(arena);
+  torch::Tensor x = torch::randn({64});
+  auto stored = stash->store(x);
+  x.add_(1);                              // after store(): autograd's rule refuses it
+  for (int call = 0; call < 2; ++call) {  // not "already restored" the second time
+    CHECK_THROWS_WITH_AS(stored->restore(), doctest::Contains("modified by an inplace operation"),
+                         spill::CheckpointError);
+  }
+}
+
 TEST_CASE(
     "checkpoint: half-precision, non-contiguous and zero-element inputs get exact gradients") {
   ScratchDir dir;

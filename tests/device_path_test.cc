@@ -32,6 +32,7 @@
 #include "spill/units.h"
 #include "stash_test_support.h"
 #include "test_support.h"
+#include "torch_layer/stream_engine.h"
 #include "torch_warnings.h"
 
 // LibTorch's logging header defines its own CHECK, which aborts the process at the first failure
@@ -255,8 +256,11 @@ TEST_CASE("CPU path: a small input is spilled within store()") {
 
 // StashInput::layer_input: an offload policy's operation output or offload()'s saved tensor
 // goes through the same chain as layer inputs, and is counted apart from them.
-TEST_CASE("CPU path: a tensor that is no layer input is counted apart from the inputs") {
+namespace {
+void check_counted_apart(bool device) {
   ScratchDir dir;
+  std::optional<Emulation> emulation;  // the device path on the CPU's stand-in copies
+  if (device) emulation.emplace(0);
   auto o = engine_options(dir.path(), spill::IoMode::buffered, spill::IoBackend::thread_pool);
   spill::SpillArena arena = stash_arena(o, stash_settings(false, 0));
   auto chain = spill::detail::make_chain(arena, spill::stash_options(arena));
@@ -265,6 +269,8 @@ TEST_CASE("CPU path: a tensor that is no layer input is counted apart from the i
     spill::detail::StashInput in;
     in.bytes = spill::detail::Buffer::host(16384, 64);
     in.layer_input = layer_input;
+    in.accelerator = device;
+    if (device) in.engine = spill::detail::engine_for_inputs();
     entries.push_back(std::make_shared<spill::detail::Entry>(std::move(in), chain->counters()));
     chain->stored(entries.back());
   }
@@ -275,6 +281,12 @@ TEST_CASE("CPU path: a tensor that is no layer input is counted apart from the i
   CHECK(s.saved_tensors_spilled == 2);
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) chain->restore(*it);
   CHECK(chain->stats().restores == 3);
+}
+}  // namespace
+
+TEST_CASE("CPU and device paths: a tensor that is no layer input is counted apart") {
+  SUBCASE("CPU path") { check_counted_apart(false); }
+  SUBCASE("device path") { check_counted_apart(true); }
 }
 
 TEST_CASE("CPU path: an input above 512 KiB is still written in flight") {

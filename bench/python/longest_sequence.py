@@ -294,7 +294,8 @@ def first_line(error, limit=400):
     return text.splitlines()[0][:limit] if text else type(error).__name__
 
 
-STASH_FIELDS = ("inputs_stored", "inputs_spilled", "host_pool_bytes", "host_pool_grows",
+STASH_FIELDS = ("inputs_stored", "inputs_spilled", "saved_tensors_stored",
+                "saved_tensors_spilled", "host_pool_bytes", "host_pool_grows",
                 "host_pool_pinned", "pool_waits", "pool_wait_ns", "peak_device_bytes_held",
                 "copy_waits", "inputs_back_before_copied", "restore_waits", "restore_wait_ns")
 

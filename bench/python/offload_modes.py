@@ -137,7 +137,9 @@ def run_mode(args):
                       "peak_added_mib": peak - before,
                       "peak_anon_added_mib": anon.peak - anon_before,
                       "inputs_stored": stash.get("inputs_stored", 0),
-                      "inputs_spilled": stash.get("inputs_spilled", 0)}))
+                      "inputs_spilled": stash.get("inputs_spilled", 0),
+                      "saved_tensors_stored": stash.get("saved_tensors_stored", 0),
+                      "saved_tensors_spilled": stash.get("saved_tensors_spilled", 0)}))
 
 
 def child(args, mode):
@@ -162,7 +164,8 @@ def summary(results):
                  "fastest_s": min(t for r in rs for t in r["times_s"]),
                  "peak_added_mib": statistics.median(r["peak_added_mib"] for r in rs),
                  "peak_anon_added_mib": statistics.median(r["peak_anon_added_mib"] for r in rs),
-                 "inputs_stored": rs[-1]["inputs_stored"]}
+                 "inputs_stored": rs[-1]["inputs_stored"],
+                 "saved_tensors_stored": rs[-1].get("saved_tensors_stored", 0)}
              for m, rs in by_mode.items() if rs}
 
     def ratio(a, b, key):

@@ -34,7 +34,8 @@ namespace spill {
 // dtype and device; the stored strides when they were non-overlapping and dense, as for a
 // transpose, else contiguous), waiting for whatever of its movement is still in flight; on an
 // accelerator the current stream is ordered after the copy, the host is not blocked. It may be
-// called once. Errors of the asynchronous spill (spill::IoError) are thrown here at the latest.
+// called once: a second call is spill::CheckpointError ("already restored"). Errors of the
+// asynchronous spill (spill::IoError) are thrown here at the latest, and again if called again.
 class StashedTensor {
  public:
   virtual ~StashedTensor() = default;

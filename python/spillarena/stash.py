@@ -56,8 +56,6 @@ class TensorStash(SharedOnCopy):
         return dict.fromkeys(_C.STASH_STATS, 0)
 
 
-# What restore() raises (CheckpointError) the second time, or after free().
-ALREADY_RESTORED = (
-    "spillarena: this stashed tensor was already restored (or freed); its region was consumed. "
-    "Run forward again for a new graph (retain_graph is not supported with spilled inputs)"
-)
+# What restore() raises (CheckpointError) the second time, or after free(): the stash
+# protocol's one wording (spill::detail::kAlreadyRestored, src/core/stash/stored_bytes.h).
+ALREADY_RESTORED = _C._ALREADY_RESTORED

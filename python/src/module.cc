@@ -19,7 +19,8 @@ namespace {
 // nanobind's abi3 needs 3.12, so the binding is written with the few pieces py.h holds: owned
 // references, Python errors as C++ exceptions, the GIL let go, capsules for the C++ objects
 // Python holds. The classes a user sees are Python classes over those capsules
-// (spillarena/arena.py, stash.py), which is also where repr, properties and copying live.
+// (spillarena/arena.py, chain.py, arena_stash.py), which is also where repr, properties and copying
+// live.
 std::vector<PyMethodDef>& functions() {
   static std::vector<PyMethodDef> all;
   return all;

@@ -189,7 +189,7 @@ class Args {
 // Note [C++ objects Python holds]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An arena, a chain, a stored input and a per-file file reach Python as capsules named after
-// their type; the Python classes over them (spillarena.SpillArena, stash.py's _Chain, _Stored)
+// their type; the Python classes over them (spillarena.SpillArena, chain.py's Chain, Stored)
 // hold one each. When Python drops a capsule, its object is destroyed with the GIL let go: a
 // chain's destructor joins the stash's progress thread and an entry's waits for its I/O, and
 // those threads may be waiting for the GIL (Note [Letting go of the stash without the GIL]).

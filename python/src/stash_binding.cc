@@ -52,6 +52,10 @@ namespace {
 // the stash is destroyed with the GIL released (the capsules of Note [C++ objects Python holds]).
 // The same holds for the arena's mutex: the stash never calls the engine (which takes the GIL)
 // while holding it (DevicePath::pool_for), and the bindings release the GIL before taking it.
+// So the order is always the stash's mutexes (a handle's, an entry's), then the GIL: the
+// version watch of changed_since is read with an entry's mutex held, and an entry's last owner
+// — any stash thread — lets go of the watch under the GIL. Two rules follow: no binding waits
+// for a stash mutex or thread while it holds the GIL, and nothing joins a stash thread under it.
 
 // Note [The arena's warnings reach Python as warnings]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -70,7 +74,8 @@ void warn_in_python(Chain& chain) {
   const Ref category =
       Ref::steal(PyImport_ImportModule("spillarena.errors")).attr("SpillArenaWarning");
   for (const std::string& notice : notices) {
-    // stacklevel 3: past stash.py's _Chain.store and _ArenaStash.store, at their caller.
+    // stacklevel 3: past chain.py's Chain.store and arena_stash.py's _ArenaStash.store, at their
+    // caller.
     if (PyErr_WarnEx(category.get(), notice.c_str(), 3) != 0) throw PythonError();
   }
 }
@@ -259,6 +264,7 @@ void add_stash() {
                "Starts bringing the bytes back without waiting.");
   add_function("_stored_free", call_unlocked<&Stored::free>, METH_O, "Frees the stored bytes now.");
   add_function("_stored_restored", restored, METH_O, "Whether restore ran.");
+  add_constant("_ALREADY_RESTORED", message_to_python(spill::detail::kAlreadyRestored));
 }
 
 }  // namespace spillarena_python

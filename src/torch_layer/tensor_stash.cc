@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "core/stash/stored_bytes.h"
+#include "spill/error.h"
+
 namespace spill {
 namespace {
 
@@ -12,10 +15,14 @@ namespace {
 class InMemoryStashed final : public StashedTensor {
  public:
   explicit InMemoryStashed(torch::Tensor t) : tensor_(std::move(t)) {}
-  torch::Tensor restore() override { return std::exchange(tensor_, torch::Tensor()); }
+  torch::Tensor restore() override {  // once, as every stash's (spill/tensor_stash.h)
+    if (std::exchange(restored_, true)) throw CheckpointError(detail::kAlreadyRestored);
+    return std::exchange(tensor_, torch::Tensor());
+  }
 
  private:
   torch::Tensor tensor_;
+  bool restored_ = false;
 };
 
 class InMemoryStash final : public TensorStash {

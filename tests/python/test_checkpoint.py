@@ -178,3 +178,18 @@ def test_preserve_rng_state_false_recomputes_with_fresh_randomness_as_torch_does
     assert torch.equal(ours[0], torchs[0]) and torch.equal(ours[1], torchs[1])
     assert not torch.equal(ours[0], replayed[0])  # the recomputation drew other masks
     assert_drained(arena)
+
+
+def test_a_refused_restore_is_refused_again_in_its_own_words(arena):
+    # the stash protocol (src/core/stash/stored_bytes.cc) checks the version once, in the core;
+    # a second call quotes the first failure instead of "already restored"
+    stash = spillarena.make_arena_stash(arena)
+    x = torch.randn(64)
+    held = stash.store(x)
+    x.add_(1)
+    for _ in range(2):
+        with pytest.raises(spillarena.errors.CheckpointError,
+                           match="modified by an inplace operation"):
+            held.restore()
+    held.free()
+    assert_drained(arena)

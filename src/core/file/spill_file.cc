@@ -87,9 +87,9 @@ class SpillFile final : public Storage {
   // step later, after its writeback, when its pages are clean and write-protected, and every
   // page then takes a write fault through ext4's page_mkwrite. On the development VM
   // (BM_RoundTrip/arena/1, where writeback completes between iterations) writing through the
-  // mapping was many times slower than pwrite (measured in docs/benchmarks.md, "Earlier analysis
-  // (first version)"). memcpy only wins in a loop that rewrites pages before their writeback,
-  // which is a benchmark artefact, not a training step.
+  // mapping was many times slower than pwrite (measured in docs/benchmarks_archive.md, "Earlier
+  // analysis (first version)"). memcpy only wins in a loop that rewrites pages before their
+  // writeback, which is a benchmark artefact, not a training step.
   void write(std::uint64_t offset, const void* src, std::uint64_t bytes) override {
     if (int e = platform::write_at(fd_, src, bytes, offset); e != 0)
       fail("write", e, bytes, offset);

@@ -264,7 +264,10 @@ void Chain::stored(const EntryPtr& e) {
 
 void Chain::spill(const EntryPtr& e) {
   if (e->state != State::held) return;
-  if (e->changed_in_place()) throw_modified(*e, "before it was spilled");
+  // Changed in place before it was written: kept as it is, and refused when backward asks for
+  // it (restore's check), as autograd refuses it. Not here: store() of the next tensor, in the
+  // forward, is no place for this one's error, and there may be no backward at all.
+  if (e->changed_in_place()) return advance(*e, State::kept);
   if (e->bytes == 0) {
     e->input = Buffer();
     return advance(*e, State::spilled);
@@ -305,7 +308,7 @@ Buffer Chain::restore(const EntryPtr& e) {
   Entry& entry = *e;
   MutexLock lock(entry.mutex);
   if (entry.state == State::restored) return Buffer();
-  if (entry.changed_in_place()) throw_modified(entry, "after it was stored");
+  if (entry.changed_in_place()) throw_modified(entry, "between forward and backward");
   if (entry.state == State::failed) std::rethrow_exception(entry.failure);
   const bool was_prefetched = entry.prefetched;
   const auto start = std::chrono::steady_clock::now();

@@ -24,8 +24,9 @@ namespace spill::detail {
 //   uploading  ──▶ restored
 //
 // kept: left where it is until backward gives it back — no room in the arena (WhenFull::
-// keep_in_memory), none in the host pool (PoolFull::keep_on_device), or a write that failed
-// while the input was still here (its failure goes to the training thread's next call). failed:
+// keep_in_memory), none in the host pool (PoolFull::keep_on_device), an input changed in place
+// before it was written (restore refuses it), or a write that failed while the input was still
+// here (its failure goes to the training thread's next call). failed:
 // a write that failed after the input was released (io = gds releases it before the last
 // piece is written); restore() throws the kept failure rather than read what never reached
 // the region. The entry dies in failed.
@@ -160,7 +161,6 @@ Entry::~Entry() {
 // with the input still here is a write from the input itself (a CPU input's: input_still_here in
 // chain.cc).
 Buffer give_back_input(Entry& e) {
-  if (e.changed_in_place()) throw_modified(e, "between forward and backward");
   if (e.accelerator) e.counters->sub_device_bytes(e.bytes);
   // Note [The device-held bound] in copy_window.cc: the step ran shorter than the copy
   if (e.state == State::copying) e.counters->inputs_back_before_copied.fetch_add(1);
@@ -180,10 +180,10 @@ Buffer give_back_input(Entry& e) {
 
 void throw_modified(const Entry& e, const char* when) {
   throw CheckpointError(
-      "spill::checkpoint: one of the variables needed for gradient computation "
+      "spillarena: one of the variables needed for gradient computation "
       "has been modified by an inplace operation: the stashed " +
       e.describe() + " was changed " + when +
-      "; clone it before changing it, or do not modify layer inputs in place");
+      "; clone it before changing it, or do not modify it in place");
 }
 
 }  // namespace spill::detail

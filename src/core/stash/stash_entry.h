@@ -144,8 +144,8 @@ using EntryPtr = std::shared_ptr<Entry>;
 void advance(Entry& e, State to) REQUIRES(e.mutex);
 
 // held, kept, copying, and a CPU input in writing: the input itself goes back to backward, and
-// the region with it (after a write still in flight). Throws CheckpointError for an input
-// changed in place since store().
+// the region with it (after a write still in flight). The caller (Chain::restore) has refused an
+// input changed in place since store().
 Buffer give_back_input(Entry& e) REQUIRES(e.mutex);
 
 // Autograd's words for a stashed input changed in place; `when` says when it was seen.

@@ -38,6 +38,10 @@ std::vector<std::int64_t> strides_to_keep(const std::vector<std::int64_t>& sizes
   return contiguous_order ? std::vector<std::int64_t>() : strides;
 }
 
+const char* const kAlreadyRestored =
+    "spillarena: this stashed tensor was already restored (or freed); its region was consumed. "
+    "Run forward again for a new graph (retain_graph is not supported with spilled inputs)";
+
 StoredBytes StoredBytes::store(std::shared_ptr<Chain> chain, StashInput input) {
   chain->rethrow_failure();
   auto e = std::make_shared<Entry>(std::move(input), chain->counters());
@@ -49,38 +53,45 @@ StoredBytes::StoredBytes(std::shared_ptr<Chain> chain, EntryPtr entry)
     : chain_(std::move(chain)), entry_(std::move(entry)) {}
 
 StoredBytes::StoredBytes(StoredBytes&& other) noexcept {
-  std::lock_guard<std::mutex> lock(other.mutex_);
+  MutexLock theirs(other.mutex_);
+  MutexLock mine(mutex_);
   chain_ = std::move(other.chain_);
   entry_ = std::move(other.entry_);
   restored_ = other.restored_;
+  failure_ = std::move(other.failure_);
 }
 
 Buffer StoredBytes::restore() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (restored_ || !entry_) {
-    throw CheckpointError(
-        "spillarena: this stashed tensor was already restored (or freed); its region was "
-        "consumed. Run forward again for a new graph (retain_graph is not supported with "
-        "spilled inputs)");
+  MutexLock lock(mutex_);
+  if (!failure_.empty()) {
+    throw CheckpointError("spillarena: this stashed tensor's restore failed already (" + failure_ +
+                          "); run forward again for a new graph");
   }
-  restored_ = true;
-  return chain_->restore(entry_);
+  if (restored_ || !entry_) throw CheckpointError(kAlreadyRestored);
+  try {
+    Buffer bytes = chain_->restore(entry_);
+    restored_ = true;
+    return bytes;
+  } catch (const std::exception& e) {
+    failure_ = e.what();
+    throw;
+  }
 }
 
 void StoredBytes::prefetch() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!entry_ || restored_) return;
+  MutexLock lock(mutex_);
+  if (!entry_ || restored_ || !failure_.empty()) return;
   MutexLock entry_lock(entry_->mutex);
   chain_->prefetch(*entry_);
 }
 
 void StoredBytes::free() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   entry_.reset();
 }
 
 bool StoredBytes::restored() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return restored_;
 }
 

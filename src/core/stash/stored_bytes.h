@@ -11,15 +11,20 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
+#include <string>
 #include <vector>
 
 #include "buffer.h"
+#include "core/os/mutex.h"
 #include "stash_entry.h"
 
 namespace spill::detail {
 
 class Chain;
+
+// What a second restore() of one stored tensor says, in every stash (Python's in-memory and
+// per-file stashes quote it through the binding's ALREADY_RESTORED).
+extern const char* const kAlreadyRestored;
 
 // The strides a restore gives back: the input's own when they are a permutation of a contiguous
 // layout other than the contiguous one (a transpose), none (contiguous) otherwise. Kernels choose
@@ -35,11 +40,14 @@ class StoredBytes {
   // Links `input` after the last stored entry of `chain` (throwing, first, a failure of its
   // progress thread). The chain's notices are left for the front end to give its own way.
   static StoredBytes store(std::shared_ptr<Chain> chain, StashInput input);
-  StoredBytes(StoredBytes&& other) noexcept;
+  StoredBytes(StoredBytes&& other) noexcept;  // `other` not in use on another thread
   StoredBytes& operator=(StoredBytes&&) = delete;
 
   // The bytes, once. CheckpointError after restore() or free(), and, in autograd's words, for
-  // an input changed in place since store() (StashInput::changed_in_place).
+  // an input changed in place since store() (StashInput::changed_in_place). Called again after
+  // a restore that failed (that refusal, an IoError, an IntegrityError, a front end's error):
+  // CheckpointError quoting the first failure, not "already restored". The region stays until
+  // free() or the handle goes.
   Buffer restore();
   void prefetch();  // starts bringing them back; nothing after restore() or free()
   void free();      // an unrestored region goes back now
@@ -48,10 +56,13 @@ class StoredBytes {
  private:
   StoredBytes(std::shared_ptr<Chain> chain, EntryPtr entry);
 
-  mutable std::mutex mutex_;  // guards the three below
-  std::shared_ptr<Chain> chain_;
-  EntryPtr entry_;
-  bool restored_ = false;
+  mutable Mutex mutex_;
+  std::shared_ptr<Chain> chain_ GUARDED_BY(mutex_);
+  EntryPtr entry_ GUARDED_BY(mutex_);
+  bool restored_ GUARDED_BY(mutex_) = false;
+  // The first restore's failure, as text: an exception_ptr to a front end's error (a Python
+  // exception, its traceback holding this handle) would make a cycle no collector sees.
+  std::string failure_ GUARDED_BY(mutex_);
 };
 
 }  // namespace spill::detail
