@@ -30,49 +30,24 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from bench_args import count
+
+from h2h_support import RssAnonSampler, status_bytes
 
 MODES = ("recompute", "inputs", "inputs+attention", "offload", "none")
 
 
 def _status_mib(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    value = status_bytes(field)
+    return float("nan") if value is None else value / (1 << 20)
 
 
 def _reset_peak_rss():
     """VmHWM back to the RSS of now (Linux: clear_refs 5), so the peak is the timed steps'."""
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")
-
-
-class AnonPeak:
-    """The highest RssAnon seen while active, read every 2 ms on a thread: anonymous memory is
-    what a memory limit cannot reclaim, where VmHWM also counts the arena's mapped file pages."""
-
-    def __init__(self):
-        self.peak = _status_mib("RssAnon")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def _watch(self):
-        while not self._stop.wait(0.002):
-            self.peak = max(self.peak, _status_mib("RssAnon"))
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _status_mib("RssAnon"))
 
 
 def run_mode(args):
@@ -124,7 +99,9 @@ def run_mode(args):
         step()
     _reset_peak_rss()
     before, anon_before = _status_mib("VmRSS"), _status_mib("RssAnon")
-    with AnonPeak() as anon:
+    # anonymous memory is what a memory limit cannot reclaim; VmHWM also counts the arena's
+    # mapped file pages
+    with RssAnonSampler() as anon:
         times = []
         for _ in range(args.steps):
             start = time.perf_counter()
@@ -135,7 +112,7 @@ def run_mode(args):
     print(json.dumps({"mode": args.mode, "step_s": statistics.median(times), "times_s": times,
                       "peak_rss_mib": peak, "rss_before_mib": before,
                       "peak_added_mib": peak - before,
-                      "peak_anon_added_mib": anon.peak - anon_before,
+                      "peak_anon_added_mib": anon.peak / (1 << 20) - anon_before,
                       "inputs_stored": stash.get("inputs_stored", 0),
                       "inputs_spilled": stash.get("inputs_spilled", 0),
                       "saved_tensors_stored": stash.get("saved_tensors_stored", 0),
